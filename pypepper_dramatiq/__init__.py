@@ -1,0 +1,126 @@
+"""Durable workflow jobs for Dramatiq."""
+
+from .actors import WorkflowTask, actor_task, workflow_task
+from .bootstrap import setup
+from .channel import Channel, ChannelManager, manager
+from .config import Config, config
+from .context import CANCEL_EVENT_KEY, Context
+from .errors import (
+    ChannelEnqueueError,
+    ChannelFullError,
+    ChannelStoppedError,
+    ConfigError,
+    ExecutorError,
+    InvalidTransitionError,
+    JobRedeliveryError,
+    JobRequeuedError,
+    MessageError,
+    PypepperError,
+    SchemaVersionError,
+    StoreError,
+    StoreNotConfiguredError,
+    StoreUnavailableError,
+    TaskTimeoutError,
+    UnknownExecutorError,
+)
+from .events import (
+    CANCEL,
+    COMPLETE,
+    FAIL,
+    INIT,
+    RUN,
+    SCHEDULE,
+    Event,
+    SchedulerFSM,
+    build_scheduler_fsm,
+)
+from .executor import CallableExecutor, ExecutorRegistry, IExecutor, executor_registry
+from .gates import SendResult
+from .job import Job
+from .middleware import WorkflowMiddleware
+from .rules import Position, RetryPolicy
+from .status import Status
+from .store import (
+    IJobStore,
+    JobRecord,
+    PersistenceWarning,
+    configure_job_store,
+    get_job_store,
+    reset_job_store,
+    set_job_store,
+    setup_from_config,
+)
+from .task import Task
+from .worker import Worker
+from .workflow import TaskOutcome, Workflow, WorkflowResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # model
+    "CANCEL_EVENT_KEY",
+    "Context",
+    "Job",
+    "Position",
+    "RetryPolicy",
+    "Status",
+    "Task",
+    "TaskOutcome",
+    "Workflow",
+    "WorkflowResult",
+    # events
+    "CANCEL",
+    "COMPLETE",
+    "FAIL",
+    "INIT",
+    "RUN",
+    "SCHEDULE",
+    "Event",
+    "SchedulerFSM",
+    "build_scheduler_fsm",
+    # executors
+    "CallableExecutor",
+    "ExecutorRegistry",
+    "IExecutor",
+    "executor_registry",
+    # the Dramatiq driver
+    "WorkflowMiddleware",
+    "WorkflowTask",
+    "actor_task",
+    "setup",
+    "workflow_task",
+    # channels and the in-process worker
+    "Channel",
+    "ChannelManager",
+    "SendResult",
+    "Worker",
+    "manager",
+    # stores and configuration
+    "Config",
+    "IJobStore",
+    "JobRecord",
+    "PersistenceWarning",
+    "config",
+    "configure_job_store",
+    "get_job_store",
+    "reset_job_store",
+    "set_job_store",
+    "setup_from_config",
+    # errors
+    "ChannelEnqueueError",
+    "ChannelFullError",
+    "ChannelStoppedError",
+    "ConfigError",
+    "ExecutorError",
+    "InvalidTransitionError",
+    "JobRedeliveryError",
+    "JobRequeuedError",
+    "MessageError",
+    "PypepperError",
+    "SchemaVersionError",
+    "StoreError",
+    "StoreNotConfiguredError",
+    "StoreUnavailableError",
+    "TaskTimeoutError",
+    "UnknownExecutorError",
+]

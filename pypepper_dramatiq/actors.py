@@ -1,0 +1,233 @@
+"""Workflow tasks on Dramatiq: the step actor, ``@workflow_task``, and plain actors as tasks."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import dramatiq
+from dramatiq.broker import Broker
+from dramatiq.middleware import Interrupt, Shutdown
+from dramatiq.middleware.time_limit import TimeLimitExceeded
+
+from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
+from .errors import describe
+from .executor import IExecutor, executor_registry
+from .inflight import InFlight, StepCancelled
+from .messages import STEP_ACTOR
+from .steps import Claim, Outcome
+from .task import Task
+
+R = TypeVar("R")
+
+#: What the middleware hands the step actor, per worker thread.
+current = threading.local()
+
+#: Marks an attempt cut short by worker shutdown: the step is handed back, not counted.
+HANDED_BACK = Outcome(False, error="handed back on worker shutdown")
+
+
+def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
+    """Run the claimed task once in this thread; never raises."""
+    running = inflight.start(claim.record.id)
+    try:
+        task = Task.from_dict(claim.task)
+        task.context = Context(
+            {
+                CANCEL_EVENT_KEY: running.cancel_event,
+                JOB_ID_KEY: claim.record.id,
+                RESULTS_KEY: claim.results_by_name(),
+                POSITION_KEY: claim.position.to_list(),
+            }
+        )
+        result = task.executor.execute(task, task.context)
+        inflight.finish(claim.record.id)
+        return Outcome(True, result)
+    except TimeLimitExceeded:
+        timeout = claim.task.get("round_timeout", 0)
+        return Outcome(False, error=f"TaskTimeoutError: exceeded round_timeout={timeout:g}s")
+    except StepCancelled:
+        return Outcome(False, error="cancelled: the task was interrupted after the grace period")
+    except Shutdown:
+        return HANDED_BACK
+    except Interrupt as exc:
+        return Outcome(False, error=describe(exc))
+    except Exception as exc:
+        return Outcome(False, error=describe(exc))
+    finally:
+        inflight.finish(claim.record.id)
+
+
+def _step(*args: Any, **kwargs: Any) -> None:
+    """Body of the step actor: the middleware claimed the step; run it."""
+    claim: Claim | None = getattr(current, "claim", None)
+    inflight: InFlight | None = getattr(current, "inflight", None)
+    if claim is None or inflight is None:
+        raise RuntimeError("the step actor runs only behind WorkflowMiddleware")
+    current.outcome = run_attempt(claim, inflight)
+
+
+def declare_step_actor(broker: Broker) -> dramatiq.Actor[Any, Any]:
+    """Register the step actor on ``broker`` (once)."""
+    try:
+        existing: dramatiq.Actor[Any, Any] = broker.get_actor(STEP_ACTOR)
+        return existing
+    except dramatiq.errors.ActorNotFound:
+        pass
+    return dramatiq.Actor(
+        _step,
+        broker=broker,
+        actor_name=STEP_ACTOR,
+        queue_name="default",
+        priority=0,
+        options={"max_retries": 0, "time_limit": float("inf")},
+    )
+
+
+class FunctionExecutor(IExecutor):
+    """Calls ``fn(task, context, **task.params)``."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def execute(self, task: Task, context: Context) -> Any:
+        return self.fn(task, context, **task.params)
+
+
+class ActorExecutor(IExecutor):
+    """Runs a plain Dramatiq actor's function with the task's params as keyword arguments.
+
+    The actor's own retries and time limit do not apply inside a workflow:
+    the task's retry table and ``round_timeout`` do.
+    """
+
+    def __init__(self, actor: dramatiq.Actor[Any, Any]) -> None:
+        self.actor = actor
+
+    def execute(self, task: Task, context: Context) -> Any:
+        return self.actor.fn(**task.params)
+
+
+_POLICY_KEYS = {
+    "retry_count",
+    "retry_delay",
+    "retry_until_completed",
+    "retry_until_max",
+    "round_times",
+    "round_timeout",
+    "round_timeout_join",
+    "optional",
+}
+
+
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    policy = {k: v for k, v in options.items() if k in _POLICY_KEYS}
+    params = {k: v for k, v in options.items() if k not in _POLICY_KEYS}
+    return policy, params
+
+
+class WorkflowTask(Generic[R]):
+    """A function usable as a workflow task; ``.task(**params)`` makes a :class:`Task`."""
+
+    def __init__(self, fn: Callable[..., R], executor_id: str, policy: dict[str, Any]) -> None:
+        self.fn = fn
+        self.executor_id = executor_id
+        self.policy = policy
+        executor_registry.register(executor_id, FunctionExecutor(fn))
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        return self.fn(*args, **kwargs)
+
+    def task(self, *, name: str | None = None, channel_id: str = "default", **params: Any) -> Task:
+        """A task running this function with ``params`` (JSON-able) as keyword arguments."""
+        doc = inspect.getdoc(self.fn) or ""
+        return Task(
+            channel_id=channel_id,
+            dag_id="",
+            fingerprint=self.executor_id,
+            name=name or self.fn.__name__,
+            category=None,
+            description=doc.splitlines()[0] if doc else "",
+            tags=[],
+            executor=None,
+            executor_id=self.executor_id,
+            params=params,
+            **self.policy,
+        )
+
+    def options(self, **policy: Any) -> WorkflowTask[R]:
+        """The same function with other retry settings."""
+        clone: WorkflowTask[R] = object.__new__(WorkflowTask)
+        clone.fn, clone.executor_id = self.fn, self.executor_id
+        clone.policy = {**self.policy, **policy}
+        functools.update_wrapper(clone, self.fn)
+        return clone
+
+
+def workflow_task(
+    fn: Callable[..., R] | None = None, *, name: str | None = None, **policy: Any
+) -> Any:
+    """Make ``fn(task, context, **params)`` a workflow task.
+
+    Keyword arguments are the task's retry table (``retry_count``,
+    ``retry_delay``, ``retry_until_completed``, ``retry_until_max``,
+    ``round_times``, ``round_timeout``, ``round_timeout_join``, ``optional``).
+    ``name`` is the registry id (default ``module.qualname``); it must be the
+    same in the process that schedules and the one that runs.
+    """
+    unknown = set(policy) - _POLICY_KEYS
+    if unknown:
+        raise TypeError(f"workflow_task got unknown options: {', '.join(sorted(unknown))}")
+
+    def decorate(func: Callable[..., R]) -> WorkflowTask[R]:
+        executor_id = name or f"{func.__module__}.{func.__qualname__}"
+        return WorkflowTask(func, executor_id, dict(policy))
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def actor_task(
+    actor: dramatiq.Actor[Any, Any], *, name: str | None = None, **options: Any
+) -> Task:
+    """A task that runs a plain ``@dramatiq.actor``'s function.
+
+    ``options`` holds the retry table (as for :func:`workflow_task`) and the
+    actor's keyword arguments.
+    """
+    policy, params = _split(options)
+    executor_id = f"actor:{actor.actor_name}"
+    if executor_id not in executor_registry:
+        executor_registry.register(executor_id, ActorExecutor(actor))
+    return Task(
+        channel_id="default",
+        dag_id="",
+        fingerprint=executor_id,
+        name=name or actor.actor_name,
+        category=None,
+        description="",
+        tags=[],
+        executor=None,
+        executor_id=executor_id,
+        params=params,
+        **policy,
+    )
+
+
+def _resolve_actor(executor_id: str) -> IExecutor | None:
+    """Registry fallback: ``actor:NAME`` names an actor declared on the current broker."""
+    if not executor_id.startswith("actor:"):
+        return None
+    from .broker import get_broker
+
+    try:
+        actor = get_broker().get_actor(executor_id[len("actor:"):])
+    except dramatiq.errors.ActorNotFound:
+        return None
+    return ActorExecutor(actor)
+
+
+executor_registry.add_resolver(_resolve_actor)

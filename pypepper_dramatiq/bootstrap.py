@@ -1,0 +1,106 @@
+"""``setup()``: one call that wires a process for distributed jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import TimeLimit
+
+from .actors import declare_step_actor
+from .broker import set_broker
+from .channel import manager
+from .config import config, section
+from .errors import ConfigError
+from .middleware import WorkflowMiddleware
+from .store import configure_job_store, setup_from_config
+
+#: Dramatiq's Redis broker default is 60 s; ours is shorter so that messages
+#: prefetched by a dead worker come back sooner (see recovery.py).
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 20_000
+
+
+def _backend_of(uri: str) -> str:
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return "postgres"
+    if scheme in ("mysql", "mariadb"):
+        return "mysql"
+    raise ConfigError(f"store_uri {scheme!r}: expected a postgresql:// or mysql:// URI")
+
+
+def setup(
+    broker_url: str | None = None,
+    store_uri: str | None = None,
+    *,
+    config_path: str | Path | None = None,
+    broker: Broker | None = None,
+    channels: dict[str, int] | list[str] | None = None,
+    migrate: bool = False,
+    lease_seconds: float = 30.0,
+    sweep_interval: float = 5.0,
+    cancel_grace: float = 10.0,
+    heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+) -> Broker:
+    """Install the broker, the middleware, the step actor and the job store.
+
+    Args:
+        broker_url: ``redis://...``; without it (and without ``broker``) the
+            in-memory stub broker is used.
+        store_uri: ``postgresql+psycopg://...`` or ``mysql+pymysql://...``;
+            without it the YAML's ``scheduler.jobStore`` (if any) or memory.
+        config_path: a YAML file; ``scheduler.broker.url``, ``scheduler.jobStore``
+            and ``scheduler.channels`` (id -> maxsize) are read from it.
+        broker: a broker you built yourself (our middleware is added to it).
+        channels: channel ids (or id -> maxsize) to declare now, so that a
+            ``dramatiq`` worker importing this module consumes them.
+        migrate: upgrade the database schema first.
+        lease_seconds, sweep_interval, cancel_grace: see :class:`WorkflowMiddleware`.
+        heartbeat_timeout_ms: the Redis broker's heartbeat timeout.
+
+    Returns:
+        The broker, also installed as Dramatiq's global broker.
+    """
+    yml: dict[str, Any] = {}
+    if config_path is not None:
+        yml = config.load_config(config_path)
+    scheduler = section(yml, "scheduler")
+    broker_url = broker_url or section(yml, "scheduler", "broker").get("url")
+    declared: dict[str, int] = {}
+    for source in (section(yml, "scheduler", "channels"), channels or {}):
+        items = source.items() if isinstance(source, dict) else ((c, 0) for c in source)
+        for channel_id, maxsize in items:
+            declared[str(channel_id)] = int(maxsize or 0)
+
+    if broker is None:
+        if broker_url:
+            from dramatiq.brokers.redis import RedisBroker
+
+            broker = RedisBroker(  # type: ignore[no-untyped-call]
+                url=broker_url, heartbeat_timeout=heartbeat_timeout_ms
+            )
+        else:
+            broker = StubBroker()
+    middleware = WorkflowMiddleware(
+        lease_seconds=float(scheduler.get("leaseSeconds", lease_seconds)),
+        sweep_interval=float(scheduler.get("sweepInterval", sweep_interval)),
+        cancel_grace=float(scheduler.get("cancelGrace", cancel_grace)),
+    )
+    if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
+        has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)
+        broker.add_middleware(middleware, before=TimeLimit if has_time_limit else None)
+    set_broker(broker)
+    declare_step_actor(broker)
+    manager.clear()
+    for channel_id, maxsize in declared.items():
+        manager.new(channel_id, maxsize)
+
+    if store_uri:
+        configure_job_store(_backend_of(store_uri), uri=store_uri, migrate=migrate)
+    elif section(yml, "scheduler", "jobStore"):
+        store_options = section(yml, "scheduler", "jobStore")
+        store_options.setdefault("migrate", migrate)
+        setup_from_config({"scheduler": {"jobStore": store_options}})
+    return broker

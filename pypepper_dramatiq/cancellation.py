@@ -1,0 +1,80 @@
+"""Telling running workers that a job was cancelled, over Redis pub/sub.
+
+The job row is the truth (``Job.cancel()`` writes Cancelled first); the
+message only makes running attempts see it at once instead of at the next
+lease renewal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .broker import get_broker
+from .gates import KEY_PREFIX
+from .inflight import InFlight
+
+logger = logging.getLogger(__name__)
+
+#: The pub/sub channel cancels are published on.
+CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
+
+
+def redis_client_of(broker: Any) -> Any | None:
+    """The Redis client of a Redis broker, else None."""
+    if type(broker).__name__ != "RedisBroker":
+        return None
+    return getattr(broker, "client", None)
+
+
+def publish_cancel(job_id: str) -> bool:
+    """Announce a cancel to every worker; False when there is no Redis to tell."""
+    client = redis_client_of(get_broker())
+    if client is None:
+        return False
+    try:
+        client.publish(CANCEL_CHANNEL, job_id)
+    except Exception as exc:  # the lease keeper will notice it from the row instead
+        logger.warning("job %s: cancel not published (%s); workers see it on renewal", job_id, exc)
+        return False
+    return True
+
+
+class CancelListener(threading.Thread):
+    """Sets the cancel event of attempts in this process when their job is cancelled."""
+
+    def __init__(self, client: Any, inflight: InFlight, reconnect_delay: float = 1.0) -> None:
+        super().__init__(name="pypepper-cancel", daemon=True)
+        self.client = client
+        self.inflight = inflight
+        self.reconnect_delay = reconnect_delay
+        self.ready = threading.Event()
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            pubsub = None
+            try:
+                pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(CANCEL_CHANNEL)
+                self.ready.set()
+                while not self._stop_event.is_set():
+                    message = pubsub.get_message(timeout=0.5)
+                    if message and message.get("type") == "message":
+                        data = message["data"]
+                        job_id = data.decode() if isinstance(data, bytes) else str(data)
+                        self.inflight.cancel(job_id)
+            except Exception as exc:
+                self.ready.clear()
+                logger.warning("cancel listener lost Redis (%s); reconnecting", exc)
+                self._stop_event.wait(self.reconnect_delay)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:
+                        logger.debug("closing the cancel subscription failed", exc_info=True)

@@ -1,0 +1,210 @@
+"""Channels: named, optionally bounded Dramatiq queues that carry jobs.
+
+A channel's queue is a Dramatiq queue on the current broker (the in-memory
+stub broker by default). Its :class:`~pypepper_dramatiq.gates.Gate` counts the
+jobs waiting and decides "ok", "full" or "stopped" atomically (in Redis when
+the broker is Redis), so a successful send and a stop never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from dramatiq.broker import Broker, Consumer
+
+from .broker import get_broker
+from .errors import MessageError
+from .gates import Gate, LocalGate, RedisGate, SendResult
+from .messages import StepMessage
+from .rules import Position
+
+if TYPE_CHECKING:
+    from .job import Job
+
+logger = logging.getLogger(__name__)
+
+#: How long a blocked receive() sleeps between looks at the queue, in seconds.
+POLL_INTERVAL = 0.5
+
+
+class Channel:
+    """A queue of jobs.
+
+    Args:
+        channel_id: the channel's name, also its Dramatiq queue name.
+        maxsize: how many jobs may wait at once (0 = unbounded).
+        broker: the Dramatiq broker; the package's broker by default.
+        gate: admission state; shared through Redis when the broker is Redis,
+            process-local otherwise.
+    """
+
+    def __init__(
+        self,
+        channel_id: str,
+        maxsize: int = 0,
+        broker: Broker | None = None,
+        gate: Gate | None = None,
+    ) -> None:
+        if maxsize < 0:
+            raise ValueError(f"maxsize must be >= 0, got {maxsize}")
+        self.id = channel_id
+        self.broker = broker or get_broker()
+        self.gate = gate or _gate_for(self.broker, channel_id, maxsize)
+        self.broker.declare_queue(channel_id)
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        # Jobs sent from this process, handed back as the same objects on receive.
+        self._local: dict[str, Job] = {}
+        self._consumer: Consumer | None = None
+
+    @property
+    def maxsize(self) -> int:
+        return int(getattr(self.gate, "maxsize", 0))
+
+    @property
+    def stop(self) -> bool:
+        """Whether :meth:`request_stop` was called (read-only)."""
+        return self.gate.stopped
+
+    def length(self) -> int:
+        """Jobs waiting in the channel."""
+        return self.gate.waiting()
+
+    def offer(self, job: Job) -> SendResult:
+        """Enqueue ``job`` unless the channel is stopped or full (sync form of :meth:`send`)."""
+        with self._lock:
+            result = self.gate.admit(job.id)
+            if result != "ok":
+                return result
+            self._local[job.id] = job
+            try:
+                message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
+                self.broker.enqueue(message)
+            except BaseException:
+                self._local.pop(job.id, None)
+                self.gate.release(job.id)
+                raise
+        self._wakeup.set()
+        return "ok"
+
+    async def send(self, job: Job) -> SendResult:
+        """Enqueue ``job``: ``"ok"``, or ``"full"`` / ``"stopped"`` when rejected."""
+        return self.offer(job)
+
+    def request_stop(self) -> None:
+        """Stop accepting jobs and wake a blocked :meth:`receive`. Queued jobs stay."""
+        with self._lock:
+            self.gate.request_stop()
+        self._wakeup.set()
+
+    def take(self) -> Job | None:
+        """The next waiting job, without blocking; None if there is none."""
+        while True:
+            message = self._next_message()
+            if message is None:
+                return None
+            job = self._decode(message)
+            if job is not None:
+                return job
+
+    async def receive(self) -> Job | None:
+        """The next job; waits while the channel is open and empty.
+
+        Returns None only when the channel is stopped and empty, so stopped
+        channels drain.
+        """
+        while True:
+            self._wakeup.clear()
+            stopped = self.stop  # read before looking: no send can follow a stop
+            job = self.take()
+            if job is not None:
+                return job
+            if stopped:
+                return None
+            await asyncio.to_thread(self._wakeup.wait, POLL_INTERVAL)
+
+    def _next_message(self) -> Any:
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = self.broker.consume(self.id, prefetch=1 << 30, timeout=0)
+            consumer = self._consumer
+        message = next(consumer)
+        if message is not None:
+            consumer.ack(message)
+        return message
+
+    def _decode(self, message: Any) -> Job | None:
+        from .job import Job
+
+        try:
+            step = StepMessage.from_message(message)
+        except MessageError:
+            logger.exception("dropping undecodable message on channel %s", self.id)
+            return None
+        self.gate.release(step.job_id)
+        with self._lock:
+            job = self._local.pop(step.job_id, None)
+        if job is not None:
+            return job
+        if step.record is None:
+            logger.error("message for job %s carries no record; dropped", step.job_id)
+            return None
+        try:
+            job = Job.from_record(step.record)
+        except ValueError:
+            logger.exception("job %s cannot be rebuilt here; dropped", step.job_id)
+            return None
+        job.restore_status(step.record.status)
+        return job
+
+    def __repr__(self) -> str:
+        return f"Channel({self.id!r}, maxsize={self.maxsize})"
+
+
+def _gate_for(broker: Broker, channel_id: str, maxsize: int) -> Gate:
+    client = getattr(broker, "client", None)
+    if client is not None and type(broker).__name__ == "RedisBroker":
+        return RedisGate(client, channel_id, maxsize)
+    return LocalGate(maxsize)
+
+
+class ChannelManager:
+    """The process's channels by id."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, Channel] = {}
+        self._lock = threading.Lock()
+
+    def new(self, channel_id: str, maxsize: int = 0) -> Channel:
+        """The channel ``channel_id``, created with ``maxsize`` if new (else maxsize is ignored)."""
+        with self._lock:
+            channel = self._channels.get(channel_id)
+            if channel is None:
+                channel = self._channels[channel_id] = Channel(channel_id, maxsize)
+            return channel
+
+    def available(self, channel_id: str, maxsize: int = 0) -> Channel:
+        """Same as :meth:`new`: get the channel, creating it on first use."""
+        return self.new(channel_id, maxsize)
+
+    def get(self, channel_id: str) -> Channel | None:
+        return self._channels.get(channel_id)
+
+    def remove(self, channel_id: str) -> Channel | None:
+        with self._lock:
+            return self._channels.pop(channel_id, None)
+
+    def clear(self) -> None:
+        """Forget every channel (tests, re-configuration)."""
+        with self._lock:
+            self._channels.clear()
+
+    def ids(self) -> list[str]:
+        return sorted(self._channels)
+
+
+#: The process-wide channel manager.
+manager = ChannelManager()

@@ -1,0 +1,87 @@
+"""The YAML configuration file."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+
+class Config:
+    """Holds the YAML configuration loaded by :meth:`load_config`.
+
+    Loading does not apply anything: call
+    :func:`~pypepper_dramatiq.store.setup_from_config` (and ``setup``) with
+    :meth:`get_yml_config` afterwards.
+    """
+
+    def __init__(self) -> None:
+        self._yml: dict[str, Any] = {}
+        self._path: Path | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def load_config(self, path: str | Path) -> dict[str, Any]:
+        """Read ``path``; raises :class:`ConfigError` naming the file (and line) on bad YAML."""
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(f"invalid YAML in {file}{where}: {problem}") from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"config file {file} must hold a mapping at the top, not {type(data).__name__}"
+            )
+        with self._lock:
+            self._yml, self._path = data, file
+        return copy.deepcopy(data)
+
+    def get_yml_config(self) -> dict[str, Any]:
+        """A copy of the loaded configuration ({} before any load)."""
+        with self._lock:
+            return copy.deepcopy(self._yml)
+
+    def set_yml_config(self, data: dict[str, Any]) -> None:
+        """Use ``data`` as if it had been loaded from a file."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"configuration must be a mapping, not {type(data).__name__}")
+        with self._lock:
+            self._yml, self._path = copy.deepcopy(data), None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._yml, self._path = {}, None
+
+
+#: The process-wide configuration.
+config = Config()
+
+
+def section(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """``data[k1][k2]...`` as a mapping ({} when absent); ConfigError if not a mapping."""
+    node: Any = data
+    for depth, key in enumerate(keys):
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            return {}
+        if not isinstance(node, dict):
+            where = ".".join(keys[: depth + 1])
+            raise ConfigError(f"config key {where} must be a mapping, not {type(node).__name__}")
+    return dict(node)

@@ -1,0 +1,63 @@
+"""The context a task's executor sees."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+#: Key of the job's cancel :class:`threading.Event` in a context.
+CANCEL_EVENT_KEY = "cancel_event"
+#: Key of the job id in a task's context.
+JOB_ID_KEY = "job_id"
+#: Key of the results of the job's finished tasks (name -> result).
+RESULTS_KEY = "results"
+#: Key of the step's position ``[workflow, task, round, attempt]`` (distributed runs).
+POSITION_KEY = "position"
+
+
+class Context:
+    """A dict of values shared with executors, as ``context.context``.
+
+    Executors poll ``context.context.get(CANCEL_EVENT_KEY)`` (or
+    :attr:`cancelled`) to stop cooperatively.
+    """
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self.context: dict[str, Any] = dict(values or {})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.context.get(key, default)
+
+    @property
+    def cancel_event(self) -> threading.Event | None:
+        event = self.context.get(CANCEL_EVENT_KEY)
+        return event if isinstance(event, threading.Event) else None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job this context belongs to was cancelled."""
+        event = self.cancel_event
+        return event is not None and event.is_set()
+
+    @property
+    def job_id(self) -> str | None:
+        value = self.context.get(JOB_ID_KEY)
+        return None if value is None else str(value)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """``job_id:workflow.task``: the same for every attempt of one task of one job."""
+        position = self.context.get(POSITION_KEY)
+        if self.job_id is None or not position:
+            return None
+        return f"{self.job_id}:{position[0]}.{position[1]}"
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """Results of the tasks of this job that finished before this one, by task name."""
+        results = self.context.setdefault(RESULTS_KEY, {})
+        assert isinstance(results, dict)
+        return results
+
+    def __repr__(self) -> str:
+        return f"Context({self.context!r})"

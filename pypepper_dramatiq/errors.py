@@ -1,0 +1,114 @@
+"""Every error this package raises, under one root: :class:`PypepperError`.
+
+Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .job import Job
+
+
+class PypepperError(Exception):
+    """A pypepper-dramatiq error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class InvalidTransitionError(PypepperError):
+    """The job's state machine does not allow this event in its current status."""
+
+    def __init__(self, event: str, status: str) -> None:
+        super().__init__(f"event {event} is not allowed in status {status}")
+        self.event = event
+        self.status = status
+
+
+class ChannelEnqueueError(PypepperError):
+    """The channel refused the job before it was enqueued; nothing was queued or saved."""
+
+
+class ChannelFullError(ChannelEnqueueError):
+    """The channel is full."""
+
+
+class ChannelStoppedError(ChannelEnqueueError):
+    """The channel is stopped and accepts no new jobs."""
+
+
+class JobRequeuedError(PypepperError):
+    """The job's RUN snapshot did not persist; the job went back on its channel."""
+
+    def __init__(self, job: Job, message: str | None = None) -> None:
+        super().__init__(
+            message or f"job {job.id} was re-enqueued: its RUN snapshot did not persist"
+        )
+        self.job = job
+
+
+class JobRedeliveryError(PypepperError):
+    """The job could not be started nor put back on its channel; it was marked Failed."""
+
+    def __init__(self, job: Job, reason: Literal["full", "stopped"]) -> None:
+        super().__init__(
+            f"job {job.id} could not be re-enqueued (channel {reason}); it was marked Failed"
+        )
+        self.job = job
+        self.reason = reason
+
+
+class ExecutorError(PypepperError):
+    """A task has no executor that can run it."""
+
+
+class UnknownExecutorError(ExecutorError, ValueError):
+    """No executor is registered under this id."""
+
+    def __init__(self, executor_id: str | None, where: str = "") -> None:
+        what = "a task has no executor_id" if executor_id is None else (
+            f"no executor is registered under id {executor_id!r}"
+        )
+        super().__init__(f"{what}{': ' + where if where else ''}")
+        self.executor_id = executor_id
+
+
+class ConfigError(PypepperError, ValueError):
+    """The configuration is invalid."""
+
+
+class StoreError(PypepperError):
+    """The job store failed."""
+
+
+class StoreUnavailableError(StoreError):
+    """The job store cannot be reached."""
+
+
+class SchemaVersionError(StoreError):
+    """The database schema is not at the version this package needs."""
+
+
+class StoreNotConfiguredError(StoreError, ValueError):
+    """The YAML configuration names a durable job store that was never set up.
+
+    Call ``setup_from_config(config.get_yml_config())`` (or ``configure_job_store``)
+    before saving or loading jobs.
+    """
+
+
+class MessageError(PypepperError):
+    """A message could not be decoded into a job step."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` for logs and stored errors."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+
+
+class TaskTimeoutError(PypepperError, TimeoutError):
+    """A task attempt ran longer than its round_timeout."""

@@ -1,0 +1,229 @@
+"""A job: workflows run in order under one state machine, persisted with OCC."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY, Context
+from .errors import StoreError, UnknownExecutorError
+from .events import CANCEL, Event, SchedulerFSM, build_scheduler_fsm
+from .status import Status, may_overwrite
+from .store import get_job_store
+from .stores.base import JobRecord, utcnow
+from .task import Task
+from .workflow import Workflow
+
+__all__ = ["CANCEL_EVENT_KEY", "Job"]
+
+logger = logging.getLogger(__name__)
+
+#: How often internal snapshot writes are tried before giving up.
+SAVE_ATTEMPTS = 3
+
+
+class Job:
+    """Workflows to run, in order, as one unit with a status.
+
+    Args:
+        category: free-form label for grouping and listing.
+        channel_id: the channel ``scheduled()`` sends the job to.
+        id: the job id (a new UUID by default).
+    """
+
+    def __init__(
+        self, category: str | None = None, channel_id: str = "default", *, id: str | None = None
+    ) -> None:
+        self.id = id or uuid.uuid4().hex
+        self.category = category
+        self.channel_id = channel_id
+        self.workflows: list[Workflow] = []
+        self.version = 0
+        self.created: datetime = utcnow()
+        self.updated: datetime = self.created
+        self.error: str | None = None
+        self.state: dict[str, Any] = {}
+        self.context = Context(
+            {CANCEL_EVENT_KEY: threading.Event(), JOB_ID_KEY: self.id, RESULTS_KEY: {}}
+        )
+        self._fsm: SchedulerFSM = build_scheduler_fsm()
+        self._lock = threading.RLock()
+
+    # -- status -------------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        """The state machine's status (authoritative; may lead the stored one)."""
+        return self._fsm.state
+
+    @property
+    def fsm(self) -> SchedulerFSM:
+        return self._fsm
+
+    def apply_event(self, event: Event) -> Status:
+        """Fire ``event`` on the state machine; raises on an invalid transition."""
+        return self._fsm.apply(event)
+
+    def restore_status(self, status: Status) -> None:
+        """Roll the state machine back to ``status`` (no event, no store write)."""
+        self._fsm.restore(status)
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        event = self.context.context[CANCEL_EVENT_KEY]
+        assert isinstance(event, threading.Event)
+        return event
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.status is Status.CANCELLED or self.cancel_event.is_set()
+
+    def share_cancel_event(self) -> None:
+        """Give every task this job's cancel event, job id and shared results."""
+        for workflow in self.workflows:
+            for task in workflow.get_tasks():
+                task.context.context[CANCEL_EVENT_KEY] = self.cancel_event
+                task.context.context[JOB_ID_KEY] = self.id
+                task.context.context[RESULTS_KEY] = self.context.context[RESULTS_KEY]
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def scheduled(self) -> None:
+        """INIT, SCHEDULE, send to the channel, then persist Scheduled.
+
+        Must be called from sync code (RuntimeError inside a running event loop).
+
+        Raises:
+            ChannelFullError, ChannelStoppedError: nothing was queued; the
+                status is rolled back so ``scheduled()`` can be retried.
+            InvalidTransitionError: the job cannot be scheduled from its status.
+        """
+        from .dispatch import dispatch
+
+        dispatch(self)
+
+    def cancel(self) -> bool:
+        """CANCEL, set the cancel event, persist Cancelled; True once persisted.
+
+        On a failed write the job stays Cancelled and only the write is retried.
+        """
+        from .cancellation import publish_cancel
+
+        self._fsm.apply(CANCEL)
+        self.cancel_event.set()
+        logger.info("job %s cancelled", self.id, extra={"action": "cancel", "job_id": self.id})
+        persisted = self.persist()
+        publish_cancel(self.id)
+        return persisted
+
+    # -- persistence --------------------------------------------------------
+
+    def save(self) -> bool:
+        """Write a snapshot; True if the store took it (then ``version``/``updated`` advance).
+
+        Raises:
+            StoreError: the store failed (not a rejection: that answers False).
+        """
+        with self._lock:
+            now = utcnow()
+            record = self.to_record().evolve(updated=now)
+            if not get_job_store().put(record):
+                return False
+            self.version = record.version + 1
+            self.updated = now
+            return True
+
+    def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
+        """:meth:`save`, retried; never raises for store failures.
+
+        A write skipped for a stale version is retried on the stored version
+        only when the stored status may be overwritten by ours.
+        """
+        for attempt in range(attempts):
+            try:
+                if self.save():
+                    return True
+                durable = get_job_store().get(self.id)
+                if (
+                    durable is not None
+                    and durable.version != self.version
+                    and may_overwrite(durable.status, self.status)
+                ):
+                    self.version = durable.version
+                    continue
+            except StoreError as exc:
+                logger.warning("job %s: snapshot write failed: %s", self.id, exc)
+            if attempt + 1 < attempts:
+                time.sleep(0.01 * 2**attempt)
+        return False
+
+    def adopt(self, record: JobRecord) -> None:
+        """Take the stored status and version (follow the durable row)."""
+        with self._lock:
+            self._fsm.restore(record.status)
+            self.version = record.version
+            self.updated = record.updated
+            if record.status is Status.CANCELLED:
+                self.cancel_event.set()
+
+    @staticmethod
+    def get_saved(job_id: str) -> JobRecord | None:
+        """The stored snapshot of job ``job_id``, or None."""
+        return get_job_store().get(job_id)
+
+    def to_record(self) -> JobRecord:
+        """A snapshot; workflows are included only when every task has an executor_id."""
+        with self._lock:
+            return JobRecord(
+                id=self.id,
+                channel_id=self.channel_id,
+                category=self.category,
+                status=self.status,
+                version=self.version,
+                created=self.created,
+                updated=self.updated,
+                payload=self._payload(),
+                state=dict(self.state),
+                error=self.error,
+            )
+
+    def _payload(self) -> dict[str, Any] | None:
+        tasks = [t for w in self.workflows for t in w.get_tasks()]
+        if any(t.executor_id is None for t in tasks):
+            return None
+        return {
+            "workflows": [{"tasks": [t.to_dict() for t in w.get_tasks()]} for w in self.workflows]
+        }
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> Job:
+        """Rebuild a runnable job; its state machine starts at Unknown.
+
+        Raises:
+            UnknownExecutorError: (a ``ValueError``) the record holds no
+                workflows, or names an executor id that is not registered.
+        """
+        if record.payload is None:
+            raise UnknownExecutorError(
+                None, f"job {record.id} was saved without executor ids and cannot be rebuilt"
+            )
+        job = cls(record.category, record.channel_id, id=record.id)
+        try:
+            job.workflows = [
+                Workflow(Task.from_dict(t) for t in w.get("tasks", []))
+                for w in record.payload.get("workflows", [])
+            ]
+        except UnknownExecutorError as exc:
+            raise UnknownExecutorError(exc.executor_id, f"job {record.id}") from None
+        job.version = record.version
+        job.created, job.updated = record.created, record.updated
+        job.state = dict(record.state)
+        job.error = record.error
+        return job
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, channel_id={self.channel_id!r}, status={self.status.value})"

@@ -1,0 +1,57 @@
+"""The messages that carry a job step: ids and positions, never the workflow itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+
+from .errors import MessageError
+from .rules import Position
+from .stores.base import JobRecord
+
+#: Actor that runs job steps on Dramatiq workers.
+STEP_ACTOR = "pypepper_dramatiq.step"
+#: Key of our data in a message's options.
+OPTION_KEY = "pypepper"
+
+
+@dataclass(frozen=True)
+class StepMessage:
+    """What a message says: which job, which position, and the record for healing."""
+
+    job_id: str
+    position: Position
+    #: Present on the first message of a job: the worker heals a missing row from it.
+    record: JobRecord | None = None
+
+    def to_message(self, queue_name: str) -> dramatiq.Message[Any]:
+        data: dict[str, Any] = {"job": self.job_id, "pos": self.position.to_list()}
+        if self.record is not None:
+            data["record"] = self.record.to_dict()
+        return dramatiq.Message(
+            queue_name=queue_name,
+            actor_name=STEP_ACTOR,
+            args=(),
+            kwargs={},
+            options={OPTION_KEY: data},
+        )
+
+    @classmethod
+    def from_message(cls, message: dramatiq.Message[Any]) -> StepMessage:
+        """Decode; raises :class:`MessageError` naming what is wrong."""
+        data = message.options.get(OPTION_KEY)
+        if not isinstance(data, dict):
+            raise MessageError(f"message {message.message_id} carries no {OPTION_KEY!r} option")
+        try:
+            record = data.get("record")
+            return cls(
+                job_id=str(data["job"]),
+                position=Position.from_list(data.get("pos") or [0, 0, 0, 0]),
+                record=JobRecord.from_dict(record) if record is not None else None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MessageError(
+                f"message {message.message_id} has an undecodable job step: {exc!r}"
+            ) from exc

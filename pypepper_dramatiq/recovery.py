@@ -1,0 +1,113 @@
+"""Recovering the steps of dead workers, within a bounded time.
+
+Two ways a step can be stranded when a worker dies:
+
+* it was claimed (InProgress) and its lease lapses: :meth:`RecoverySweeper.sweep`
+  hands it back in the store (one caller wins each row) and enqueues a
+  fresh message for its cursor;
+* its message sat unacknowledged in the dead worker's prefetch: Dramatiq's
+  Redis broker returns such messages only in a random maintenance pass, so
+  the sweeper runs that pass itself for each queue, every interval.
+
+One process at a time sweeps (a Redis lock with a TTL; always this process
+on a broker without Redis).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.common import current_millis
+
+from .cancellation import redis_client_of
+from .gates import KEY_PREFIX
+from .messages import StepMessage
+from .rules import Position
+from .steps import cursor_of
+from .store import get_job_store
+from .stores.base import utcnow
+
+logger = logging.getLogger(__name__)
+
+LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
+
+
+def requeue_dead_workers(broker: Broker, queue_name: str) -> None:
+    """Run the Redis broker's maintenance for ``queue_name`` now.
+
+    It moves messages fetched by workers whose heartbeat is older than the
+    broker's ``heartbeat_timeout`` back onto the queue.
+    """
+    scripts = getattr(broker, "scripts", None)
+    if not scripts or "dispatch" not in scripts:
+        return
+    b: Any = broker
+    scripts["dispatch"](
+        args=[
+            "qsize", current_millis(), queue_name, b.broker_id,
+            b.heartbeat_timeout, b.dead_message_ttl, 1, b._max_unpack_size(),
+        ],
+        keys=[b.namespace],
+    )
+
+
+class RecoverySweeper(threading.Thread):
+    """Every ``interval`` seconds, if leader: recover lapsed steps and requeue dead prefetch."""
+
+    def __init__(
+        self, broker: Broker, owner: str, lease_seconds: float, interval: float, batch: int = 500
+    ) -> None:
+        super().__init__(name="pypepper-recovery", daemon=True)
+        self.broker = broker
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.interval = interval
+        self.batch = batch
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            try:
+                if self.lead():
+                    self.sweep()
+            except Exception:
+                logger.exception("recovery sweep failed; retrying next interval")
+
+    def lead(self) -> bool:
+        """Take or keep the sweeper lock; True if this process sweeps now."""
+        client = redis_client_of(self.broker)
+        if client is None:
+            return True
+        ttl = int(self.interval * 2000)
+        if client.set(LEADER_KEY, self.owner, nx=True, px=ttl):
+            return True
+        holder = client.get(LEADER_KEY)
+        if holder in (self.owner, self.owner.encode()):
+            client.pexpire(LEADER_KEY, ttl)
+            return True
+        return False
+
+    def sweep(self) -> int:
+        """One pass; returns how many steps were re-enqueued."""
+        for queue_name in sorted(self.broker.get_declared_queues()):
+            requeue_dead_workers(self.broker, queue_name)
+        now = utcnow()
+        until = now + timedelta(seconds=self.lease_seconds)
+        recovered = get_job_store().recover_expired(now, until, self.batch)
+        for record in recovered:
+            position = cursor_of(record) or Position()
+            if record.channel_id not in self.broker.get_declared_queues():
+                self.broker.declare_queue(record.channel_id)
+            self.broker.enqueue(StepMessage(record.id, position).to_message(record.channel_id))
+            logger.warning(
+                "job %s: lease lapsed at %s; step re-enqueued", record.id, position.key(),
+                extra={"action": "recover", "job_id": record.id},
+            )
+        return len(recovered)

@@ -1,0 +1,259 @@
+"""The distributed driver's bookkeeping: claim a step, then record how it ended.
+
+One message runs one attempt of one task. Before the attempt the worker
+*claims* the step with a compare-and-set on the job row (the cursor must
+match the message, the lease must be free); after it, the worker *records*
+the outcome and the next position that :mod:`~pypepper_dramatiq.rules`
+decides, again with compare-and-set. A stale or duplicate message fails the
+claim and is acknowledged without running user code.
+
+Row ``state`` keys: ``cursor`` (the position to run), ``results`` and
+``errors`` by task key (``"workflow.task"``), ``attempts`` per task key,
+``skipped`` (optional tasks that failed for good).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import rules
+from .errors import StoreError
+from .messages import StepMessage
+from .rules import Position, RetryPolicy
+from .status import Status
+from .stores.base import IJobStore, JobRecord, utcnow
+
+logger = logging.getLogger(__name__)
+
+
+class StepSkipped(Exception):
+    """The message must be acknowledged without running: stale, duplicate, or job ended."""
+
+    def __init__(self, job_id: str, reason: str, *, dead: bool = False) -> None:
+        super().__init__(f"job {job_id}: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+        #: The message can never run (unknown job, no stored workflows): dead-letter it.
+        self.dead = dead
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended."""
+
+    succeeded: bool
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A step this worker holds: the row as stored after the claim, and the plan."""
+
+    record: JobRecord
+    position: Position
+    tasks: list[list[dict[str, Any]]]
+
+    @property
+    def plan(self) -> list[list[RetryPolicy]]:
+        return [[policy_of(t) for t in workflow] for workflow in self.tasks]
+
+    @property
+    def task(self) -> dict[str, Any]:
+        return self.tasks[self.position.workflow][self.position.task]
+
+    def results_by_name(self) -> dict[str, Any]:
+        """Results of finished tasks of this job, by task name."""
+        results = self.record.state.get("results") or {}
+        named: dict[str, Any] = {}
+        for w, workflow in enumerate(self.tasks):
+            for t, task in enumerate(workflow):
+                key = f"{w}.{t}"
+                if key in results:
+                    named[str(task.get("name", key))] = results[key]
+        return named
+
+
+def policy_of(task: dict[str, Any]) -> RetryPolicy:
+    return RetryPolicy(
+        retry_count=int(task.get("retry_count", 0)),
+        retry_delay=float(task.get("retry_delay", 0)),
+        retry_until_completed=bool(task.get("retry_until_completed", False)),
+        retry_until_max=int(task.get("retry_until_max", 1000)),
+        round_times=int(task.get("round_times", 1)),
+        optional=bool(task.get("optional", False)),
+    )
+
+
+def cursor_of(record: JobRecord) -> Position | None:
+    cursor = record.state.get("cursor")
+    return Position.from_list(cursor) if cursor else None
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+class StepBook:
+    """Claims and records steps in the job store for one worker process.
+
+    Args:
+        store: returns the job store (read at each call, so reconfiguration applies).
+        owner: this process's lease owner id.
+        lease_seconds: how long a claim or a dispatched step stays reserved
+            without renewal before recovery may hand it to another worker.
+        write_attempts: tries for the write that records an outcome.
+    """
+
+    def __init__(
+        self,
+        store: Callable[[], IJobStore],
+        owner: str,
+        lease_seconds: float,
+        write_attempts: int = 5,
+    ) -> None:
+        self._store = store
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.write_attempts = write_attempts
+
+    # -- before the attempt ----------------------------------------------------
+
+    def claim(self, step: StepMessage) -> Claim:
+        """Take the step for this worker.
+
+        Raises:
+            StepSkipped: stale, duplicate, or the job ended (ack without running).
+            StoreError: the store failed (the caller defers the message).
+        """
+        store = self._store()
+        record = store.get(step.job_id)
+        if record is None:
+            record = self._heal(store, step)
+        if record.payload is None:
+            raise StepSkipped(record.id, "the job was stored without workflows", dead=True)
+        tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
+        now = utcnow()
+        lease = now + timedelta(seconds=self.lease_seconds)
+        if record.status is Status.SCHEDULED:
+            if step.position != Position():
+                raise StepSkipped(record.id, f"not started, message for {step.position}")
+            first = rules.first_step([[policy_of(t) for t in w] for w in tasks])
+            if first.action is rules.Action.COMPLETE:
+                done = record.evolve(status=Status.COMPLETED, updated=now)
+                store.put(done)
+                raise StepSkipped(record.id, "no tasks: completed")
+            assert first.position is not None
+            state = dict(record.state, cursor=first.position.to_list())
+            claimed = record.evolve(
+                status=Status.IN_PROGRESS, state=state, updated=now,
+                lease_owner=self.owner, lease_expires=lease,
+            )
+            position = first.position
+        elif record.status is Status.IN_PROGRESS:
+            cursor = cursor_of(record)
+            if cursor != step.position:
+                raise StepSkipped(record.id, f"stale message for {step.position}, at {cursor}")
+            if (
+                record.lease_owner is not None
+                and record.lease_expires is not None
+                and record.lease_expires > now
+            ):
+                raise StepSkipped(record.id, f"step {cursor} is held by {record.lease_owner}")
+            claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
+            position = cursor
+        else:
+            raise StepSkipped(record.id, f"job is {record.status.value}")
+        if not store.put(claimed):
+            raise StepSkipped(record.id, "another worker claimed the step first")
+        _log("claim", record.id, position)
+        return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
+
+    def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
+        if step.record is None:
+            raise StepSkipped(step.job_id, "no such job in the store", dead=True)
+        healed = step.record.evolve(status=Status.SCHEDULED, version=0)
+        store.put(healed)  # False: another writer stored it first; read theirs
+        record = store.get(step.job_id)
+        if record is None:
+            raise StoreError(f"job {step.job_id}: the healed row cannot be read back")
+        _log("heal", step.job_id, step.position)
+        return record
+
+    # -- after the attempt -------------------------------------------------------
+
+    def record(self, claim: Claim, outcome: Outcome) -> rules.Step | None:
+        """Store the outcome and the next position; returns what to do next.
+
+        Returns None when the write lost to another writer (the job was
+        cancelled, or the step was taken over): nothing more to do here.
+        """
+        position = claim.position
+        key = position.key()
+        state = dict(claim.record.state)
+        results = dict(state.get("results") or {})
+        errors = dict(state.get("errors") or {})
+        attempts = dict(state.get("attempts") or {})
+        skipped = list(state.get("skipped") or [])
+        attempts[key] = int(attempts.get(key, 0)) + 1
+        if outcome.succeeded:
+            results[key] = _json_safe(outcome.result)
+            errors.pop(key, None)
+        else:
+            errors[key] = outcome.error
+        decision = rules.next_step(claim.plan, position, outcome.succeeded)
+        if decision.skipped_optional:
+            skipped.append(key)
+        state.update(results=results, errors=errors, attempts=attempts, skipped=skipped)
+        now = utcnow()
+        changes: dict[str, Any] = {"updated": now, "lease_owner": None, "lease_expires": None}
+        if decision.action is rules.Action.RUN:
+            assert decision.position is not None
+            state["cursor"] = decision.position.to_list()
+            changes["lease_expires"] = now + timedelta(
+                seconds=decision.delay + self.lease_seconds
+            )
+        elif decision.action is rules.Action.COMPLETE:
+            changes["status"] = Status.COMPLETED
+        else:
+            name = claim.task.get("name", key)
+            changes["status"] = Status.FAILED
+            changes["error"] = f"task {name} failed: {outcome.error}"
+        updated = claim.record.evolve(state=state, **changes)
+        if not self._write(updated):
+            current = self._store().get(claim.record.id)
+            status = current.status.value if current else "gone"
+            _log("lost", claim.record.id, position, status)
+            return None
+        _log(decision.action.value, claim.record.id, decision.position or position)
+        return decision
+
+    def _write(self, record: JobRecord) -> bool:
+        delay = 0.1
+        for attempt in range(self.write_attempts):
+            try:
+                return self._store().put(record)
+            except StoreError as exc:
+                if attempt + 1 == self.write_attempts:
+                    raise
+                logger.warning("job %s: outcome write failed (%s); retrying", record.id, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        return False  # pragma: no cover - the loop returns or raises
+
+
+def _log(action: str, job_id: str, position: Position, detail: str | None = None) -> None:
+    logger.info(
+        "job %s %s at %s%s", job_id, action, position.key(), f" ({detail})" if detail else "",
+        extra={"action": action, "job_id": job_id, "position": position.to_list()},
+    )

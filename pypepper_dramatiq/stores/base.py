@@ -1,0 +1,166 @@
+"""The job record and the contract every job store keeps."""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from ..status import Status
+
+#: Longest job id the stores accept.
+MAX_ID_LENGTH = 64
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware UTC datetime; naive values are taken as UTC."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(
+        timezone.utc
+    )
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A snapshot of one job, as stored.
+
+    ``version`` is the version the writer last saw (0 for a job never stored);
+    a store accepts a write only if it still holds that version, and then
+    stores ``version + 1``.
+    """
+
+    id: str
+    channel_id: str = "default"
+    category: str | None = None
+    status: Status = Status.UNKNOWN
+    version: int = 0
+    created: datetime = field(default_factory=utcnow)
+    updated: datetime = field(default_factory=utcnow)
+    #: The workflows as JSON when every task has an ``executor_id``; else None.
+    payload: dict[str, Any] | None = None
+    #: Progress of a distributed run: cursor, task results, attempts.
+    state: dict[str, Any] = field(default_factory=dict)
+    #: The last error, as ``Type: message``.
+    error: str | None = None
+    #: The worker process holding the current step (None: free, or dispatched).
+    lease_owner: str | None = None
+    #: When the current step may be handed to another worker, unless renewed.
+    lease_expires: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not self.id or len(self.id) > MAX_ID_LENGTH:
+            raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {self.id!r}")
+        object.__setattr__(self, "status", Status(self.status))
+        object.__setattr__(self, "created", as_utc(self.created))
+        object.__setattr__(self, "updated", as_utc(self.updated))
+        if self.lease_expires is not None:
+            object.__setattr__(self, "lease_expires", as_utc(self.lease_expires))
+
+    def evolve(self, **changes: Any) -> JobRecord:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (for messages)."""
+        return {
+            "id": self.id,
+            "channel_id": self.channel_id,
+            "category": self.category,
+            "status": self.status.value,
+            "version": self.version,
+            "created": self.created.isoformat(),
+            "updated": self.updated.isoformat(),
+            "payload": self.payload,
+            "state": self.state,
+            "error": self.error,
+            "lease_owner": self.lease_owner,
+            "lease_expires": self.lease_expires.isoformat() if self.lease_expires else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobRecord:
+        return cls(
+            id=str(data["id"]),
+            channel_id=str(data.get("channel_id") or "default"),
+            category=data.get("category"),
+            status=Status(data.get("status", Status.UNKNOWN.value)),
+            version=int(data.get("version", 0)),
+            created=datetime.fromisoformat(data["created"]) if data.get("created") else utcnow(),
+            updated=datetime.fromisoformat(data["updated"]) if data.get("updated") else utcnow(),
+            payload=data.get("payload"),
+            state=dict(data.get("state") or {}),
+            error=data.get("error"),
+            lease_owner=data.get("lease_owner"),
+            lease_expires=(
+                datetime.fromisoformat(data["lease_expires"]) if data.get("lease_expires") else None
+            ),
+        )
+
+
+class IJobStore(abc.ABC):
+    """Where job records live.
+
+    ``put`` upserts by id under these rules, and answers False (never raises)
+    when one rejects the write:
+
+    * an update needs the stored version to equal ``record.version``; the
+      store then holds ``record.version + 1``;
+    * ``created`` of an existing row is never overwritten;
+    * a status never moves back to an earlier lifecycle, and distinct
+      terminals never replace each other (:func:`~pypepper_dramatiq.status.may_overwrite`).
+
+    Failures to reach the backend raise :class:`~pypepper_dramatiq.errors.StoreError`.
+    """
+
+    @abc.abstractmethod
+    def put(self, record: JobRecord) -> bool:
+        """Insert or update ``record``; True if written."""
+
+    @abc.abstractmethod
+    def get(self, job_id: str) -> JobRecord | None:
+        """The stored record, or None."""
+
+    @abc.abstractmethod
+    def delete(self, job_id: str) -> bool:
+        """Remove a record; True if there was one."""
+
+    @abc.abstractmethod
+    def list(
+        self,
+        *,
+        status: Status | str | None = None,
+        channel_id: str | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[JobRecord]:
+        """Records matching every given filter, oldest first."""
+
+    @abc.abstractmethod
+    def renew_leases(
+        self, owner: str, job_ids: Collection[str], until: datetime
+    ) -> dict[str, Status]:
+        """Extend to ``until`` the leases ``owner`` still holds among ``job_ids``.
+
+        Leaves ``version`` alone. Returns the status of each job whose lease
+        was renewed; a job missing from the answer was lost (taken over, or gone).
+        """
+
+    @abc.abstractmethod
+    def recover_expired(
+        self, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        """Hand back InProgress jobs whose lease lapsed before ``now``.
+
+        Atomically, for at most ``limit`` such rows: clear the owner, set
+        ``lease_expires`` to ``lease_until`` and increment ``version``, so
+        that each lapsed step is recovered by exactly one caller. Returns
+        the rows as updated.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

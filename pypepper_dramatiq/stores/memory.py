@@ -1,0 +1,97 @@
+"""The process-local, thread-safe job store (the embedded default)."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+from ..status import Status, may_overwrite
+from .base import IJobStore, JobRecord
+
+
+class MemoryJobStore(IJobStore):
+    """Keeps records in a dict under a lock."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, JobRecord] = {}
+        self._lock = threading.Lock()
+
+    def put(self, record: JobRecord) -> bool:
+        with self._lock:
+            current = self._rows.get(record.id)
+            if current is None:
+                self._rows[record.id] = record.evolve(version=record.version + 1)
+                return True
+            if current.version != record.version or not may_overwrite(
+                current.status, record.status
+            ):
+                return False
+            self._rows[record.id] = record.evolve(
+                version=record.version + 1, created=current.created
+            )
+            return True
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            return self._rows.get(job_id)
+
+    def delete(self, job_id: str) -> bool:
+        with self._lock:
+            return self._rows.pop(job_id, None) is not None
+
+    def list(
+        self,
+        *,
+        status: Status | str | None = None,
+        channel_id: str | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[JobRecord]:
+        wanted = Status(status) if status is not None else None
+        with self._lock:
+            rows = [
+                r
+                for r in self._rows.values()
+                if (wanted is None or r.status is wanted)
+                and (channel_id is None or r.channel_id == channel_id)
+                and (category is None or r.category == category)
+            ]
+        rows.sort(key=lambda r: (r.created, r.id))
+        return rows if limit is None else rows[:limit]
+
+    def renew_leases(
+        self, owner: str, job_ids: Collection[str], until: datetime
+    ) -> dict[str, Status]:
+        renewed: dict[str, Status] = {}
+        with self._lock:
+            for job_id in job_ids:
+                row = self._rows.get(job_id)
+                if row is not None and row.lease_owner == owner:
+                    self._rows[job_id] = row.evolve(lease_expires=until)
+                    renewed[job_id] = row.status
+        return renewed
+
+    def recover_expired(
+        self, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        with self._lock:
+            lapsed = sorted(
+                (
+                    r
+                    for r in self._rows.values()
+                    if r.status is Status.IN_PROGRESS
+                    and r.lease_expires is not None
+                    and r.lease_expires < now
+                ),
+                key=lambda r: (r.lease_expires, r.id),
+            )[:limit]
+            recovered: builtins.list[JobRecord] = []
+            for row in lapsed:
+                updated = row.evolve(
+                    lease_owner=None, lease_expires=lease_until, version=row.version + 1
+                )
+                self._rows[row.id] = updated
+                recovered.append(updated)
+        return recovered

@@ -1,0 +1,417 @@
+"""The job store on PostgreSQL (psycopg 3) or MySQL (PyMySQL), over SQLAlchemy Core.
+
+Every put rule is checked by the database in the statement that writes, so two
+processes racing on one job cannot both win:
+
+* PostgreSQL: one ``INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE version = :seen
+  AND status IN (...) RETURNING id``;
+* MySQL, whose upsert takes no WHERE: an ``INSERT``, and on a duplicate key an
+  ``UPDATE ... WHERE id = :id AND version = :seen AND status IN (...)``.
+
+Lease recovery is just as atomic: the lapsed rows are picked with ``FOR UPDATE
+SKIP LOCKED``, so concurrent recoverers split them and never share one.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import shlex
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, create_engine, delete, func, insert, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import RowMapping, make_url
+from sqlalchemy.sql import ColumnElement, Select
+
+from ..errors import SchemaVersionError, StoreError, StoreUnavailableError
+from ..status import Status, overwritable_by
+from .base import IJobStore, JobRecord
+from .schema import VERSION_TABLE, jobs
+
+__all__ = ["SqlJobStore", "head_revision", "schema_revision", "upgrade_schema"]
+
+logger = logging.getLogger(__name__)
+
+#: Where the Alembic scripts ship, inside the package.
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+#: Key of the PostgreSQL advisory lock held while migrating ("pypepper" in ASCII, truncated).
+_MIGRATION_LOCK = 0x7079706570706572
+
+#: MySQL's "Duplicate entry" error number.
+_MYSQL_DUPLICATE_KEY = 1062
+
+
+def _masked(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _reason(engine: Engine, exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    password = engine.url.password
+    return first.replace(password, "***") if password else first
+
+
+def _is_unavailable(exc: sa_exc.SQLAlchemyError) -> bool:
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(
+        exc,
+        sa_exc.OperationalError
+        | sa_exc.InterfaceError
+        | sa_exc.DisconnectionError
+        | sa_exc.TimeoutError,
+    )
+
+
+@contextmanager
+def _boundary(engine: Engine, doing: str) -> Iterator[None]:
+    """Turn SQLAlchemy and driver errors into ours, naming the (masked) backend."""
+    try:
+        yield
+    except sa_exc.SQLAlchemyError as exc:
+        where = f"{doing} on {_masked(engine)}: {_reason(engine, exc)}"
+        if _is_unavailable(exc):
+            raise StoreUnavailableError(f"job store unavailable, {where}") from exc
+        raise StoreError(f"job store failed {where}") from exc
+
+
+#: The extra that installs each dialect's driver.
+_EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+
+
+def _create_engine(uri: str, **engine_kwargs: Any) -> Engine:
+    try:
+        return create_engine(uri, **engine_kwargs)
+    except ImportError as exc:
+        backend = make_url(uri).get_backend_name()
+        extra = _EXTRAS.get(backend, backend)
+        raise StoreError(
+            f"the {backend} driver is missing ({exc}); "
+            f"install it with: pip install 'pypepper-dramatiq[{extra}]'"
+        ) from exc
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise StoreError(f"invalid job store URL: {exc}") from exc
+
+
+def _config(connection: Connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The schema revision this package needs."""
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    if head is None:  # pragma: no cover - the package ships its migrations
+        raise SchemaVersionError(f"no migrations found in {MIGRATIONS}")
+    return head
+
+
+def _current(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _upgrade(engine: Engine) -> str:
+    with _boundary(engine, "migrating the schema"), engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Serialise concurrent migrators; PostgreSQL DDL is transactional, so
+            # the loser then finds the schema at head and does nothing.
+            connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+        before = _current(connection)
+        command.upgrade(_config(connection), "head")
+        after = _current(connection)
+    if before != after:
+        logger.info(
+            "upgraded job store schema from %s to %s on %s",
+            before,
+            after,
+            _masked(engine),
+            extra={"action": "upgrade_schema", "from": before, "to": after},
+        )
+    return head_revision()
+
+
+def _revision(engine: Engine) -> str | None:
+    with _boundary(engine, "reading the schema revision"), engine.connect() as connection:
+        return _current(connection)
+
+
+def upgrade_schema(uri: str) -> str:
+    """Bring the database at ``uri`` to this package's schema; returns the head revision.
+
+    Safe to run again, and (on PostgreSQL) from several processes at once.
+    """
+    engine = _create_engine(uri)
+    try:
+        return _upgrade(engine)
+    finally:
+        engine.dispose()
+
+
+def schema_revision(uri: str) -> str | None:
+    """The schema revision of the database at ``uri``, or None if it has none."""
+    engine = _create_engine(uri)
+    try:
+        return _revision(engine)
+    finally:
+        engine.dispose()
+
+
+def _check_schema(engine: Engine) -> None:
+    current, head = _revision(engine), head_revision()
+    if current == head:
+        return
+    known = {script.revision for script in ScriptDirectory(str(MIGRATIONS)).walk_revisions()}
+    if current is not None and current not in known:
+        raise SchemaVersionError(
+            f"the job store at {_masked(engine)} has schema revision {current!r}, newer "
+            f"than this pypepper-dramatiq knows (head {head!r}); upgrade the package"
+        )
+    found = "no schema" if current is None else f"schema revision {current!r}"
+    raise SchemaVersionError(
+        f"the job store at {_masked(engine)} has {found}, this package needs {head!r}; "
+        f"upgrade it with: pypepper-dramatiq migrate --uri {shlex.quote(_masked(engine))}"
+    )
+
+
+def _row_values(record: JobRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "channel_id": record.channel_id,
+        "category": record.category,
+        "status": record.status.value,
+        "version": record.version + 1,
+        "created": record.created,
+        "updated": record.updated,
+        "payload": record.payload,
+        "state": record.state,
+        "error": record.error,
+        "lease_owner": record.lease_owner,
+        "lease_expires": record.lease_expires,
+    }
+
+
+def _record(row: RowMapping) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        channel_id=row["channel_id"],
+        category=row["category"],
+        status=Status(row["status"]),
+        version=row["version"],
+        created=row["created"],
+        updated=row["updated"],
+        payload=row["payload"],
+        state=dict(row["state"] or {}),
+        error=row["error"],
+        lease_owner=row["lease_owner"],
+        lease_expires=row["lease_expires"],
+    )
+
+
+def _guard(record: JobRecord) -> ColumnElement[bool]:
+    """The stored row may be replaced by ``record``: seen version, allowed status."""
+    allowed = sorted(s.value for s in overwritable_by(record.status))
+    return (jobs.c.version == record.version) & jobs.c.status.in_(allowed)
+
+
+def _lapsed(now: datetime, limit: int) -> Select[Any]:
+    """Up to ``limit`` InProgress rows whose lease lapsed before ``now``, oldest first,
+    locked for this transaction; rows another recoverer holds are skipped, not awaited."""
+    return (
+        select(jobs.c.id)
+        .where(jobs.c.status == Status.IN_PROGRESS.value, jobs.c.lease_expires < now)
+        .order_by(jobs.c.lease_expires, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+class SqlJobStore(IJobStore):
+    """Job records in the ``scheduler_jobs`` table of a PostgreSQL or MySQL database.
+
+    Args:
+        uri: an SQLAlchemy URL, ``postgresql+psycopg://...`` or ``mysql+pymysql://...``.
+        migrate: bring the schema to this package's head first; otherwise a
+            database behind it raises :class:`~pypepper_dramatiq.errors.SchemaVersionError`.
+        **engine_kwargs: passed on to :func:`sqlalchemy.create_engine`.
+    """
+
+    def __init__(self, uri: str, *, migrate: bool = False, **engine_kwargs: Any) -> None:
+        engine_kwargs.setdefault("pool_pre_ping", True)
+        self._engine = _create_engine(uri, **engine_kwargs)
+        try:
+            if migrate:
+                _upgrade(self._engine)
+            else:
+                _check_schema(self._engine)
+        except BaseException:
+            self._engine.dispose()
+            raise
+        self._postgres = self._engine.dialect.name == "postgresql"
+        self._upsert = self._put_postgresql if self._postgres else self._put_insert_then_update
+
+    @property
+    def engine(self) -> Engine:
+        """The pooled engine (for tests and administration)."""
+        return self._engine
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({_masked(self._engine)!r})"
+
+    def put(self, record: JobRecord) -> bool:
+        with _boundary(self._engine, f"saving job {record.id}"):
+            return self._upsert(record)
+
+    def _put_postgresql(self, record: JobRecord) -> bool:
+        upsert = postgresql.insert(jobs).values(_row_values(record))
+        new = upsert.excluded
+        stmt = upsert.on_conflict_do_update(
+            index_elements=[jobs.c.id],
+            set_={
+                "channel_id": new.channel_id,
+                "category": new.category,
+                "status": new.status,
+                "version": jobs.c.version + 1,
+                "updated": new.updated,
+                "payload": new.payload,
+                "state": new.state,
+                "error": new.error,
+                "lease_owner": new.lease_owner,
+                "lease_expires": new.lease_expires,
+            },
+            where=_guard(record),
+        ).returning(jobs.c.id)
+        with self._engine.begin() as connection:
+            return connection.execute(stmt).first() is not None
+
+    def _put_insert_then_update(self, record: JobRecord) -> bool:
+        values = _row_values(record)
+        try:
+            with self._engine.begin() as connection:
+                connection.execute(insert(jobs).values(values))
+            return True
+        except sa_exc.IntegrityError as exc:
+            if not _is_duplicate_key(exc):
+                raise
+        del values["id"], values["created"], values["version"]
+        values["version"] = jobs.c.version + 1
+        stmt = update(jobs).where(jobs.c.id == record.id, _guard(record)).values(values)
+        with self._engine.begin() as connection:
+            return connection.execute(stmt).rowcount == 1
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with _boundary(self._engine, f"loading job {job_id}"), self._engine.connect() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        return None if row is None else _record(row)
+
+    def delete(self, job_id: str) -> bool:
+        with _boundary(self._engine, f"deleting job {job_id}"), self._engine.begin() as conn:
+            return conn.execute(delete(jobs).where(jobs.c.id == job_id)).rowcount == 1
+
+    def list(
+        self,
+        *,
+        status: Status | str | None = None,
+        channel_id: str | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[JobRecord]:
+        query = select(jobs).order_by(jobs.c.created, jobs.c.id)
+        if status is not None:
+            query = query.where(jobs.c.status == Status(status).value)
+        if channel_id is not None:
+            query = query.where(jobs.c.channel_id == channel_id)
+        if category is not None:
+            query = query.where(jobs.c.category == category)
+        if limit is not None:
+            query = query.limit(limit)
+        with _boundary(self._engine, "listing jobs"), self._engine.connect() as conn:
+            rows: builtins.list[JobRecord] = [
+                _record(row) for row in conn.execute(query).mappings()
+            ]
+        return rows
+
+    def renew_leases(
+        self, owner: str, job_ids: Collection[str], until: datetime
+    ) -> dict[str, Status]:
+        ids = sorted(set(job_ids))
+        if not ids:
+            return {}
+        held = jobs.c.id.in_(ids) & (jobs.c.lease_owner == owner)
+        # Deliberately no ``version = version + 1``: a renewal must not make the
+        # owner's own next put look stale.
+        renew = update(jobs).where(held).values(lease_expires=until)
+        doing = f"renewing {len(ids)} leases of {owner}"
+        with _boundary(self._engine, doing), self._engine.begin() as conn:
+            if self._postgres:
+                rows = conn.execute(renew.returning(jobs.c.id, jobs.c.status)).all()
+            else:
+                # No RETURNING on UPDATE: read back in the same transaction. The
+                # renewed rows stay locked by it, so the read sees them as written.
+                conn.execute(renew)
+                rows = conn.execute(select(jobs.c.id, jobs.c.status).where(held)).all()
+        return {job_id: Status(status) for job_id, status in rows}
+
+    def recover_expired(
+        self, now: datetime, lease_until: datetime, limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        changes = {
+            "lease_owner": None,
+            "lease_expires": lease_until,
+            "version": jobs.c.version + 1,
+        }
+        with _boundary(self._engine, "recovering lapsed leases"):
+            if self._postgres:
+                return self._recover_postgresql(now, limit, changes)
+            return self._recover_select_then_update(now, limit, changes)
+
+    def _recover_postgresql(
+        self, now: datetime, limit: int, changes: dict[str, Any]
+    ) -> builtins.list[JobRecord]:
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id.in_(_lapsed(now, limit)))
+            .values(changes)
+            .returning(*jobs.c)
+        )
+        with self._engine.begin() as conn:
+            return [_record(row) for row in conn.execute(stmt).mappings()]
+
+    def _recover_select_then_update(
+        self, now: datetime, limit: int, changes: dict[str, Any]
+    ) -> builtins.list[JobRecord]:
+        # MySQL cannot LIMIT a subquery of IN, nor update the table it selects
+        # from; so lock, then update. Under READ COMMITTED the locking read takes
+        # no gap locks, which could otherwise hold up a concurrent recoverer
+        # moving its rows' (status, lease_expires) index entries into the gap.
+        connection = self._engine.connect().execution_options(isolation_level="READ COMMITTED")
+        with connection as conn, conn.begin():
+            ids: builtins.list[str] = list(conn.execute(_lapsed(now, limit)).scalars())
+            if not ids:
+                return []
+            conn.execute(update(jobs).where(jobs.c.id.in_(ids)).values(changes))
+            rows = conn.execute(select(jobs).where(jobs.c.id.in_(ids))).mappings().all()
+        order = {job_id: i for i, job_id in enumerate(ids)}
+        return sorted((_record(row) for row in rows), key=lambda r: order[r.id])
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
+    args: tuple[Any, ...] = getattr(exc.orig, "args", ())
+    return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY

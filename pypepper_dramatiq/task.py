@@ -1,0 +1,157 @@
+"""A task: one unit of work in a workflow, with its retry policy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .context import Context
+from .errors import UnknownExecutorError
+from .executor import IExecutor, executor_registry
+from .rules import RetryPolicy
+
+
+class Task:
+    """One step of a workflow.
+
+    Args:
+        executor: runs the work; may be None when ``executor_id`` names a
+            registered one.
+        retry_count, retry_delay, retry_until_completed, retry_until_max,
+        round_times, optional: the retry table (see :class:`RetryPolicy`).
+        round_timeout: seconds one attempt may take (0 = no limit); a timeout
+            counts as a failed attempt.
+        round_timeout_join: extra seconds to wait for a timed-out attempt that
+            already started (0 = wait forever).
+        executor_id: registry id; when every task has one, the job's
+            workflows are stored and can be rebuilt with ``Job.from_record``.
+        params: JSON-able keyword arguments for the executor.
+
+    Raises:
+        ValueError: if a bound is out of range.
+    """
+
+    def __init__(
+        self,
+        channel_id: str,
+        dag_id: str,
+        fingerprint: str,
+        name: str,
+        category: str | None,
+        description: str,
+        tags: Sequence[str] | None,
+        executor: IExecutor | None,
+        retry_count: int = 0,
+        retry_delay: float = 0,
+        retry_until_completed: bool = False,
+        retry_until_max: int = 1000,
+        round_times: int = 1,
+        round_timeout: float = 0,
+        round_timeout_join: float = 0,
+        optional: bool = False,
+        *,
+        executor_id: str | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        if not round_timeout >= 0:  # refuses NaN too
+            raise ValueError(f"round_timeout must be >= 0, got {round_timeout}")
+        if not round_timeout_join >= 0:
+            raise ValueError(f"round_timeout_join must be >= 0, got {round_timeout_join}")
+        if executor is None and executor_id is None:
+            raise ValueError(f"task {name!r} needs an executor or an executor_id")
+        self.policy = RetryPolicy(
+            retry_count=retry_count,
+            retry_delay=retry_delay,
+            retry_until_completed=retry_until_completed,
+            retry_until_max=retry_until_max,
+            round_times=round_times,
+            optional=optional,
+        )
+        self.channel_id = channel_id
+        self.dag_id = dag_id
+        self.fingerprint = fingerprint
+        self.name = name
+        self.category = category
+        self.description = description
+        self.tags = list(tags or [])
+        self._executor = executor
+        self.executor_id = executor_id
+        self.params: dict[str, Any] = dict(params or {})
+        self.round_timeout = float(round_timeout)
+        self.round_timeout_join = float(round_timeout_join)
+        self.context = Context()
+
+    # The retry table, readable as the seed names it.
+    retry_count = property(lambda self: self.policy.retry_count)
+    retry_delay = property(lambda self: self.policy.retry_delay)
+    retry_until_completed = property(lambda self: self.policy.retry_until_completed)
+    retry_until_max = property(lambda self: self.policy.retry_until_max)
+    round_times = property(lambda self: self.policy.round_times)
+    optional = property(lambda self: self.policy.optional)
+
+    @property
+    def executor(self) -> IExecutor:
+        """The executor, resolved from the registry by ``executor_id`` if not given."""
+        if self._executor is None:
+            self._executor = executor_registry.get(str(self.executor_id))
+        return self._executor
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form; needs an ``executor_id``."""
+        if self.executor_id is None:
+            raise UnknownExecutorError(None, f"task {self.name!r}")
+        return {
+            "channel_id": self.channel_id,
+            "dag_id": self.dag_id,
+            "fingerprint": self.fingerprint,
+            "name": self.name,
+            "category": self.category,
+            "description": self.description,
+            "tags": list(self.tags),
+            "executor_id": self.executor_id,
+            "params": self.params,
+            "retry_count": self.policy.retry_count,
+            "retry_delay": self.policy.retry_delay,
+            "retry_until_completed": self.policy.retry_until_completed,
+            "retry_until_max": self.policy.retry_until_max,
+            "round_times": self.policy.round_times,
+            "round_timeout": self.round_timeout,
+            "round_timeout_join": self.round_timeout_join,
+            "optional": self.policy.optional,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        """Rebuild a task; its executor id must be registered.
+
+        Raises:
+            UnknownExecutorError: (a ``ValueError``) for a missing or unknown id.
+        """
+        executor_id = data.get("executor_id")
+        name = str(data.get("name", "?"))
+        if not executor_id:
+            raise UnknownExecutorError(None, f"task {name!r}")
+        executor = executor_registry.get(str(executor_id))
+        return cls(
+            channel_id=str(data.get("channel_id", "default")),
+            dag_id=str(data.get("dag_id", "")),
+            fingerprint=str(data.get("fingerprint", "")),
+            name=name,
+            category=data.get("category"),
+            description=str(data.get("description", "")),
+            tags=list(data.get("tags") or []),
+            executor=executor,
+            retry_count=int(data.get("retry_count", 0)),
+            retry_delay=float(data.get("retry_delay", 0)),
+            retry_until_completed=bool(data.get("retry_until_completed", False)),
+            retry_until_max=int(data.get("retry_until_max", 1000)),
+            round_times=int(data.get("round_times", 1)),
+            round_timeout=float(data.get("round_timeout", 0)),
+            round_timeout_join=float(data.get("round_timeout_join", 0)),
+            optional=bool(data.get("optional", False)),
+            executor_id=str(executor_id),
+            params=dict(data.get("params") or {}),
+        )
+
+    def __repr__(self) -> str:
+        return f"Task(name={self.name!r}, executor_id={self.executor_id!r})"

@@ -1,0 +1,128 @@
+"""Shared fixtures: the real servers of the test session and the stores built on them."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from typing import NoReturn
+
+import pytest
+from services import PostgresServer, RedisServer, ServiceError
+from sqlalchemy import delete
+
+from pypepper_dramatiq.stores.schema import jobs
+from pypepper_dramatiq.stores.sql import SqlJobStore
+
+# -- backend selection ----------------------------------------------------------------------
+
+#: Markers naming a server a test needs; ``PYPEPPER_TEST_BACKENDS`` picks which run.
+BACKEND_MARKERS = ("postgres", "redis")
+
+
+def selected_backends() -> set[str] | None:
+    """Backends named in ``PYPEPPER_TEST_BACKENDS`` (``memory|postgres``...); None = all."""
+    raw = os.environ.get("PYPEPPER_TEST_BACKENDS", "").strip()
+    if not raw:
+        return None
+    return {name for name in re.split(r"[\s,|]+", raw.lower()) if name}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect tests marked with a backend that is not selected."""
+    backends = selected_backends()
+    if backends is None:
+        return
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        needs = {m for m in BACKEND_MARKERS if item.get_closest_marker(m) is not None}
+        (keep if needs <= backends else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A missing service fails the run in CI and skips the test elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the whole session (local throwaway cluster or ``PG*``)."""
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    try:
+        server.start()
+    except ServiceError as exc:
+        server.cleanup()
+        unavailable(f"PostgreSQL unavailable: {exc}")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_uri(postgres_server: PostgresServer) -> str:
+    """``postgresql+psycopg://`` URL of the session's test database."""
+    return postgres_server.uri
+
+
+@pytest.fixture
+def pg_store(postgres_uri: str) -> Iterator[SqlJobStore]:
+    """A migrated :class:`SqlJobStore` on PostgreSQL with an empty jobs table."""
+    store = SqlJobStore(postgres_uri, migrate=True)
+    with store.engine.begin() as connection:
+        connection.execute(delete(jobs))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def empty_postgres_uri(postgres_server: PostgresServer) -> Iterator[str]:
+    """URL of a brand-new database with no schema, dropped afterwards."""
+    name = f"pypepper_empty_{uuid.uuid4().hex[:8]}"
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
+
+
+# -- MySQL (opt-in) -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mysql_store() -> Iterator[SqlJobStore]:
+    """A migrated :class:`SqlJobStore` on the MySQL named by ``PYPEPPER_TEST_MYSQL_URI``."""
+    uri = os.environ.get("PYPEPPER_TEST_MYSQL_URI")
+    if not uri:
+        pytest.skip("set PYPEPPER_TEST_MYSQL_URI=mysql+pymysql://... to test on MySQL")
+    store = SqlJobStore(uri, migrate=True)
+    with store.engine.begin() as connection:
+        connection.execute(delete(jobs))
+    yield store
+    store.close()
+
+
+# -- Redis ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A ``redis-server`` for the whole session."""
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+        server.start()
+    except ServiceError as exc:
+        unavailable(f"Redis unavailable: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    """``redis://`` URL of the session's Redis server."""
+    return redis_server.url

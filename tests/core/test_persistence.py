@@ -1,0 +1,402 @@
+"""Snapshots, OCC versions, rebuilding jobs from records, executors and cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pypepper_dramatiq import (
+    CANCEL_EVENT_KEY,
+    INIT,
+    RUN,
+    SCHEDULE,
+    CallableExecutor,
+    Context,
+    IExecutor,
+    InvalidTransitionError,
+    Job,
+    Status,
+    Task,
+    UnknownExecutorError,
+    Worker,
+    Workflow,
+    executor_registry,
+    get_job_store,
+    manager,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def callable_task(name: str, func: Any, channel_id: str = "p") -> Task:
+    return Task(channel_id, "dag", f"fp-{name}", name, "test", "", [], CallableExecutor(func))
+
+
+def registered_task(name: str, executor_id: str, channel_id: str = "p", **kw: Any) -> Task:
+    return Task(channel_id, "dag", f"fp-{name}", name, "test", "", ["x"], None,
+                executor_id=executor_id, **kw)
+
+
+def job_with(*tasks: Task, channel_id: str = "p") -> Job:
+    job = Job(category="test", channel_id=channel_id)
+    job.workflows.append(Workflow(tasks))
+    return job
+
+
+def run_worker_once(channel_id: str = "p") -> Job | None:
+    return asyncio.run(Worker(manager.available(channel_id)).run_once())
+
+
+# -- save / versions --------------------------------------------------------------------------
+
+
+def test_save_inserts_then_updates_one_row_and_bumps_version() -> None:
+    job = job_with(callable_task("t", lambda task, context: 1))
+    assert job.version == 0
+    assert job.save() is True
+    assert job.version == 1
+    first = Job.get_saved(job.id)
+    assert first is not None
+    assert (first.status, first.version, first.channel_id, first.category) == (
+        Status.UNKNOWN, 1, "p", "test",
+    )
+    job.apply_event(INIT)
+    assert job.save() is True
+    assert job.version == 2
+    second = Job.get_saved(job.id)
+    assert second is not None
+    assert (second.status, second.version) == (Status.INITIALIZING, 2)
+    assert second.created == first.created
+    assert len(get_job_store().list()) == 1
+
+
+def test_save_advances_updated_only_on_success() -> None:
+    job = job_with()
+    before = job.updated
+    assert job.save()
+    assert job.updated >= before
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.updated == job.updated
+
+
+def test_a_skipped_save_does_not_rewind_status_updated_or_version() -> None:
+    job = job_with()
+    job.apply_event(INIT)
+    job.apply_event(SCHEDULE)
+    assert job.save()
+    # Another writer wins the row (a stale version for us).
+    other = Job.get_saved(job.id)
+    assert other is not None
+    assert get_job_store().put(other.evolve(state={"by": "other"}))
+
+    job.apply_event(RUN)
+    version, updated = job.version, job.updated
+    assert job.save() is False
+    assert job.status is Status.IN_PROGRESS
+    assert job.version == version
+    assert job.updated == updated
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    assert durable.status is Status.SCHEDULED
+    assert durable.version == 2
+    assert durable.state == {"by": "other"}
+    # to_record reports the FSM status, ahead of the durable one.
+    assert job.to_record().status is Status.IN_PROGRESS
+
+
+def test_a_lifecycle_rewind_is_skipped_and_leaves_the_job_alone() -> None:
+    job = job_with()
+    job.apply_event(INIT)
+    job.apply_event(SCHEDULE)
+    assert job.save()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    # Someone else moved the row to Cancelled.
+    assert get_job_store().put(durable.evolve(status=Status.CANCELLED))
+    stale = Job.get_saved(job.id)
+    assert stale is not None
+    job.version = stale.version  # even with a matching version, Scheduled cannot overwrite
+    assert job.save() is False
+    assert job.status is Status.SCHEDULED
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.CANCELLED
+
+
+def test_to_record_is_the_fsm_snapshot() -> None:
+    job = job_with()
+    job.apply_event(INIT)
+    record = job.to_record()
+    assert record.id == job.id
+    assert record.status is Status.INITIALIZING
+    assert record.version == job.version
+    assert Job.get_saved(job.id) is None  # to_record does not write
+
+
+# -- payloads and from_record -----------------------------------------------------------------
+
+
+def test_to_record_has_no_payload_with_callable_executors() -> None:
+    job = job_with(callable_task("a", lambda task, context: 1))
+    assert job.to_record().payload is None
+
+
+def test_to_record_has_no_payload_unless_every_task_has_an_executor_id() -> None:
+    executor_registry.register("tests.p.echo", lambda task, context: task.name)
+    job = job_with(registered_task("a", "tests.p.echo"), callable_task("b", lambda t, c: 1))
+    assert job.to_record().payload is None
+
+
+def test_to_record_has_a_json_payload_when_every_task_has_an_executor_id() -> None:
+    executor_registry.register("tests.p.echo", lambda task, context: task.name)
+    job = job_with(
+        registered_task("a", "tests.p.echo", retry_count=2, params={"n": 1}),
+        registered_task("b", "tests.p.echo"),
+    )
+    job.workflows.append(Workflow([registered_task("c", "tests.p.echo")]))
+    payload = job.to_record().payload
+    assert payload is not None
+    assert json.loads(json.dumps(payload)) == payload
+    names = [[t["name"] for t in w["tasks"]] for w in payload["workflows"]]
+    assert names == [["a", "b"], ["c"]]
+    assert payload["workflows"][0]["tasks"][0]["retry_count"] == 2
+    assert payload["workflows"][0]["tasks"][0]["params"] == {"n": 1}
+
+
+def test_from_record_rebuilds_a_runnable_job_at_unknown() -> None:
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def work(task: Task, context: Context) -> Any:
+        calls.append((task.name, dict(task.params)))
+        return task.params.get("n", 0) * 10
+
+    executor_registry.register("tests.p.work", work)
+    original = job_with(
+        registered_task("first", "tests.p.work", params={"n": 1}, retry_count=1),
+        registered_task("second", "tests.p.work", params={"n": 2}),
+    )
+    original.scheduled()
+    record = Job.get_saved(original.id)
+    assert record is not None and record.status is Status.SCHEDULED
+
+    rebuilt = Job.from_record(record)
+    assert rebuilt.id == original.id
+    assert rebuilt.status is Status.UNKNOWN
+    assert [t.name for t in rebuilt.workflows[0].get_tasks()] == ["first", "second"]
+    assert rebuilt.workflows[0].get_tasks()[0].retry_count == 1
+    assert rebuilt is not original
+
+    # A fresh process would have neither the original job nor its queue entry.
+    manager.clear()
+    rebuilt.scheduled()
+    assert run_worker_once() is rebuilt
+    assert rebuilt.status is Status.COMPLETED
+    assert calls == [("first", {"n": 1}), ("second", {"n": 2})]
+    saved = Job.get_saved(rebuilt.id)
+    assert saved is not None and saved.status == "Completed"
+
+
+def test_from_record_with_an_unknown_executor_id_raises_value_error() -> None:
+    executor_registry.register("tests.p.gone", lambda task, context: None)
+    record = job_with(registered_task("a", "tests.p.gone")).to_record()
+    executor_registry.unregister("tests.p.gone")
+    with pytest.raises(ValueError) as info:
+        Job.from_record(record)
+    assert isinstance(info.value, UnknownExecutorError)
+    assert "tests.p.gone" in str(info.value)
+
+
+def test_from_record_without_executor_ids_raises_value_error() -> None:
+    job = job_with(callable_task("a", lambda task, context: 1))
+    assert job.save()
+    record = Job.get_saved(job.id)
+    assert record is not None
+    with pytest.raises(ValueError) as info:
+        Job.from_record(record)
+    assert isinstance(info.value, UnknownExecutorError)
+
+
+# -- executors --------------------------------------------------------------------------------
+
+
+class Doubler(IExecutor):
+    def execute(self, task: Task, context: Context) -> Any:
+        return task.params["n"] * 2
+
+
+def test_registry_accepts_a_function_or_an_executor() -> None:
+    def fn(task: Task, context: Context) -> Any:
+        return "fn"
+
+    wrapped = executor_registry.register("tests.p.fn", fn)
+    assert isinstance(wrapped, CallableExecutor)
+    assert executor_registry.get("tests.p.fn") is wrapped
+    instance = Doubler()
+    assert executor_registry.register("tests.p.obj", instance) is instance
+    assert executor_registry.get("tests.p.obj") is instance
+    assert {"tests.p.fn", "tests.p.obj"} <= set(executor_registry.ids())
+    assert "tests.p.obj" in executor_registry
+
+    job = job_with(
+        registered_task("f", "tests.p.fn"), registered_task("d", "tests.p.obj", params={"n": 21})
+    )
+    job.share_cancel_event()
+    result = job.workflows[0].run()
+    assert result.results == {"f": "fn", "d": 42}
+
+
+def test_registry_get_of_an_unknown_id_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        executor_registry.get("tests.p.never")
+
+
+def test_callable_executor_calls_func_with_task_and_its_context() -> None:
+    seen: dict[str, Any] = {}
+
+    def fn(task: Task, context: Context) -> Any:
+        seen["task"], seen["context"] = task, context
+        return "r"
+
+    task = callable_task("t", fn)
+    job = job_with(task)
+    job.share_cancel_event()
+    assert job.workflows[0].run().ok
+    assert seen["task"] is task
+    assert seen["context"] is task.context
+    event = seen["context"].context[CANCEL_EVENT_KEY]
+    assert isinstance(event, threading.Event)
+    assert event is job.context.context[CANCEL_EVENT_KEY]
+
+
+def test_callable_executor_does_not_wrap_errors() -> None:
+    def fn(task: Task, context: Context) -> Any:
+        raise KeyError("raw")
+
+    executor = CallableExecutor(fn)
+    with pytest.raises(KeyError):
+        executor.execute(callable_task("t", fn), Context())
+
+
+def test_callable_executor_needs_a_callable() -> None:
+    with pytest.raises(TypeError):
+        CallableExecutor("not callable")  # type: ignore[arg-type]
+
+
+def test_executor_sees_cancel_after_job_cancel() -> None:
+    observed: list[bool] = []
+    started, proceed = threading.Event(), threading.Event()
+
+    def fn(task: Task, context: Context) -> Any:
+        started.set()
+        proceed.wait(5)
+        observed.append(context.context[CANCEL_EVENT_KEY].is_set())
+
+    job = job_with(callable_task("t", fn))
+    job.scheduled()
+
+    async def go() -> None:
+        worker = asyncio.create_task(Worker(manager.available("p")).run_once())
+        assert await asyncio.to_thread(started.wait, 5)
+        job.cancel()
+        proceed.set()
+        await asyncio.wait_for(worker, 5)
+
+    asyncio.run(go())
+    assert observed == [True]
+    assert job.status is Status.CANCELLED
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status == "Cancelled"
+
+
+# -- cancel -----------------------------------------------------------------------------------
+
+
+def test_cancel_applies_cancel_sets_the_event_and_persists() -> None:
+    job = job_with(callable_task("t", lambda task, context: 1))
+    job.scheduled()
+    event = job.context.context[CANCEL_EVENT_KEY]
+    assert isinstance(event, threading.Event) and not event.is_set()
+    assert job.cancel() is True
+    assert job.status is Status.CANCELLED
+    assert event.is_set()
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status == "Cancelled"
+
+
+def test_cancel_from_in_progress_persists_cancelled() -> None:
+    job = job_with()
+    job.scheduled()
+    job.apply_event(RUN)
+    assert job.save()
+    assert job.cancel()
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status == "Cancelled"
+
+
+def test_cancel_persists_over_a_newer_scheduled_row() -> None:
+    job = job_with()
+    job.scheduled()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    assert get_job_store().put(durable.evolve(state={"touched": True}))  # another writer
+    assert job.cancel() is True
+    saved = Job.get_saved(job.id)
+    assert saved is not None
+    assert saved.status == "Cancelled"
+    assert job.version == saved.version
+
+
+def test_worker_skips_a_cancelled_job() -> None:
+    calls: list[str] = []
+    job = job_with(callable_task("t", lambda task, context: calls.append(task.name)))
+    job.scheduled()
+    job.cancel()
+    assert run_worker_once() is job
+    assert calls == []
+    assert job.status is Status.CANCELLED
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status == "Cancelled"
+
+
+def test_cancel_of_an_unknown_job_raises_and_changes_nothing() -> None:
+    job = job_with()
+    with pytest.raises(InvalidTransitionError):
+        job.cancel()
+    assert job.status is Status.UNKNOWN
+    assert not job.cancel_event.is_set()
+    assert Job.get_saved(job.id) is None
+
+
+def test_cancel_of_a_completed_job_raises_and_keeps_completed() -> None:
+    job = job_with(callable_task("t", lambda task, context: 1))
+    job.scheduled()
+    run_worker_once()
+    assert job.status is Status.COMPLETED
+    with pytest.raises(InvalidTransitionError):
+        job.cancel()
+    assert job.status is Status.COMPLETED
+    assert not job.cancel_event.is_set()
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status == "Completed"
+
+
+# -- the example ------------------------------------------------------------------------------
+
+
+def test_minimal_example_runs_and_prints_completed() -> None:
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "minimal.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip().splitlines()[-1] == "Completed"

@@ -1,0 +1,329 @@
+"""Real PostgreSQL and Redis servers for the test session, restartable for crash tests.
+
+PostgreSQL comes from the standard ``PG*`` environment variables when ``PGHOST``
+is set (each session gets a fresh database there); otherwise a throwaway cluster
+is created in a temporary directory. Redis is always a local ``redis-server``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy.engine import URL
+
+
+class ServiceError(RuntimeError):
+    """A test service could not be started."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def find_binary(name: str, package: str, extra_dirs: Sequence[str] = ()) -> str:
+    """The path of ``name``, or a :class:`ServiceError` naming the Debian package."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for directory in extra_dirs:
+        candidate = Path(directory, name)
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise ServiceError(
+        f"`{name}` not found on PATH; install the Debian package `{package}` "
+        f"(apt-get install {package}) or run scripts/test as root to have it installed"
+    )
+
+
+def _run(cmd: Sequence[str], *, cwd: Path | None = None, timeout: float = 120) -> None:
+    proc = subprocess.run(
+        list(cmd), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        raise ServiceError(
+            f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}".strip()
+        )
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------
+
+
+def _pg_bin_dirs() -> list[str]:
+    # Debian keeps initdb and pg_ctl out of PATH, under /usr/lib/postgresql/<major>/bin.
+    return sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+
+
+class PostgresServer:
+    """A PostgreSQL server: a throwaway local cluster, or the one ``PG*`` points at.
+
+    Args:
+        tmpdir: where the local cluster lives (its data directory survives restarts).
+        database: the database the tests use; created on first start.
+    """
+
+    def __init__(self, tmpdir: Path | str, database: str = "pypepper_test") -> None:
+        self.external = bool(os.environ.get("PGHOST"))
+        self.database = database
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.user = "postgres"
+        self.password: str | None = None
+        self._tmpdir = Path(tmpdir)
+        self._workdir: Path | None = None
+        self._running = False
+        if self.external:
+            self.host = os.environ["PGHOST"]
+            self.port = int(os.environ.get("PGPORT", "5432"))
+            self.user = os.environ.get("PGUSER") or pwd.getpwuid(os.getuid()).pw_name
+            self.password = os.environ.get("PGPASSWORD")
+            self.database = f"{database}_{uuid.uuid4().hex[:8]}"
+
+    def uri_for(self, database: str) -> str:
+        """A ``postgresql+psycopg://`` URL for ``database`` on this server."""
+        if self.host.startswith("/"):  # a unix socket directory
+            url = URL.create(
+                "postgresql+psycopg",
+                username=self.user,
+                password=self.password,
+                database=database,
+                query={"host": self.host, "port": str(self.port)},
+            )
+        else:
+            url = URL.create(
+                "postgresql+psycopg",
+                username=self.user,
+                password=self.password,
+                host=self.host,
+                port=self.port,
+                database=database,
+            )
+        return url.render_as_string(hide_password=False)
+
+    @property
+    def uri(self) -> str:
+        """The URL of the test database."""
+        return self.uri_for(self.database)
+
+    def start(self) -> None:
+        """Start the server (creating the cluster and database the first time)."""
+        if self._running:
+            return
+        if self.external:
+            self.create_database(self.database)
+        else:
+            first = self._workdir is None
+            if first:
+                self._init_cluster()
+            log = str(self._path("postgres.log"))
+            self._pg_ctl("start", "-w", "-t", "60", "-l", log, "-o", self._options())
+            if first:
+                self.create_database(self.database)
+        self._running = True
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server; ``mode="immediate"`` is a crash (no checkpoint)."""
+        if not self._running:
+            return
+        self._running = False
+        if self.external:
+            self.drop_database(self.database)
+        else:
+            self._pg_ctl("stop", "-w", "-t", "60", "-m", mode)
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop and start again on the same port and data directory."""
+        if self.external:
+            raise ServiceError("cannot restart the external PostgreSQL server named by PGHOST")
+        self.stop(mode)
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server and remove its files."""
+        self.stop()
+        if self._workdir is not None and not self.external:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def create_database(self, name: str) -> str:
+        """Create ``name`` (dropping any leftover) and return its URL."""
+        self._admin(f'DROP DATABASE IF EXISTS "{name}"', f'CREATE DATABASE "{name}"')
+        return self.uri_for(name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop ``name``, disconnecting its clients."""
+        self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _admin(self, *statements: str) -> None:
+        # Externally, libpq reads PGHOST, PGPORT, PGUSER and PGPASSWORD itself.
+        params: dict[str, Any] = {"dbname": os.environ.get("PGDATABASE", "postgres")}
+        if not self.external:
+            params.update(host=self.host, port=self.port, user=self.user)
+        try:
+            conn = psycopg.connect(autocommit=True, connect_timeout=10, **params)
+        except psycopg.Error as exc:
+            raise ServiceError(f"cannot connect to PostgreSQL: {exc}") from exc
+        with conn:
+            for statement in statements:
+                conn.execute(statement.encode())
+
+    # -- the local cluster
+
+    def _path(self, *parts: str) -> Path:
+        assert self._workdir is not None
+        return self._workdir.joinpath(*parts)
+
+    def _as_postgres(self, cmd: Sequence[str]) -> list[str]:
+        # postgres refuses to run as root: drop to the postgres user.
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "postgres", "--", *cmd]
+        return list(cmd)
+
+    def _pg_ctl(self, *args: str) -> None:
+        pg_ctl = find_binary("pg_ctl", "postgresql", _pg_bin_dirs())
+        cmd = self._as_postgres([pg_ctl, "-D", str(self._path("data")), *args])
+        _run(cmd, cwd=self._workdir)
+
+    def _options(self) -> str:
+        return " ".join([
+            "-c listen_addresses=127.0.0.1",
+            f"-c port={self.port}",
+            f"-c unix_socket_directories={self._path()}",
+            "-c fsync=off",
+            "-c synchronous_commit=off",
+            "-c full_page_writes=off",
+            "-c max_connections=200",
+        ])
+
+    def _init_cluster(self) -> None:
+        initdb = find_binary("initdb", "postgresql", _pg_bin_dirs())
+        find_binary("pg_ctl", "postgresql", _pg_bin_dirs())
+        if os.geteuid() == 0:
+            # pytest's temp dirs are private to root; postgres needs its own.
+            workdir = Path(tempfile.mkdtemp(prefix="pypepper-pg-"))
+            try:
+                entry = pwd.getpwnam("postgres")
+            except KeyError as exc:
+                raise ServiceError(
+                    "running as root but there is no `postgres` user; install the "
+                    "Debian package `postgresql` or run the tests as another user"
+                ) from exc
+            os.chown(workdir, entry.pw_uid, entry.pw_gid)
+        else:
+            workdir = Path(tempfile.mkdtemp(prefix="pg-", dir=self._tmpdir))
+        self._workdir = workdir
+        self.port = free_port()
+        _run(self._as_postgres([
+            initdb, "-D", str(self._path("data")), "-A", "trust", "-U", self.user,
+            "-E", "UTF8", "--locale=C", "--no-sync",
+        ]), cwd=workdir)
+
+
+def start_postgres(tmpdir: Path | str) -> tuple[str, Callable[[], None]]:
+    """Start PostgreSQL; returns the test database's URL and a function that stops it."""
+    server = PostgresServer(tmpdir)
+    server.start()
+    return server.uri, server.cleanup
+
+
+# -- Redis ----------------------------------------------------------------------------------
+
+
+class RedisServer:
+    """A local ``redis-server`` with its data in ``tmpdir``, restartable on the same port.
+
+    Args:
+        tmpdir: the server's working directory (append-only file, log).
+        appendonly: keep an append-only file, so data survives a restart.
+    """
+
+    def __init__(self, tmpdir: Path | str, *, appendonly: bool = False) -> None:
+        self.binary = find_binary("redis-server", "redis-server")
+        self.dir = Path(tmpdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.appendonly = appendonly
+        self.port = free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 30) -> None:
+        """Start the server and wait until it answers PING."""
+        if self._proc is not None:
+            return
+        cmd = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--dir", str(self.dir),
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--logfile", str(self.dir / "redis.log"),
+            "--daemonize", "no",
+        ]
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.dir
+        )
+        deadline = time.monotonic() + timeout
+        while not self._ping():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop(kill=True)
+                log = self.dir / "redis.log"
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise ServiceError(f"redis-server did not start on port {self.port}:\n{tail}")
+            time.sleep(0.05)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server; ``kill=True`` sends SIGKILL (a crash)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if kill:
+                proc.kill()
+            else:
+                proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop and start again on the same port with the same data directory."""
+        self.stop(kill=kill)
+        self.start()
+
+    def _ping(self) -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(
+            ("127.0.0.1", self.port), timeout=1
+        ) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+        return False
+
+
+def start_redis(
+    tmpdir: Path | str, appendonly: bool = False
+) -> tuple[str, Callable[[], None]]:
+    """Start ``redis-server``; returns its URL and a function that stops it."""
+    server = RedisServer(tmpdir, appendonly=appendonly)
+    server.start()
+    return server.url, server.stop

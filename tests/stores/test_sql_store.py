@@ -1,0 +1,258 @@
+"""What only the SQL store does: schema versions, error wrapping, agreement with memory."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from services import PostgresServer, free_port
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.schema import CreateTable
+
+from pypepper_dramatiq.errors import SchemaVersionError, StoreError, StoreUnavailableError
+from pypepper_dramatiq.status import Status, may_overwrite
+from pypepper_dramatiq.stores.base import JobRecord
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+from pypepper_dramatiq.stores.schema import VERSION_TABLE, jobs
+from pypepper_dramatiq.stores.sql import (
+    MIGRATIONS,
+    SqlJobStore,
+    head_revision,
+    schema_revision,
+    upgrade_schema,
+)
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+#: What revision 0002 adds to ``scheduler_jobs``.
+LEASE_COLUMNS = {"lease_owner", "lease_expires"}
+LEASE_INDEX = "ix_scheduler_jobs_status_lease_expires"
+
+
+def migrate_to(uri: str, revision: str, *, down: bool = False) -> None:
+    """Move the database at ``uri`` to ``revision`` with the package's own scripts."""
+    engine = create_engine(uri)
+    try:
+        with engine.begin() as connection:
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS))
+            config.attributes["connection"] = connection
+            (command.downgrade if down else command.upgrade)(config, revision)
+    finally:
+        engine.dispose()
+
+
+def job_table(uri: str) -> tuple[dict[str, bool], set[str]]:
+    """The columns of ``scheduler_jobs`` (name: nullable) and its index names."""
+    engine = create_engine(uri)
+    try:
+        schema = inspect(engine)
+        columns = {c["name"]: c["nullable"] for c in schema.get_columns("scheduler_jobs")}
+        indexes = {str(i["name"]) for i in schema.get_indexes("scheduler_jobs")}
+    finally:
+        engine.dispose()
+    return columns, indexes
+
+
+# -- schema versions --------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+class TestSchema:
+    def test_missing_schema_names_the_migrate_command(self, empty_postgres_uri: str) -> None:
+        assert schema_revision(empty_postgres_uri) is None
+        with pytest.raises(SchemaVersionError) as info:
+            SqlJobStore(empty_postgres_uri)
+        assert f"pypepper-dramatiq migrate --uri {empty_postgres_uri}" in str(info.value)
+
+    def test_migrate_true_upgrades_to_head(self, empty_postgres_uri: str) -> None:
+        store = SqlJobStore(empty_postgres_uri, migrate=True)
+        try:
+            assert schema_revision(empty_postgres_uri) == head_revision()
+            assert store.put(JobRecord(id="j"))
+        finally:
+            store.close()
+        again = SqlJobStore(empty_postgres_uri)  # the check now passes
+        assert again.get("j") is not None
+        again.close()
+
+    def test_upgrade_schema_is_idempotent(self, empty_postgres_uri: str) -> None:
+        assert upgrade_schema(empty_postgres_uri) == head_revision()
+        store = SqlJobStore(empty_postgres_uri)
+        assert store.put(JobRecord(id="kept"))
+        assert upgrade_schema(empty_postgres_uri) == head_revision()
+        assert store.get("kept") is not None
+        store.close()
+
+    def test_concurrent_upgrades_all_succeed(self, empty_postgres_uri: str) -> None:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            heads = list(pool.map(lambda _: upgrade_schema(empty_postgres_uri), range(4)))
+        assert heads == [head_revision()] * 4
+
+    def test_revision_0001_is_behind_until_migrated(self, empty_postgres_uri: str) -> None:
+        migrate_to(empty_postgres_uri, "0001")
+        assert schema_revision(empty_postgres_uri) == "0001" != head_revision()
+        assert not LEASE_COLUMNS & job_table(empty_postgres_uri)[0].keys()
+        engine = create_engine(empty_postgres_uri)
+        with engine.begin() as conn:  # a job written by the previous release
+            conn.execute(text(
+                "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated)"
+                " VALUES ('old', 'default', 'InProgress', 3, now(), now())"
+            ))
+        engine.dispose()
+
+        with pytest.raises(SchemaVersionError) as info:
+            SqlJobStore(empty_postgres_uri)
+        message = str(info.value)
+        assert "schema revision '0001'" in message
+        assert repr(head_revision()) in message
+        assert f"pypepper-dramatiq migrate --uri {empty_postgres_uri}" in message
+
+        store = SqlJobStore(empty_postgres_uri, migrate=True)
+        try:
+            assert schema_revision(empty_postgres_uri) == head_revision()
+            columns, indexes = job_table(empty_postgres_uri)
+            assert {name: columns[name] for name in LEASE_COLUMNS} == {
+                "lease_owner": True,
+                "lease_expires": True,
+            }
+            assert LEASE_INDEX in indexes
+            old = store.get("old")
+            assert old is not None and old.version == 3
+            assert (old.lease_owner, old.lease_expires) == (None, None)
+            assert store.renew_leases("anyone", ["old"], T0) == {}
+        finally:
+            store.close()
+        SqlJobStore(empty_postgres_uri).close()  # the check now passes
+
+    def test_leases_downgrade_and_upgrade_again(self, empty_postgres_uri: str) -> None:
+        upgrade_schema(empty_postgres_uri)
+        migrate_to(empty_postgres_uri, "0001", down=True)
+        assert schema_revision(empty_postgres_uri) == "0001"
+        columns, indexes = job_table(empty_postgres_uri)
+        assert not LEASE_COLUMNS & columns.keys()
+        assert LEASE_INDEX not in indexes
+        assert upgrade_schema(empty_postgres_uri) == head_revision()
+        assert job_table(empty_postgres_uri)[0].keys() >= LEASE_COLUMNS
+
+    def test_version_table_is_ours(self, pg_store: SqlJobStore) -> None:
+        with pg_store.engine.connect() as conn:
+            found = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar_one()
+            assert found == head_revision()
+            assert conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None
+
+    def test_unknown_newer_revision_says_upgrade_the_package(
+        self, empty_postgres_uri: str
+    ) -> None:
+        upgrade_schema(empty_postgres_uri)
+        store = SqlJobStore(empty_postgres_uri)
+        with store.engine.begin() as conn:
+            conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = 'from_the_future'"))
+        store.close()
+        with pytest.raises(SchemaVersionError, match="upgrade the package"):
+            SqlJobStore(empty_postgres_uri)
+
+
+# -- errors at the boundary ---------------------------------------------------------------------
+
+
+def closed_port_uri() -> str:
+    return f"postgresql+psycopg://someone:s3cr3t@127.0.0.1:{free_port()}/nowhere"
+
+
+@pytest.mark.parametrize("migrate", [False, True])
+def test_closed_port_is_store_unavailable(migrate: bool) -> None:
+    with pytest.raises(StoreUnavailableError) as info:
+        SqlJobStore(closed_port_uri(), migrate=migrate, connect_args={"connect_timeout": 5})
+    message = str(info.value)
+    assert "s3cr3t" not in message
+    assert "postgresql+psycopg://someone:***@127.0.0.1:" in message
+    assert isinstance(info.value.__cause__, sa_exc.SQLAlchemyError)
+
+
+def test_module_functions_wrap_unavailable_too() -> None:
+    with pytest.raises(StoreUnavailableError, match=r"\*\*\*"):
+        schema_revision(closed_port_uri())
+    with pytest.raises(StoreUnavailableError, match=r"\*\*\*"):
+        upgrade_schema(closed_port_uri())
+
+
+def test_bad_url_is_store_error() -> None:
+    with pytest.raises(StoreError):
+        SqlJobStore("not a url")
+
+
+@pytest.mark.postgres
+def test_other_database_errors_are_store_errors(pg_store: SqlJobStore) -> None:
+    with pytest.raises(StoreError) as info:
+        # JobRecord checks the id's length itself; the channel is left to the column.
+        pg_store.put(JobRecord(id="x", channel_id="c" * 129))
+    assert not isinstance(info.value, StoreUnavailableError)
+    assert isinstance(info.value.__cause__, sa_exc.DataError)
+
+
+@pytest.mark.postgres
+def test_pool_survives_a_server_restart(
+    pg_store: SqlJobStore, postgres_server: PostgresServer
+) -> None:
+    if postgres_server.external:
+        pytest.skip("cannot restart the external server named by PGHOST")
+    assert pg_store.put(JobRecord(id="before"))
+    postgres_server.restart()
+    assert pg_store.get("before") is not None  # pool_pre_ping replaced the dead connection
+
+
+def test_mysql_ddl_keeps_microseconds() -> None:
+    ddl = str(CreateTable(jobs).compile(dialect=mysql.dialect()))
+    assert "DATETIME(6)" in ddl
+    assert "JSONB" in str(CreateTable(jobs).compile(dialect=postgresql.dialect()))
+
+
+# -- agreement with the reference store ---------------------------------------------------------
+
+steps = st.lists(
+    st.tuples(st.sampled_from(list(Status)), st.sampled_from(["seen", "stale", "ahead", "zero"])),
+    min_size=1,
+    max_size=8,
+)
+
+
+@pytest.mark.postgres
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(steps=steps)
+def test_sql_store_agrees_with_memory(
+    pg_store: SqlJobStore, steps: list[tuple[Status, str]]
+) -> None:
+    memory = MemoryJobStore()
+    job_id = uuid.uuid4().hex  # examples share the fixture's table
+    for i, (status, which) in enumerate(steps):
+        current = memory.get(job_id)
+        seen = current.version if current else 0
+        version = {"seen": seen, "stale": seen - 1, "ahead": seen + 1, "zero": 0}[which]
+        moment = T0 + timedelta(seconds=i)
+        record = JobRecord(
+            id=job_id,
+            status=status,
+            version=max(version, 0),
+            created=moment,
+            updated=moment,
+            state={"step": i},
+        )
+        written = pg_store.put(record)
+        assert written == memory.put(record)
+        if current is not None and record.version == current.version:
+            assert written == may_overwrite(current.status, status)
+        assert pg_store.get(job_id) == memory.get(job_id)

@@ -1,0 +1,436 @@
+"""The contract every job store keeps, run unchanged against each of them.
+
+A new store joins by adding a param to :data:`STORES` and a branch to ``store``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from pypepper_dramatiq.status import TERMINAL, Status
+from pypepper_dramatiq.stores.base import IJobStore, JobRecord
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+STORES = [
+    pytest.param("memory", id="memory"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+if os.environ.get("PYPEPPER_TEST_MYSQL_URI"):  # opt-in: no MySQL server is started for us
+    STORES.append(pytest.param("mysql", id="mysql"))
+
+#: The conftest fixture that builds each SQL store.
+SQL_FIXTURES = {"postgres": "pg_store", "mysql": "mysql_store"}
+
+T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+#: Threads racing on one job.
+RACERS = 16
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> Iterator[IJobStore]:
+    if request.param == "memory":
+        memory = MemoryJobStore()
+        yield memory
+        memory.close()
+    else:
+        yield request.getfixturevalue(SQL_FIXTURES[request.param])
+
+
+def job(job_id: str = "job-1", **fields: Any) -> JobRecord:
+    fields.setdefault("created", T0)
+    fields.setdefault("updated", T0)
+    return JobRecord(id=job_id, **fields)
+
+
+def stored(store: IJobStore, job_id: str = "job-1") -> JobRecord:
+    record = store.get(job_id)
+    assert record is not None, f"{job_id} is not stored"
+    return record
+
+
+def seed(store: IJobStore, status: Status, job_id: str = "job-1") -> JobRecord:
+    """Store a new job directly in ``status`` (inserts are not status-guarded)."""
+    assert store.put(job(job_id, status=status))
+    return stored(store, job_id)
+
+
+def pairs(statuses: Any) -> list[Any]:
+    return [pytest.param(a, b, id=f"{a}->{b}") for a, b in statuses]
+
+
+class TestJobStoreContract:
+    # -- insert, get, upsert --------------------------------------------------------------
+
+    def test_put_inserts_with_version_1(self, store: IJobStore) -> None:
+        record = job(status=Status.SCHEDULED, category="mail", error="none yet")
+        assert store.put(record) is True
+        assert store.get("job-1") == record.evolve(version=1)
+
+    def test_get_unknown_is_none(self, store: IJobStore) -> None:
+        assert store.get("nope") is None
+
+    def test_new_row_stores_seen_version_plus_one(self, store: IJobStore) -> None:
+        assert store.put(job(version=4))
+        assert stored(store).version == 5
+
+    def test_upsert_by_id(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED, channel_id="a"))
+        later = T0 + timedelta(seconds=5)
+        update = job(
+            status=Status.IN_PROGRESS,
+            version=1,
+            channel_id="b",
+            category="cat",
+            updated=later,
+            payload={"workflows": []},
+            state={"cursor": 1},
+            error="Boom: once",
+        )
+        assert store.put(update)
+        assert store.get("job-1") == update.evolve(version=2)
+        assert len(store.list()) == 1
+
+    def test_update_needs_matching_version_and_increments_it(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED))
+        for seen in (1, 2, 3):
+            assert store.put(job(status=Status.SCHEDULED, version=seen, state={"n": seen}))
+            assert stored(store).version == seen + 1
+        assert stored(store).state == {"n": 3}
+
+    @pytest.mark.parametrize("seen", [0, 1, 3, 10])
+    def test_stale_or_unknown_version_is_refused(self, store: IJobStore, seen: int) -> None:
+        assert store.put(job(status=Status.SCHEDULED))
+        assert store.put(job(status=Status.SCHEDULED, version=1))
+        before = stored(store)
+        assert store.put(job(status=Status.IN_PROGRESS, version=seen, error="x")) is False
+        assert stored(store) == before
+
+    def test_created_is_never_overwritten(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED))
+        moved = job(status=Status.IN_PROGRESS, version=1, created=T0 + timedelta(days=1))
+        assert store.put(moved)
+        assert stored(store).created == T0
+
+    def test_timestamps_round_trip_as_instants(self, store: IJobStore) -> None:
+        plus2 = timezone(timedelta(hours=2))
+        created = datetime(2024, 3, 1, 10, 30, 15, 123456, tzinfo=plus2)
+        assert store.put(job(created=created, updated=created))
+        record = stored(store)
+        assert record.created == created and record.updated == created
+        assert record.created.utcoffset() is not None
+
+    # -- status rules ---------------------------------------------------------------------
+
+    @pytest.mark.parametrize("durable", [Status.IN_PROGRESS, *sorted(TERMINAL)])
+    def test_scheduled_cannot_overwrite_later_statuses(
+        self, store: IJobStore, durable: Status
+    ) -> None:
+        before = seed(store, durable)
+        assert store.put(job(status=Status.SCHEDULED, version=1)) is False
+        assert stored(store) == before
+
+    @pytest.mark.parametrize("durable", sorted(TERMINAL))
+    def test_in_progress_cannot_overwrite_terminals(
+        self, store: IJobStore, durable: Status
+    ) -> None:
+        before = seed(store, durable)
+        assert store.put(job(status=Status.IN_PROGRESS, version=1)) is False
+        assert stored(store) == before
+
+    @pytest.mark.parametrize(("durable", "new"), pairs(itertools.permutations(sorted(TERMINAL), 2)))
+    def test_distinct_terminals_never_overwrite_each_other(
+        self, store: IJobStore, durable: Status, new: Status
+    ) -> None:
+        before = seed(store, durable)
+        assert store.put(job(status=new, version=1)) is False
+        assert stored(store) == before
+
+    @pytest.mark.parametrize("terminal", sorted(TERMINAL))
+    def test_same_terminal_may_be_saved_again(self, store: IJobStore, terminal: Status) -> None:
+        seed(store, terminal)
+        assert store.put(job(status=terminal, version=1, error="again"))
+        assert stored(store).version == 2
+        assert stored(store).error == "again"
+        assert store.put(job(status=terminal, version=1)) is False
+
+    def test_scheduled_in_progress_completed(self, store: IJobStore) -> None:
+        path = [Status.SCHEDULED, Status.IN_PROGRESS, Status.IN_PROGRESS, Status.COMPLETED]
+        for seen, status in enumerate(path):
+            assert store.put(job(status=status, version=seen))
+        assert (stored(store).status, stored(store).version) == (Status.COMPLETED, 4)
+
+    def test_failed_directly_over_scheduled(self, store: IJobStore) -> None:
+        seed(store, Status.SCHEDULED)
+        assert store.put(job(status=Status.FAILED, version=1, error="ValueError: bad"))
+        assert stored(store).status is Status.FAILED
+
+    def test_cancelled_over_in_progress(self, store: IJobStore) -> None:
+        seed(store, Status.IN_PROGRESS)
+        assert store.put(job(status=Status.CANCELLED, version=1))
+        assert stored(store).status is Status.CANCELLED
+
+    # -- delete and list ------------------------------------------------------------------
+
+    def test_delete(self, store: IJobStore) -> None:
+        seed(store, Status.SCHEDULED)
+        assert store.delete("job-1") is True
+        assert store.get("job-1") is None
+        assert store.delete("job-1") is False
+        assert store.put(job(status=Status.SCHEDULED)), "a deleted id can be inserted anew"
+        assert stored(store).version == 1
+
+    def test_list_filters_orders_and_limits(self, store: IJobStore) -> None:
+        rows = [
+            ("c", 3, "ch1", "mail", Status.SCHEDULED),
+            ("a", 0, "ch1", "mail", Status.SCHEDULED),
+            ("b", 0, "ch2", None, Status.SCHEDULED),  # same created as "a": id breaks the tie
+            ("d", 1, "ch1", "report", Status.IN_PROGRESS),
+            ("e", 2, "ch2", "mail", Status.FAILED),
+        ]
+        for job_id, minutes, channel, category, status in rows:
+            created = T0 + timedelta(minutes=minutes)
+            assert store.put(job(job_id, created=created, channel_id=channel,
+                                 category=category, status=status))
+
+        def ids(**filters: Any) -> list[str]:
+            return [r.id for r in store.list(**filters)]
+
+        assert ids() == ["a", "b", "d", "e", "c"]
+        assert ids(limit=2) == ["a", "b"]
+        assert ids(limit=0) == []
+        assert ids(status=Status.SCHEDULED) == ["a", "b", "c"]
+        assert ids(status="Scheduled") == ["a", "b", "c"]
+        assert ids(channel_id="ch1") == ["a", "d", "c"]
+        assert ids(category="mail") == ["a", "e", "c"]
+        assert ids(channel_id="ch1", status=Status.SCHEDULED, category="mail") == ["a", "c"]
+        assert ids(channel_id="ch1", status=Status.SCHEDULED, limit=1) == ["a"]
+        assert ids(channel_id="nowhere") == []
+        assert all(isinstance(r, JobRecord) for r in store.list())
+
+    # -- JSON ------------------------------------------------------------------------------
+
+    def test_payload_and_state_round_trip(self, store: IJobStore) -> None:
+        payload = {
+            "workflows": [{"tasks": [{"executor_id": "mail.send", "args": [1, 2.5, None]}]}],
+            "text": "héllo ✓ \"quoted\" \\ back",
+            "flags": {"on": True, "off": False},
+            "big": 2**53,
+        }
+        state = {"cursor": [0, 1], "results": {"t1": {"ok": 1}}, "attempts": {"t1": 2}}
+        assert store.put(job(payload=payload, state=state))
+        record = stored(store)
+        assert record.payload == payload
+        assert record.state == state
+
+    def test_empty_json_defaults(self, store: IJobStore) -> None:
+        assert store.put(job())
+        record = stored(store)
+        assert record.payload is None
+        assert record.state == {}
+
+    # -- races ------------------------------------------------------------------------------
+
+    def _race(self, store: IJobStore, record: JobRecord) -> list[bool]:
+        barrier = threading.Barrier(RACERS)
+
+        def racer(_: int) -> bool:
+            barrier.wait(timeout=30)
+            return store.put(record)
+
+        with ThreadPoolExecutor(max_workers=RACERS) as pool:
+            return list(pool.map(racer, range(RACERS)))
+
+    def test_race_on_update_has_one_winner(self, store: IJobStore) -> None:
+        seed(store, Status.SCHEDULED)
+        results = self._race(store, job(status=Status.IN_PROGRESS, version=1))
+        assert results.count(True) == 1
+        assert stored(store).version == 2
+
+    def test_race_on_insert_has_one_winner(self, store: IJobStore) -> None:
+        results = self._race(store, job("fresh", status=Status.SCHEDULED, version=0))
+        assert results.count(True) == 1
+        assert stored(store, "fresh").version == 1
+
+
+#: Threads racing to recover the same lapsed leases.
+RECOVERERS = 8
+
+#: When the lease tests look at the clock; leases before it have lapsed.
+NOW = T0 + timedelta(hours=1)
+
+#: The new deadline recovery sets.
+LEASE_UNTIL = NOW + timedelta(minutes=5)
+
+
+def leased(
+    store: IJobStore,
+    job_id: str,
+    *,
+    owner: str | None = "worker-a",
+    expires: datetime | None = NOW - timedelta(minutes=1),
+    status: Status = Status.IN_PROGRESS,
+) -> JobRecord:
+    """Store a new job holding a lease (by default InProgress and lapsed at :data:`NOW`)."""
+    assert store.put(job(job_id, status=status, lease_owner=owner, lease_expires=expires))
+    return stored(store, job_id)
+
+
+class TestLeaseContract:
+    # -- round trip -------------------------------------------------------------------------
+
+    def test_lease_fields_round_trip(self, store: IJobStore) -> None:
+        expires = datetime(2024, 3, 1, 10, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2)))
+        record = job(status=Status.IN_PROGRESS, lease_owner="host:42", lease_expires=expires)
+        assert store.put(record)
+        assert stored(store) == record.evolve(version=1)
+        assert stored(store).lease_expires == expires
+        assert store.list()[0].lease_owner == "host:42"
+
+    def test_put_updates_and_clears_the_lease(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED))
+        assert stored(store).lease_owner is None and stored(store).lease_expires is None
+        taken = job(status=Status.IN_PROGRESS, version=1, lease_owner="a", lease_expires=NOW)
+        assert store.put(taken)
+        assert stored(store) == taken.evolve(version=2)
+        freed = job(status=Status.IN_PROGRESS, version=2)
+        assert store.put(freed)
+        assert stored(store) == freed.evolve(version=3)
+
+    # -- renew_leases -------------------------------------------------------------------------
+
+    def test_renew_extends_only_the_owners_leases(self, store: IJobStore) -> None:
+        mine = leased(store, "mine")
+        theirs = leased(store, "theirs", owner="worker-b")
+        free = leased(store, "free", owner=None, expires=None)
+        until = NOW + timedelta(minutes=10)
+        renewed = store.renew_leases("worker-a", ["mine", "theirs", "free"], until)
+        assert renewed == {"mine": Status.IN_PROGRESS}
+        assert stored(store, "mine") == mine.evolve(lease_expires=until)
+        assert stored(store, "theirs") == theirs
+        assert stored(store, "free") == free
+
+    def test_renew_leaves_version_alone(self, store: IJobStore) -> None:
+        before = leased(store, "job-1")
+        assert store.renew_leases("worker-a", ["job-1"], LEASE_UNTIL) == {
+            "job-1": Status.IN_PROGRESS
+        }
+        assert stored(store).version == before.version
+        # so the owner's next write, made with the version it saw, still lands
+        assert store.put(before.evolve(status=Status.COMPLETED, lease_owner=None))
+
+    def test_renew_reports_each_status(self, store: IJobStore) -> None:
+        leased(store, "running")
+        leased(store, "cancelled", status=Status.CANCELLED)
+        leased(store, "scheduled", status=Status.SCHEDULED)
+        renewed = store.renew_leases("worker-a", ("running", "cancelled", "scheduled"), NOW)
+        assert renewed == {
+            "running": Status.IN_PROGRESS,
+            "cancelled": Status.CANCELLED,
+            "scheduled": Status.SCHEDULED,
+        }
+        assert all(isinstance(status, Status) for status in renewed.values())
+
+    def test_renew_ignores_unknown_ids(self, store: IJobStore) -> None:
+        leased(store, "job-1")
+        renewed = store.renew_leases("worker-a", {"job-1", "gone", "x" * 80}, LEASE_UNTIL)
+        assert renewed == {"job-1": Status.IN_PROGRESS}
+        assert store.renew_leases("worker-a", ["gone"], LEASE_UNTIL) == {}
+
+    def test_renew_nothing(self, store: IJobStore) -> None:
+        before = leased(store, "job-1")
+        assert store.renew_leases("worker-a", [], LEASE_UNTIL) == {}
+        assert stored(store) == before
+
+    # -- recover_expired ----------------------------------------------------------------------
+
+    def test_recover_takes_only_lapsed_in_progress_rows(self, store: IJobStore) -> None:
+        lapsed = leased(store, "lapsed")
+        untouched = [
+            leased(store, "scheduled", status=Status.SCHEDULED),
+            *(leased(store, f"{s.value.lower()}", status=s) for s in sorted(TERMINAL)),
+            leased(store, "no-lease", owner=None, expires=None),
+            leased(store, "unexpired", expires=NOW + timedelta(seconds=1)),
+            leased(store, "expires-now", expires=NOW),  # lapsed *before* now only
+        ]
+        recovered = store.recover_expired(NOW, LEASE_UNTIL)
+        expected = lapsed.evolve(
+            lease_owner=None, lease_expires=LEASE_UNTIL, version=lapsed.version + 1
+        )
+        assert recovered == [expected]
+        assert stored(store, "lapsed") == expected
+        for before in untouched:
+            assert stored(store, before.id) == before
+
+    def test_lapsed_lease_without_owner_is_recovered(self, store: IJobStore) -> None:
+        leased(store, "job-1", owner=None)
+        assert [r.id for r in store.recover_expired(NOW, LEASE_UNTIL)] == ["job-1"]
+
+    def test_recovery_fences_the_previous_owner(self, store: IJobStore) -> None:
+        before = leased(store, "job-1")
+        store.recover_expired(NOW, LEASE_UNTIL)
+        assert store.put(before.evolve(status=Status.COMPLETED)) is False
+        assert store.renew_leases("worker-a", ["job-1"], LEASE_UNTIL) == {}
+        assert stored(store).status is Status.IN_PROGRESS
+
+    def test_recovered_row_is_not_recovered_again(self, store: IJobStore) -> None:
+        leased(store, "job-1")
+        assert len(store.recover_expired(NOW, LEASE_UNTIL)) == 1
+        assert store.recover_expired(NOW, LEASE_UNTIL) == []
+        # ...until the new lease lapses in its turn
+        later = LEASE_UNTIL + timedelta(seconds=1)
+        again = store.recover_expired(later, later + timedelta(minutes=5))
+        assert [(r.id, r.version) for r in again] == [("job-1", 3)]
+
+    def test_recover_takes_the_oldest_first_up_to_limit(self, store: IJobStore) -> None:
+        ages = {"m3": 3, "m9": 9, "m1": 1, "m7": 7, "m5": 5}
+        for job_id, minutes in ages.items():
+            leased(store, job_id, expires=NOW - timedelta(minutes=minutes))
+        first = store.recover_expired(NOW, LEASE_UNTIL, limit=2)
+        assert sorted(r.id for r in first) == ["m7", "m9"]
+        second = store.recover_expired(NOW, LEASE_UNTIL, limit=2)
+        assert sorted(r.id for r in second) == ["m3", "m5"]
+        assert [r.id for r in store.recover_expired(NOW, LEASE_UNTIL, limit=2)] == ["m1"]
+        assert store.recover_expired(NOW, LEASE_UNTIL, limit=2) == []
+
+    def test_recover_with_nothing_lapsed(self, store: IJobStore) -> None:
+        assert store.recover_expired(NOW, LEASE_UNTIL) == []
+
+    # -- race -----------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("limit", [100, 3], ids=["one-batch", "small-batches"])
+    def test_concurrent_recoverers_share_out_each_row_once(
+        self, store: IJobStore, limit: int
+    ) -> None:
+        ids = [f"lapsed-{i:02d}" for i in range(20)]
+        for i, job_id in enumerate(ids):
+            leased(store, job_id, expires=NOW - timedelta(seconds=i + 1))
+        barrier = threading.Barrier(RECOVERERS)
+
+        def recoverer(_: int) -> list[JobRecord]:
+            barrier.wait(timeout=30)
+            taken: list[JobRecord] = []
+            # Until nothing is left: with small batches the recoverers overlap longer.
+            while batch := store.recover_expired(NOW, LEASE_UNTIL, limit=limit):
+                taken.extend(batch)
+            return taken
+
+        with ThreadPoolExecutor(max_workers=RECOVERERS) as pool:
+            results = list(pool.map(recoverer, range(RECOVERERS)))
+        recovered = sorted(r.id for taken in results for r in taken)
+        assert recovered == ids, "every lapsed row recovered exactly once"
+        for job_id in ids:
+            record = stored(store, job_id)
+            assert (record.version, record.lease_owner, record.lease_expires) == (
+                2,
+                None,
+                LEASE_UNTIL,
+            )
