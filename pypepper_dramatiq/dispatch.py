@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .channel import manager
-from .errors import ChannelFullError, ChannelStoppedError
+from .errors import ChannelFullError, ChannelStoppedError, InvalidTransitionError
 from .events import INIT, SCHEDULE
 from .store import get_job_store
 
@@ -31,7 +31,13 @@ def _require_sync() -> None:
 def dispatch(job: Job) -> None:
     """Schedule ``job`` (see :meth:`Job.scheduled`)."""
     _require_sync()
-    get_job_store()  # a YAML durable backend that was never set up fails here, before any change
+    store = get_job_store()  # a YAML durable backend never set up fails here, before any change
+    if job.version:
+        # A job stored before (e.g. rebuilt by from_record) may already have ended:
+        # a finished row is never overwritten, so refuse instead of queueing a no-op.
+        durable = store.get(job.id)
+        if durable is not None and durable.status.is_terminal:
+            raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
     before = job.status
     try:
         job.apply_event(INIT)

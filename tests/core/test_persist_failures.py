@@ -341,3 +341,22 @@ def test_store_down_when_reading_before_run_requeues(store: ScriptedStore) -> No
         run_once()
     assert calls == []
     assert manager.available("c").length() == 1
+
+
+def test_rescheduling_a_finished_job_is_refused(store: ScriptedStore) -> None:
+    from pypepper_dramatiq import executor_registry
+
+    executor_registry.register("step-fn", lambda task, context: "done")
+    job = Job(category="t", channel_id="c")
+    job.workflows.append(
+        Workflow([Task("c", "d", "f", "step", "t", "", [], None, executor_id="step-fn")])
+    )
+    job.scheduled()
+    run_once()
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.COMPLETED
+    rebuilt = Job.from_record(saved)
+    with pytest.raises(InvalidTransitionError, match="Completed"):
+        rebuilt.scheduled()
+    assert rebuilt.status is Status.UNKNOWN
+    assert manager.available("c").length() == 0
