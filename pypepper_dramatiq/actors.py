@@ -83,7 +83,9 @@ def declare_step_actor(broker: Broker) -> dramatiq.Actor[Any, Any]:
         actor_name=STEP_ACTOR,
         queue_name="default",
         priority=0,
-        options={"max_retries": 0, "time_limit": float("inf")},
+        # No Dramatiq retries (the rules retry), no Dramatiq time limit unless the
+        # task has a round_timeout, and on shutdown the attempt is handed back.
+        options={"max_retries": 0, "time_limit": float("inf"), "notify_shutdown": True},
     )
 
 

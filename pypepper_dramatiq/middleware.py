@@ -117,6 +117,7 @@ class WorkflowMiddleware(Middleware):
         try:
             claim = self.book.claim(step)
         except StepSkipped as exc:
+            self._left_channel(message, step.job_id)
             if exc.dead:
                 self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
                 message.fail()
@@ -130,9 +131,7 @@ class WorkflowMiddleware(Middleware):
             self.logger.exception("claim of job %s failed; dead-lettering", step.job_id)
             message.fail()
             raise SkipMessage(str(exc)) from exc
-        channel = manager.get(message.queue_name)
-        if channel is not None:
-            _quietly(channel.gate.release, claim.record.id)
+        self._left_channel(message, claim.record.id)
         timeout = float(claim.task.get("round_timeout", 0) or 0)
         if timeout > 0:
             message.options["time_limit"] = int(timeout * 1000)
@@ -141,6 +140,12 @@ class WorkflowMiddleware(Middleware):
         actors.current.claim = claim
         actors.current.inflight = self.inflight
         actors.current.outcome = None
+
+    def _left_channel(self, message: Any, job_id: str) -> None:
+        """The job no longer waits in its channel (its first step was taken or dropped)."""
+        channel = manager.get(message.queue_name)
+        if channel is not None:
+            _quietly(channel.gate.release, job_id)
 
     def _defer(self, broker: Broker, step: StepMessage, message: Any, exc: Exception) -> None:
         """Put the step back with a delay; dead-letter the message if even that fails."""

@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from dramatiq.broker import Broker
-from dramatiq.common import current_millis
+from dramatiq.common import current_millis, dq_name
 
 from .cancellation import redis_client_of
 from .gates import KEY_PREFIX
@@ -98,6 +98,7 @@ class RecoverySweeper(threading.Thread):
         """One pass; returns how many steps were re-enqueued."""
         for queue_name in sorted(self.broker.get_declared_queues()):
             requeue_dead_workers(self.broker, queue_name)
+            requeue_dead_workers(self.broker, dq_name(queue_name))
         now = utcnow()
         until = now + timedelta(seconds=self.lease_seconds)
         recovered = get_job_store().recover_expired(now, until, self.batch)

@@ -1,0 +1,98 @@
+"""Fixtures for the Dramatiq driver: a stub broker wired by ``setup()`` and a worker.
+
+Every test here starts from clean process state (the same reset as
+``tests/core/conftest.py``) and leaves none behind: no broker, no channels,
+no configuration, no store, no executors it registered, and no middleware
+background threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+import pypepper_dramatiq
+from pypepper_dramatiq import WorkflowMiddleware, config, executor_registry, manager
+from pypepper_dramatiq import broker as broker_module
+from pypepper_dramatiq.store import reset_job_store
+
+#: The channel (and Dramatiq queue) the driver tests schedule jobs on.
+CHANNEL = "driver-jobs"
+#: Short enough that a cancel is noticed by lease renewal within about a second.
+LEASE_SECONDS = 3.0
+SWEEP_INTERVAL = 0.5
+#: Milliseconds a worker's consumers and threads wait before looking again.
+WORKER_TIMEOUT_MS = 50
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state() -> Iterator[None]:
+    """No broker, channels, config or store from an earlier test; none left after this one."""
+    broker_module.set_broker(None)
+    manager.clear()
+    config.clear()
+    reset_job_store()
+    registered = set(executor_registry.ids())
+    yield
+    for executor_id in set(executor_registry.ids()) - registered:
+        executor_registry.unregister(executor_id)
+    manager.clear()
+    config.clear()
+    reset_job_store()
+    broker_module.set_broker(None)
+
+
+def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:
+    """The broker's :class:`WorkflowMiddleware` (``setup()`` adds exactly one)."""
+    found = [m for m in broker.middleware if isinstance(m, WorkflowMiddleware)]
+    assert len(found) == 1, broker.middleware
+    return found[0]
+
+
+@pytest.fixture
+def stub_broker() -> Iterator[StubBroker]:
+    """A fresh :class:`StubBroker` wired by ``setup()``, with the process booted.
+
+    ``process_boot`` is emitted as a ``dramatiq`` worker process would: it
+    starts the TimeLimit watchdog that enforces ``round_timeout``.
+    """
+    broker = pypepper_dramatiq.setup(
+        broker=StubBroker(),
+        channels=[CHANNEL],
+        lease_seconds=LEASE_SECONDS,
+        sweep_interval=SWEEP_INTERVAL,
+    )
+    assert isinstance(broker, StubBroker)
+    broker.emit_after("process_boot")
+    yield broker
+    workflow_middleware(broker).stop_background()
+    broker.close()
+
+
+@pytest.fixture
+def start_worker(stub_broker: StubBroker) -> Iterator[Callable[[], dramatiq.Worker]]:
+    """Start a :class:`dramatiq.Worker` on the stub broker when the test asks for it.
+
+    Lazily, so that a test can queue (or cancel) jobs before anything consumes them.
+    """
+    started: list[dramatiq.Worker] = []
+
+    def start() -> dramatiq.Worker:
+        if not started:
+            worker = dramatiq.Worker(stub_broker, worker_timeout=WORKER_TIMEOUT_MS)
+            worker.start()
+            started.append(worker)
+        return started[0]
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+def stub_worker(start_worker: Callable[[], dramatiq.Worker]) -> dramatiq.Worker:
+    """A started :class:`dramatiq.Worker` on the stub broker (stopped after the test)."""
+    return start_worker()
