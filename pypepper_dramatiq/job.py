@@ -141,7 +141,8 @@ class Job:
         """:meth:`save`, retried; never raises for store failures.
 
         A write skipped for a stale version is retried on the stored version
-        only when the stored status may be overwritten by ours.
+        (and its stored progress) only when the stored status may be
+        overwritten by ours.
         """
         for attempt in range(attempts):
             try:
@@ -153,7 +154,9 @@ class Job:
                     and durable.version != self.version
                     and may_overwrite(durable.status, self.status)
                 ):
+                    # Retry on the stored row, keeping the progress workers stored there.
                     self.version = durable.version
+                    self.state = dict(durable.state)
                     continue
             except StoreError as exc:
                 logger.warning("job %s: snapshot write failed: %s", self.id, exc)

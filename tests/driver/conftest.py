@@ -43,6 +43,9 @@ def fresh_process_state() -> Iterator[None]:
     config.clear()
     reset_job_store()
     broker_module.set_broker(None)
+    # set_broker() also made it Dramatiq's global broker; forget that one too, so
+    # that the next get_broker() cannot pick up a closed broker of this test.
+    dramatiq.broker.global_broker = None
 
 
 def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:

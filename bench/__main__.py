@@ -1,0 +1,56 @@
+"""``python -m bench all [--quick]``: run the scenarios, print the table, write the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from . import report
+from .env import ROOT, Stack
+from .scenarios import FULL, QUICK, run_all
+
+SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("which", nargs="+", choices=("all", *SCENARIOS),
+                        help="'all', or scenario names")
+    parser.add_argument("--quick", action="store_true", help="small sizes (well under 90 s)")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "latest.json"))
+    args = parser.parse_args(argv)
+    only = None if "all" in args.which else set(args.which)
+    sizes = QUICK if args.quick else FULL
+    started = time.perf_counter()
+    stack = Stack()
+    stack.start()
+    try:
+        results = run_all(stack, sizes, only)
+    finally:
+        stack.stop()
+    elapsed = time.perf_counter() - started
+    table, checks = report.rows(results), report.targets(results)
+    text = report.markdown(table, checks)
+    print()
+    print(text)
+    print(f"\n{'quick' if args.quick else 'full'} run, {elapsed:.0f}s")
+    report.write(
+        report.Path(args.output),
+        {
+            "mode": "quick" if args.quick else "full",
+            "seconds": round(elapsed, 1),
+            "machine": report.machine(),
+            "sizes": dataclasses.asdict(sizes),
+            "results": results,
+            "targets": checks,
+            "table": text,
+        },
+    )
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

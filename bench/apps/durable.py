@@ -1,0 +1,51 @@
+"""Durable jobs: ``dramatiq bench.apps.durable`` (channel ``bench``, PostgreSQL store)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pypepper_dramatiq import Job, Workflow, setup, workflow_task
+from pypepper_dramatiq.context import POSITION_KEY
+
+from . import probe
+
+#: The channel every benchmark job is sent to.
+CHANNEL = "bench"
+
+broker = setup(
+    os.environ["BENCH_REDIS_URL"],
+    os.environ["BENCH_STORE_URI"],
+    channels=[CHANNEL],
+    migrate=True,
+)
+
+
+@workflow_task(name="bench.noop")
+def noop(task: Any, context: Any, key: str | None = None) -> None:
+    probe.mark("durable", key)
+
+
+@workflow_task(name="bench.flaky", retry_count=2, retry_delay=1)
+def flaky(task: Any, context: Any) -> None:
+    """Fails on its first two attempts, so each job waits out two retry delays."""
+    attempt = context.get(POSITION_KEY)[3]
+    probe.mark("stormtry")
+    if attempt < 2:
+        raise RuntimeError(f"planned failure {attempt + 1} of 2")
+    probe.mark("storm")
+
+
+def job(tasks: int = 1, key: str | None = None) -> Job:
+    """A job of ``tasks`` no-op tasks; the first carries ``key`` for latency probes."""
+    new = Job(category="bench", channel_id=CHANNEL)
+    new.workflows.append(
+        Workflow([noop.task(key=key if i == 0 else None) for i in range(tasks)])
+    )
+    return new
+
+
+def storm_job() -> Job:
+    new = Job(category="storm", channel_id=CHANNEL)
+    new.workflows.append(Workflow([flaky.task()]))
+    return new

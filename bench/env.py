@@ -1,0 +1,132 @@
+"""The servers a benchmark run owns, and the counters read from them.
+
+PostgreSQL and Redis come from ``tests/services.py`` (the same throwaway
+servers the tests start). PostgreSQL is started with ``pg_stat_statements``
+preloaded, so statements are counted exactly; the benchmark's own polling
+connects as a separate role and is left out of the count.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from services import PostgresServer, RedisServer  # noqa: E402
+
+#: The role the harness polls as; its statements are not counted.
+PROBE_ROLE = "bench_probe"
+
+
+class BenchPostgres(PostgresServer):
+    """The tests' throwaway cluster, with pg_stat_statements loaded."""
+
+    def _options(self) -> str:
+        return super()._options() + " -c shared_preload_libraries=pg_stat_statements"
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Cumulative server counters at one moment."""
+
+    pg_statements: int
+    redis_commands: int
+    at: float
+
+    def __sub__(self, other: Counters) -> Counters:
+        return Counters(
+            self.pg_statements - other.pg_statements,
+            self.redis_commands - other.redis_commands,
+            self.at - other.at,
+        )
+
+
+class Stack:
+    """PostgreSQL, the broker Redis and the probe Redis, for one benchmark run."""
+
+    def __init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="pypepper-bench-"))
+        self.pg = BenchPostgres(self.tmp / "pg", database="bench")
+        self.redis = RedisServer(self.tmp / "redis")
+        self.probe_redis = RedisServer(self.tmp / "probe")
+        self._pg_conn: psycopg.Connection[Any] | None = None
+
+    def start(self) -> None:
+        (self.tmp / "pg").mkdir()
+        self.pg.start()
+        self.redis.start()
+        self.probe_redis.start()
+        admin = psycopg.connect(self._dsn("bench", self.pg.user), autocommit=True)
+        with admin:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            admin.execute(f"CREATE ROLE {PROBE_ROLE} LOGIN SUPERUSER")
+        self._pg_conn = psycopg.connect(self._dsn("bench", PROBE_ROLE), autocommit=True)
+        self.broker = redis.Redis.from_url(self.redis.url)
+        self.probe = redis.Redis.from_url(self.probe_redis.url)
+        os.environ.update(self.env())
+
+    def stop(self) -> None:
+        if self._pg_conn is not None:
+            self._pg_conn.close()
+        self.redis.stop()
+        self.probe_redis.stop()
+        self.pg.cleanup()
+
+    def env(self) -> dict[str, str]:
+        return {
+            "BENCH_REDIS_URL": self.redis.url,
+            "BENCH_PROBE_URL": self.probe_redis.url,
+            "BENCH_STORE_URI": self.pg.uri,
+        }
+
+    def _dsn(self, database: str, user: str) -> str:
+        return f"host={self.pg.host} port={self.pg.port} dbname={database} user={user}"
+
+    # -- reading
+
+    def sql(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
+        assert self._pg_conn is not None
+        return self._pg_conn.execute(query.encode(), args or None).fetchall()
+
+    def execute(self, statement: str) -> None:
+        assert self._pg_conn is not None
+        self._pg_conn.execute(statement.encode())
+
+    def scalar(self, query: str, *args: Any) -> Any:
+        return self.sql(query, *args)[0][0]
+
+    def counters(self) -> Counters:
+        statements = self.scalar(
+            "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s "
+            "JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname <> %s",
+            PROBE_ROLE,
+        )
+        stats = self.broker.info("commandstats")
+        commands = sum(int(v["calls"]) for v in stats.values())
+        return Counters(int(statements), commands, time.perf_counter())
+
+    def redis_memory(self) -> int:
+        return int(self.broker.info("memory")["used_memory"])
+
+    def table_exists(self, name: str) -> bool:
+        return bool(self.scalar("SELECT to_regclass(%s) IS NOT NULL", name))
+
+    # -- between runs
+
+    def reset(self) -> None:
+        """Empty both Redis servers and every benchmark table."""
+        self.broker.flushall()
+        self.probe.flushall()
+        for table in ("scheduler_jobs", "celery_taskmeta"):
+            if self.table_exists(table):
+                self.execute(f"TRUNCATE {table}")

@@ -1,0 +1,165 @@
+"""Turn scenario results into one Markdown table, the target checks and the JSON file."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+NAMES = ("plain", "durable", "celery")
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "loadavg_at_start": os.getloadavg(),
+    }
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or value != value:  # None or NaN
+        return "-"
+    if isinstance(value, str):
+        return value
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def _ratio(value: Any, base: Any) -> str:
+    if not value or not base or value != value or base != base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+def rows(results: dict[str, Any]) -> list[list[str]]:
+    """Scenario, metric, plain, durable, celery, durable / plain."""
+    out: list[list[str]] = []
+
+    def add(scenario: str, metric: str, values: dict[str, Any], digits: int = 1) -> None:
+        cells = [_fmt(values.get(n), digits) for n in NAMES]
+        out.append([scenario, metric, *cells, _ratio(values.get("durable"), values.get("plain"))])
+
+    for shape, by_name in results.get("throughput", {}).items():
+        scenario = f"1. throughput {shape}"
+        for key, label in (
+            ("enqueue_rate", "enqueue (jobs/s)"),
+            ("enqueue_us_per_job", "enqueue cost (us/job)"),
+            ("process_rate", "processing (jobs/s)"),
+            ("pg_per_job_enqueue", "PG statements/job, enqueue"),
+            ("pg_per_job_process", "PG statements/job, processing"),
+            ("redis_per_job_enqueue", "Redis commands/job, enqueue"),
+            ("redis_per_job_process", "Redis commands/job, processing"),
+        ):
+            add(scenario, label, {n: v[key] for n, v in by_name.items()})
+    for tasks, r in results.get("workflow_length", {}).items():
+        scenario = f"2. {tasks}-task jobs (durable)"
+        out.append([scenario, f"ms/job, ms/task ({r['jobs']:.0f} jobs)", "-",
+                    f"{_fmt(r['ms_per_job'])}, {_fmt(r['ms_per_task'], 2)}", "-", "-"])
+        out.append([scenario, "PG statements/task, Redis commands/task", "-",
+                    f"{_fmt(r['pg_per_task'])}, {_fmt(r['redis_per_task'])}", "-", "-"])
+    for load in ("light", "saturation"):
+        by_name = {n: v[load] for n, v in results.get("latency", {}).items()}
+        if not by_name:
+            continue
+        scenario = f"3. latency, {load}"
+        add(scenario, "offered (jobs/s)", {n: v["offered_rate"] for n, v in by_name.items()})
+        for key, label in (
+            ("start_p50_ms", "schedule->start p50 (ms)"),
+            ("start_p99_ms", "schedule->start p99 (ms)"),
+            ("done_p50_ms", "schedule->done p50 (ms)"),
+            ("done_p99_ms", "schedule->done p99 (ms)"),
+        ):
+            add(scenario, label, {n: v[key] for n, v in by_name.items()})
+    for size, by_name in results.get("backlog", {}).items():
+        scenario = f"4. backlog {int(size):,}"
+        add(scenario, "worker peak RSS (MiB)",
+            {n: v["worker_peak_rss"] / 2**20 for n, v in by_name.items()})
+        add(scenario, "Redis used_memory (MiB)",
+            {n: v["redis_bytes_waiting"] / 2**20 for n, v in by_name.items()})
+        add(scenario, "drain time (s)", {n: v["drain_s"] for n, v in by_name.items()})
+        durable = by_name.get("durable", {})
+        for key, label in (
+            ("get_saved_ms", "Job.get_saved (ms)"),
+            ("list_status_100_ms", "list(status=Scheduled, limit=100) (ms)"),
+            ("list_status_channel_100_ms", "list(status, channel_id, limit=100) (ms)"),
+        ):
+            if key in durable:
+                out.append([scenario, label, "-", _fmt(durable[key], 2), "-", "-"])
+    storm = results.get("retry_storm")
+    if storm:
+        scenario = f"5. retry storm {storm['jobs']:,} jobs"
+        out.append([scenario, "wall to all terminal (s; floor 2 x retry_delay)", "-",
+                    _fmt(storm["wall_s"], 2), "-", "-"])
+        out.append([scenario, "quick jobs done p50: idle / during storm (ms)", "-",
+                    f"{_fmt(storm['probe_idle_p50_ms'])} / {_fmt(storm['probe_storm_p50_ms'])}",
+                    "-", "-"])
+        out.append([scenario, "quick jobs done max during storm (ms)", "-",
+                    _fmt(storm["probe_storm_max_ms"]), "-", "-"])
+    return out
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+
+    def check(name: str, value: float | None, limit: float, higher: bool) -> None:
+        if value is None or value != value:
+            return
+        met = value >= limit if higher else value <= limit
+        bound = f"{'>=' if higher else '<='} {limit:g}" if limit != 1.2 else "< 1.2"
+        if limit == 1.2:
+            met = value < limit
+        found.append({"target": name, "value": round(value, 3), "bound": bound, "met": met})
+
+    for shape, by_name in results.get("throughput", {}).items():
+        if "plain" in by_name and "durable" in by_name:
+            check(f"durable processing / plain ({shape})",
+                  by_name["durable"]["process_rate"] / by_name["plain"]["process_rate"], 0.6, True)
+        if "celery" in by_name and "durable" in by_name:
+            check(f"durable processing / Celery ({shape})",
+                  by_name["durable"]["process_rate"] / by_name["celery"]["process_rate"], 3, True)
+    first = next(iter(results.get("throughput", {}).values()), {})
+    if "plain" in first and "durable" in first:
+        check("schedule cost / plain actor.send()",
+              first["durable"]["enqueue_us_per_job"] / first["plain"]["enqueue_us_per_job"],
+              2, False)
+    length = results.get("workflow_length", {})
+    if "1" in length and "10" in length:
+        check("10-task job cost / 1-task job cost",
+              length["10"]["ms_per_job"] / length["1"]["ms_per_job"], 10.5, False)
+    backlog = results.get("backlog", {})
+    sizes = sorted(backlog, key=int)
+    if len(sizes) == 2 and all("durable" in backlog[s] for s in sizes):
+        small, big = (backlog[s]["durable"]["worker_peak_rss"] for s in sizes)
+        check(f"worker RSS, {int(sizes[1]):,} / {int(sizes[0]):,} waiting", big / small, 1.2, False)
+    return found
+
+
+def markdown(table: list[list[str]], checks: list[dict[str, Any]]) -> str:
+    head = ["scenario", "metric", "plain Dramatiq", "durable", "Celery", "durable / plain"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in table]
+    lines += ["", "| target | measured | bound | |", "|---|---|---|---|"]
+    lines += [
+        f"| {c['target']} | {c['value']:g} | {c['bound']} | {'met' if c['met'] else 'MISSED'} |"
+        for c in checks
+    ]
+    return "\n".join(lines)
+
+
+def write(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")

@@ -1,0 +1,346 @@
+"""The five scenarios. Each returns plain data (dicts of numbers) for the report.
+
+Every run starts from empty servers (:meth:`Stack.reset`), fills the queue
+with no worker running where a rate is measured, then starts real worker
+processes. A processing rate is taken from the task probes and the stored
+completion times (first task start to last completion), so worker boot is
+not in it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .env import Stack
+from .harness import Competitor, Durable, Plain, wait_until
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is; ``--quick`` shrinks all of them."""
+
+    reps: int
+    throughput_jobs: int
+    shapes: tuple[int, ...]
+    length_tasks: int  #: tasks per run in scenario 2, whatever the job length
+    length_reps: int
+    light_rate: float
+    light_seconds: float
+    saturation_jobs: int
+    backlog: tuple[int, int]
+    storm_jobs: int
+    probe_batch: int
+
+
+QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10)
+FULL = Sizes(3, 1000, (1, 2), 500, 2, 100.0, 5.0, 600, (1000, 10000), 1000, 20)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def enqueue(competitor: Competitor, jobs: int, tasks: int = 1) -> float:
+    """Send ``jobs`` jobs from this process; returns the seconds it took."""
+    start = time.perf_counter()
+    for _ in range(jobs):
+        competitor.send(tasks=tasks)
+    return time.perf_counter() - start
+
+
+def drain_run(
+    stack: Stack, competitor: Competitor, jobs: int, processes: int, tasks: int = 1,
+    timeout: float = 600,
+) -> dict[str, float]:
+    """Pre-fill ``jobs`` jobs, then start a worker and wait until every one is done."""
+    competitor.warm()
+    stack.reset()
+    before = stack.counters()
+    sent_in = enqueue(competitor, jobs, tasks)
+    queued = stack.counters()
+    worker = competitor.worker(processes)
+    try:
+        wait_until(lambda: competitor.done() >= jobs, timeout, f"{competitor.name} jobs", worker)
+        finished = stack.counters()
+        span = competitor.last_done() - competitor.first_start()
+    finally:
+        worker.stop()
+    sending, running = queued - before, finished - queued
+    return {
+        "enqueue_rate": jobs / sent_in,
+        "enqueue_us_per_job": sent_in / jobs * 1e6,
+        "process_rate": jobs / span,
+        "pg_per_job_enqueue": sending.pg_statements / jobs,
+        "pg_per_job_process": running.pg_statements / jobs,
+        "redis_per_job_enqueue": sending.redis_commands / jobs,
+        "redis_per_job_process": running.redis_commands / jobs,
+    }
+
+
+def _rotate(items: list[Any], by: int) -> list[Any]:
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+# -- 1. throughput ----------------------------------------------------------------------------
+
+
+def throughput(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[str, Any]:
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for rep in range(sizes.reps):
+        for processes in sizes.shapes:
+            shape = f"{processes}x8"
+            for competitor in _rotate(competitors, rep):
+                result = drain_run(stack, competitor, sizes.throughput_jobs, processes)
+                runs.setdefault(shape, {}).setdefault(competitor.name, []).append(result)
+                print(f"  throughput {shape} {competitor.name} rep {rep + 1}: "
+                      f"enqueue {result['enqueue_rate']:.0f}/s, "
+                      f"process {result['process_rate']:.0f}/s", flush=True)
+    return {
+        shape: {
+            name: {key: median([r[key] for r in results]) for key in results[0]}
+            for name, results in by_name.items()
+        }
+        for shape, by_name in runs.items()
+    }
+
+
+# -- 2. workflow length -----------------------------------------------------------------------
+
+
+def workflow_length(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    runs: dict[int, list[dict[str, float]]] = {}
+    for rep in range(sizes.length_reps):
+        for tasks in _rotate([1, 10, 50], rep):
+            jobs = max(2, sizes.length_tasks // tasks)
+            result = drain_run(stack, durable, jobs, 1, tasks=tasks)
+            total = jobs * tasks
+            span = jobs / result["process_rate"]
+            runs.setdefault(tasks, []).append({
+                "jobs": jobs,
+                "ms_per_job": span / jobs * 1000,
+                "ms_per_task": span / total * 1000,
+                "enqueue_ms_per_job": result["enqueue_us_per_job"] / 1000,
+                "pg_per_task": (result["pg_per_job_enqueue"] + result["pg_per_job_process"])
+                / tasks,
+                "redis_per_task": (
+                    result["redis_per_job_enqueue"] + result["redis_per_job_process"]
+                ) / tasks,
+            })
+            print(f"  length {tasks} tasks x {jobs} jobs: "
+                  f"{runs[tasks][-1]['ms_per_task']:.1f} ms/task", flush=True)
+    return {
+        str(tasks): {key: median([r[key] for r in results]) for key in results[0]}
+        for tasks, results in sorted(runs.items())
+    }
+
+
+# -- 3. latency -------------------------------------------------------------------------------
+
+
+def _paced(competitor: Competitor, count: int, rate: float | None) -> dict[str, float]:
+    """Send ``count`` jobs at ``rate`` per second (None: as fast as possible)."""
+    sent: dict[str, float] = {}
+    start = time.perf_counter()
+    for i in range(count):
+        if rate:
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        key = uuid.uuid4().hex
+        at = time.time()
+        competitor.send(key)
+        sent[key] = at
+    return sent
+
+
+def _latencies(competitor: Competitor, sent: dict[str, float], wall: float) -> dict[str, float]:
+    starts, dones = competitor.start_times(), competitor.done_times()
+    to_start = [(starts[k] - at) * 1000 for k, at in sent.items() if k in starts]
+    to_done = [(dones[k] - at) * 1000 for k, at in sent.items() if k in dones]
+    return {
+        "jobs": len(sent),
+        "offered_rate": len(sent) / wall,
+        "start_p50_ms": percentile(to_start, 50),
+        "start_p99_ms": percentile(to_start, 99),
+        "done_p50_ms": percentile(to_done, 50),
+        "done_p99_ms": percentile(to_done, 99),
+        "done_max_ms": max(to_done, default=float("nan")),
+    }
+
+
+def _clear_probe(stack: Stack, competitor: Competitor) -> None:
+    stack.probe.delete(*(f"{competitor.tag}:{k}" for k in ("n", "first", "last", "start")))
+
+
+def _ready(stack: Stack, competitor: Competitor, worker: Any) -> None:
+    """Wait until the worker has run one job, then forget it."""
+    competitor.warm()
+    wait_until(lambda: competitor.done() >= 3, 120, f"{competitor.name} worker boot", worker)
+
+
+def latency(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[str, Any]:
+    results: dict[str, dict[str, Any]] = {}
+    light_jobs = int(sizes.light_rate * sizes.light_seconds)
+    for competitor in competitors:
+        stack.reset()
+        worker = competitor.worker(1)
+        try:
+            _ready(stack, competitor, worker)
+            out: dict[str, Any] = {}
+            for load, count, rate in (
+                ("light", light_jobs, sizes.light_rate),
+                ("saturation", sizes.saturation_jobs, None),
+            ):
+                _clear_probe(stack, competitor)
+                base = competitor.done()
+                start = time.perf_counter()
+                sent = _paced(competitor, count, rate)
+                wall = time.perf_counter() - start
+                wait_until(lambda: competitor.done() >= base + count, 300,
+                           f"{competitor.name} {load} jobs", worker)
+                out[load] = _latencies(competitor, sent, wall)
+                print(f"  latency {load} {competitor.name}: start p50 "
+                      f"{out[load]['start_p50_ms']:.0f} ms, done p99 "
+                      f"{out[load]['done_p99_ms']:.0f} ms", flush=True)
+        finally:
+            worker.stop()
+        results[competitor.name] = out
+    return results
+
+
+# -- 4. backlog -------------------------------------------------------------------------------
+
+
+def _store_costs(durable: Durable, samples: int = 200) -> dict[str, float]:
+    """Median cost of Job.get_saved and of listing by status, with the backlog stored."""
+    from pypepper_dramatiq import Job, get_job_store
+
+    store = get_job_store()
+    ids = [row.id for row in store.list(status="Scheduled", limit=samples)]
+
+    def timed(fn: Any, runs: int) -> float:
+        times = []
+        for i in range(runs):
+            start = time.perf_counter()
+            fn(i)
+            times.append(time.perf_counter() - start)
+        return median(times) * 1000
+
+    return {
+        "get_saved_ms": timed(lambda i: Job.get_saved(ids[i % len(ids)]), samples),
+        "list_status_100_ms": timed(lambda i: store.list(status="Scheduled", limit=100), 5),
+        "list_status_channel_100_ms": timed(
+            lambda i: store.list(status="Scheduled", channel_id="bench", limit=100), 5
+        ),
+    }
+
+
+def backlog(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[str, Any]:
+    results: dict[str, dict[str, Any]] = {}
+    for size in sizes.backlog:
+        for competitor in competitors:
+            competitor.warm()
+            stack.reset()
+            enqueue(competitor, size)
+            out: dict[str, float] = {"redis_bytes_waiting": stack.redis_memory()}
+            if isinstance(competitor, Durable):
+                out.update(_store_costs(competitor))
+            worker = competitor.worker(1)
+            worker.sample_rss()
+            try:
+                start = time.perf_counter()
+                wait_until(lambda: competitor.done() >= size, 3600,
+                           f"{competitor.name} backlog", worker)
+                out["drain_s"] = time.perf_counter() - start
+                out["drain_rate"] = size / (competitor.last_done() - competitor.first_start())
+            finally:
+                worker.stop()
+            out["worker_peak_rss"] = worker.peak_rss
+            results.setdefault(str(size), {})[competitor.name] = out
+            print(f"  backlog {size} {competitor.name}: drained in {out['drain_s']:.1f}s, "
+                  f"worker RSS {out['worker_peak_rss'] / 2**20:.0f} MiB, "
+                  f"Redis {out['redis_bytes_waiting'] / 2**20:.1f} MiB", flush=True)
+    return results
+
+
+# -- 5. retry storm ---------------------------------------------------------------------------
+
+
+def _probe_batch(stack: Stack, durable: Durable, count: int, worker: Any) -> dict[str, float]:
+    """Latency of ``count`` quick jobs sent now (the worker is running)."""
+    _clear_probe(stack, durable)
+    base = durable.done()
+    sent = _paced(durable, count, None)
+    wait_until(lambda: durable.done() >= base + count, 120, "probe batch", worker)
+    lat = _latencies(durable, sent, 1.0)
+    return {"p50_ms": lat["done_p50_ms"], "max_ms": lat["done_max_ms"]}
+
+
+def retry_storm(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    stack.reset()
+    worker = durable.worker(1)
+    try:
+        _ready(stack, durable, worker)
+        idle = _probe_batch(stack, durable, sizes.probe_batch, worker)
+        for _ in range(sizes.storm_jobs):
+            durable.app.storm_job().scheduled()
+        sent_at = time.time()
+        # Every job has failed once: now all of them wait out a retry delay.
+        wait_until(lambda: int(stack.probe.get("stormtry:n") or 0) >= sizes.storm_jobs, 300,
+                   "first attempts", worker)
+        during = _probe_batch(stack, durable, sizes.probe_batch, worker)
+        wait_until(lambda: durable.terminal("storm") >= sizes.storm_jobs, 600,
+                   "storm jobs", worker)
+        last = float(stack.scalar(
+            "SELECT extract(epoch FROM max(updated)) FROM scheduler_jobs WHERE category = 'storm'"
+        ))
+        failed = int(stack.scalar(
+            "SELECT count(*) FROM scheduler_jobs WHERE category = 'storm' AND status <> 'Completed'"
+        ))
+    finally:
+        worker.stop()
+    first = float(stack.probe.get("stormtry:first") or sent_at)
+    return {
+        "jobs": sizes.storm_jobs,
+        "wall_s": last - first,
+        "floor_s": 2.0,
+        "not_completed": failed,
+        "probe_idle_p50_ms": idle["p50_ms"],
+        "probe_storm_p50_ms": during["p50_ms"],
+        "probe_storm_max_ms": during["max_ms"],
+    }
+
+
+def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
+    from .harness import CeleryCompetitor
+
+    plain, durable, celery = Plain(stack), Durable(stack), CeleryCompetitor(stack)
+    results: dict[str, Any] = {}
+    steps = [
+        ("throughput", lambda: throughput(stack, [plain, durable, celery], sizes)),
+        ("workflow_length", lambda: workflow_length(stack, durable, sizes)),
+        ("latency", lambda: latency(stack, [plain, durable, celery], sizes)),
+        ("backlog", lambda: backlog(stack, [plain, durable], sizes)),
+        ("retry_storm", lambda: retry_storm(stack, durable, sizes)),
+    ]
+    for name, step in steps:
+        if only and name not in only:
+            continue
+        print(f"[{name}]", flush=True)
+        start = time.perf_counter()
+        results[name] = step()
+        print(f"  ({time.perf_counter() - start:.1f}s)", flush=True)
+    return results

@@ -1,0 +1,517 @@
+"""One behaviour contract, two drivers: the in-process Worker and the Dramatiq middleware.
+
+Every scenario schedules a job with ``Job.scheduled()`` and lets a driver run
+it to the end, then checks how many times each executor was called and the
+job's final status in the store. The tasks are ``@workflow_task`` functions
+(registered executor ids), so both drivers can rebuild and run them; what they
+do is chosen by their params, and they count their calls in module-level
+dicts under a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+from pypepper_dramatiq import (
+    Context,
+    Job,
+    JobRecord,
+    Status,
+    Task,
+    Worker,
+    Workflow,
+    get_job_store,
+    manager,
+    workflow_task,
+)
+
+from .conftest import CHANNEL
+
+#: Timer granularity allowed when asserting that a wait lasted at least its delay.
+EPSILON = 0.01
+#: Upper bound for any one job to end (a hang, not a speed check).
+JOB_TIMEOUT = 30.0
+
+# -- call accounting shared by the tasks ----------------------------------------------------
+
+_lock = threading.Lock()
+#: Calls per key.
+CALLS: dict[str, int] = defaultdict(int)
+#: Start times (monotonic) of each call, per key.
+STARTS: dict[str, list[float]] = defaultdict(list)
+#: Every call's key, in call order (for ordering across tasks).
+LOG: list[str] = []
+#: What a task saw (results of earlier tasks, spin end times), per key.
+SEEN: dict[str, Any] = {}
+#: Signals from tasks to the test (e.g. "started"), per key.
+EVENTS: dict[str, threading.Event] = defaultdict(threading.Event)
+
+
+def _call(key: str) -> int:
+    """Count one call of ``key``; returns its number (from 1)."""
+    with _lock:
+        CALLS[key] += 1
+        STARTS[key].append(time.monotonic())
+        LOG.append(key)
+        return CALLS[key]
+
+
+def calls(key: str) -> int:
+    with _lock:
+        return CALLS[key]
+
+
+def order(prefix: str) -> list[str]:
+    with _lock:
+        return [key[len(prefix):] for key in LOG if key.startswith(prefix)]
+
+
+def _event(key: str) -> threading.Event:
+    with _lock:
+        return EVENTS[key]
+
+
+# -- the tasks ------------------------------------------------------------------------------
+
+
+@workflow_task(name="driver-contract.flaky")
+def flaky(task: Task, context: Context, key: str, fail_first: int = 0, result: Any = None) -> Any:
+    """Fails its first ``fail_first`` calls (every call when negative), then returns ``result``."""
+    call = _call(key)
+    if fail_first < 0 or call <= fail_first:
+        raise RuntimeError(f"{key}: planned failure {call}")
+    return result
+
+
+@workflow_task(name="driver-contract.consume")
+def consume(task: Task, context: Context, key: str, source: str) -> Any:
+    """Reads the result of the earlier task ``source`` and returns it doubled."""
+    _call(key)
+    seen = context.results.get(source)
+    with _lock:
+        SEEN[key] = seen
+    return {"n": seen["n"] * 2}
+
+
+@workflow_task(name="driver-contract.spin")
+def spin(task: Task, context: Context, key: str, seconds: float, spin_calls: int = 1) -> str:
+    """Busy for ``seconds`` (short sleeps) on its first ``spin_calls`` calls; quick after."""
+    call = _call(key)
+    if call > spin_calls:
+        return "quick"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    # Reached only when nothing interrupted the spin.
+    _call(f"{key}:spun")
+    with _lock:
+        SEEN[f"{key}:spun-until"] = time.monotonic()
+    return "spun"
+
+
+@workflow_task(name="driver-contract.wait-for-cancel")
+def wait_for_cancel(task: Task, context: Context, key: str, limit: float = 20.0) -> str:
+    """Polls ``context.cancelled`` until the job is cancelled (fails after ``limit`` s)."""
+    _call(key)
+    _event(f"{key}:started").set()
+    deadline = time.monotonic() + limit
+    while not context.cancelled:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{key}: never saw the cancel")
+        time.sleep(0.01)
+    _call(f"{key}:saw-cancel")
+    return "stopped"
+
+
+# -- the drivers ----------------------------------------------------------------------------
+
+
+def _stored(job: Job) -> JobRecord:
+    record = get_job_store().get(job.id)
+    assert record is not None, f"job {job.id} has no row"
+    return record
+
+
+class InProcessDriver:
+    """Runs queued jobs with ``Worker(channel).run_forever()`` in a thread, after a stop.
+
+    The stop makes ``run_forever`` drain what was queued and return.
+    """
+
+    #: A task busy past its round_timeout is abandoned, not interrupted: it runs on.
+    interrupts_busy_tasks = False
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._errors: list[BaseException] = []
+
+    def start(self) -> None:
+        channel = manager.available(CHANNEL)
+        channel.request_stop()
+
+        def consume_all() -> None:
+            try:
+                asyncio.run(Worker(channel).run_forever())
+            except BaseException as exc:
+                self._errors.append(exc)
+
+        self._thread = threading.Thread(target=consume_all, name="inprocess-driver", daemon=True)
+        self._thread.start()
+
+    def wait(self, *jobs: Job) -> list[JobRecord]:
+        assert self._thread is not None
+        self._thread.join(JOB_TIMEOUT)
+        assert not self._thread.is_alive(), "the in-process worker did not drain the channel"
+        assert not self._errors, self._errors
+        return [_stored(job) for job in jobs]
+
+
+class DramatiqDriver:
+    """Runs queued jobs with a ``dramatiq.Worker`` on the stub broker.
+
+    Done when every job's row is terminal and the broker and worker are idle.
+    """
+
+    #: Dramatiq's TimeLimit raises in the busy thread.
+    interrupts_busy_tasks = True
+
+    def __init__(self, broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]) -> None:
+        self.broker = broker
+        self._start_worker = start_worker
+        self.worker: dramatiq.Worker | None = None
+
+    def start(self) -> None:
+        self.worker = self._start_worker()
+
+    def wait(self, *jobs: Job) -> list[JobRecord]:
+        assert self.worker is not None
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not all(_stored(job).status.is_terminal for job in jobs):
+            assert time.monotonic() < deadline, [_stored(job) for job in jobs]
+            time.sleep(0.02)
+        # Let messages still in flight (a cancelled attempt, a duplicate) finish;
+        # fail_fast: nothing in these scenarios may be dead-lettered.
+        self.broker.join(CHANNEL, timeout=int(JOB_TIMEOUT * 1000), fail_fast=True)
+        self.worker.join()
+        return [_stored(job) for job in jobs]
+
+
+Driver = InProcessDriver | DramatiqDriver
+
+
+@pytest.fixture(params=["inprocess", "dramatiq"])
+def driver(
+    request: pytest.FixtureRequest,
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+) -> Driver:
+    """The same stub broker and ``setup()`` for both; only what consumes the channel differs."""
+    if request.param == "inprocess":
+        return InProcessDriver()
+    return DramatiqDriver(stub_broker, start_worker)
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A prefix for this test's call keys; its accounting is dropped afterwards."""
+    value = f"{uuid.uuid4().hex[:8]}:"
+    yield value
+    with _lock:
+        for table in (CALLS, STARTS, SEEN, EVENTS):
+            for key in [k for k in table if k.startswith(value)]:
+                del table[key]
+        LOG[:] = [k for k in LOG if not k.startswith(value)]
+
+
+def make_job(*workflows: list[Task]) -> Job:
+    job = Job(category="contract", channel_id=CHANNEL)
+    job.workflows.extend(Workflow(tasks) for tasks in workflows)
+    return job
+
+
+def run(driver: Driver, *jobs: Job) -> list[JobRecord]:
+    for job in jobs:
+        job.scheduled()
+    driver.start()
+    return driver.wait(*jobs)
+
+
+# -- the retry table ------------------------------------------------------------------------
+
+#: (policy, calls that fail (-1: all), expected calls, expected status)
+RETRY_TABLE = {
+    "no-retries-one-attempt": ({}, -1, 1, Status.FAILED),
+    "count-gives-count-plus-one-attempts": ({"retry_count": 2}, -1, 3, Status.FAILED),
+    "last-attempt-succeeds": ({"retry_count": 2}, 2, 3, Status.COMPLETED),
+    "success-returns-early": ({"retry_count": 5}, 1, 2, Status.COMPLETED),
+    "until-with-count-0-bounded-by-until-max": (
+        {"retry_until_completed": True, "retry_until_max": 4}, -1, 4, Status.FAILED,
+    ),
+    "until-with-count-0-retries-until-success": (
+        {"retry_until_completed": True}, 5, 6, Status.COMPLETED,
+    ),
+    "until-with-count-caps-and-ignores-until-max": (
+        {"retry_until_completed": True, "retry_count": 2, "retry_until_max": 10},
+        -1, 3, Status.FAILED,
+    ),
+    "rounds-each-get-a-fresh-budget": ({"retry_count": 1, "round_times": 3}, -1, 6, Status.FAILED),
+    "until-max-is-per-round": (
+        {"retry_until_completed": True, "retry_until_max": 2, "round_times": 3},
+        -1, 6, Status.FAILED,
+    ),
+    "success-in-a-later-round-ends-the-rounds": (
+        {"retry_count": 1, "round_times": 3}, 3, 4, Status.COMPLETED,
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "fail_first", "expected_calls", "expected_status"),
+    list(RETRY_TABLE.values()),
+    ids=list(RETRY_TABLE),
+)
+def test_retry_table(
+    driver: Driver,
+    prefix: str,
+    policy: dict[str, Any],
+    fail_first: int,
+    expected_calls: int,
+    expected_status: Status,
+) -> None:
+    key = f"{prefix}t"
+    job = make_job([flaky.options(**policy).task(name="t", key=key, fail_first=fail_first)])
+
+    [record] = run(driver, job)
+
+    assert calls(key) == expected_calls
+    assert record.status is expected_status
+    if expected_status is Status.FAILED:
+        assert record.error is not None and "task t failed" in record.error
+
+
+def test_failed_optional_task_lets_the_workflow_continue(driver: Driver, prefix: str) -> None:
+    job = make_job(
+        [
+            flaky.options(optional=True, retry_count=1, round_times=2).task(
+                name="optional", key=f"{prefix}optional", fail_first=-1
+            ),
+            flaky.task(name="after", key=f"{prefix}after", result="ok"),
+        ]
+    )
+
+    [record] = run(driver, job)
+
+    assert calls(f"{prefix}optional") == 4
+    assert calls(f"{prefix}after") == 1
+    assert record.status is Status.COMPLETED
+
+
+def test_failed_required_task_aborts_the_rest_of_the_job(driver: Driver, prefix: str) -> None:
+    job = make_job(
+        [
+            flaky.task(name="first", key=f"{prefix}first"),
+            flaky.options(retry_count=1).task(name="broken", key=f"{prefix}broken", fail_first=-1),
+            flaky.task(name="later", key=f"{prefix}later"),
+        ],
+        [flaky.task(name="next-workflow", key=f"{prefix}next-workflow")],
+    )
+
+    [record] = run(driver, job)
+
+    assert calls(f"{prefix}first") == 1
+    assert calls(f"{prefix}broken") == 2
+    assert calls(f"{prefix}later") == 0
+    assert calls(f"{prefix}next-workflow") == 0
+    assert record.status is Status.FAILED
+    assert record.error is not None and "task broken failed" in record.error
+
+
+# -- delays and timeouts --------------------------------------------------------------------
+
+
+def test_retry_delay_waits_between_attempts(driver: Driver, prefix: str) -> None:
+    delay = 0.4
+    key = f"{prefix}slow-retries"
+    job = make_job(
+        [flaky.options(retry_count=2, retry_delay=delay).task(name="t", key=key, fail_first=-1)]
+    )
+
+    [record] = run(driver, job)
+
+    assert calls(key) == 3
+    assert record.status is Status.FAILED
+    starts = STARTS[key]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    assert all(gap >= delay - EPSILON for gap in gaps), gaps
+
+
+def test_round_timeout_counts_as_a_failed_attempt(driver: Driver, prefix: str) -> None:
+    """The first attempt runs past round_timeout=1 s; the retry is quick and succeeds.
+
+    Dramatiq's TimeLimit looks once a second, so it interrupts the busy
+    thread 1 to 2 s in: that driver's spin is long enough never to end by itself.
+    """
+    key = f"{prefix}busy"
+    seconds = 8.0 if driver.interrupts_busy_tasks else 1.6
+    job = make_job(
+        [spin.options(round_timeout=1, retry_count=1).task(name="busy", key=key, seconds=seconds)]
+    )
+
+    [record] = run(driver, job)
+
+    assert calls(key) == 2
+    assert record.status is Status.COMPLETED
+    if driver.interrupts_busy_tasks:
+        assert calls(f"{key}:spun") == 0  # interrupted, not left to finish
+    else:
+        # Left running, then joined before the retry: the attempts never overlap.
+        assert calls(f"{key}:spun") == 1
+        assert STARTS[key][1] >= SEEN[f"{key}:spun-until"]
+
+
+def test_round_timeout_fails_the_job_when_no_attempt_is_left(driver: Driver, prefix: str) -> None:
+    key = f"{prefix}busy"
+    seconds = 8.0 if driver.interrupts_busy_tasks else 1.6
+    job = make_job(
+        [
+            spin.options(round_timeout=1).task(name="busy", key=key, seconds=seconds),
+            flaky.task(name="after", key=f"{prefix}after"),
+        ]
+    )
+
+    [record] = run(driver, job)
+
+    assert calls(key) == 1
+    assert calls(f"{prefix}after") == 0
+    assert record.status is Status.FAILED
+    assert record.error is not None
+    assert "TaskTimeoutError" in record.error and "round_timeout" in record.error
+
+
+# -- results and ordering -------------------------------------------------------------------
+
+
+def test_later_tasks_see_results_of_earlier_ones(driver: Driver, prefix: str) -> None:
+    job = make_job(
+        [
+            flaky.task(name="produce", key=f"{prefix}produce", result={"n": 21}),
+            consume.task(name="double", key=f"{prefix}double", source="produce"),
+        ],
+        [consume.task(name="quadruple", key=f"{prefix}quadruple", source="double")],
+    )
+
+    [record] = run(driver, job)
+
+    assert record.status is Status.COMPLETED
+    assert SEEN[f"{prefix}double"] == {"n": 21}
+    assert SEEN[f"{prefix}quadruple"] == {"n": 42}
+
+
+def test_workflows_of_a_job_run_in_order(driver: Driver, prefix: str) -> None:
+    job = make_job(
+        [flaky.task(name=n, key=f"{prefix}{n}") for n in ("w1-a", "w1-b")],
+        [],
+        [flaky.task(name=n, key=f"{prefix}{n}") for n in ("w3-a", "w3-b", "w3-c")],
+    )
+
+    [record] = run(driver, job)
+
+    assert record.status is Status.COMPLETED
+    assert order(prefix) == ["w1-a", "w1-b", "w3-a", "w3-b", "w3-c"]
+
+
+# -- cancellation ---------------------------------------------------------------------------
+
+
+def test_job_cancelled_before_it_starts_never_runs(driver: Driver, prefix: str) -> None:
+    job = make_job([flaky.task(name="t", key=f"{prefix}t")])
+    job.scheduled()
+    assert job.cancel()
+
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert calls(f"{prefix}t") == 0
+    assert record.status is Status.CANCELLED
+    assert manager.available(CHANNEL).length() == 0  # its channel slot was given back
+
+
+def test_cancel_during_a_task_ends_the_job_cancelled(driver: Driver, prefix: str) -> None:
+    key = f"{prefix}long"
+    job = make_job(
+        [
+            wait_for_cancel.task(name="long", key=key),
+            flaky.task(name="after", key=f"{prefix}after"),
+        ]
+    )
+    job.scheduled()
+    driver.start()
+    assert _event(f"{key}:started").wait(JOB_TIMEOUT), "the task never started"
+
+    canceller = threading.Thread(target=job.cancel, name="canceller")
+    canceller.start()
+    canceller.join(JOB_TIMEOUT)
+    [record] = driver.wait(job)
+
+    assert calls(key) == 1
+    assert calls(f"{key}:saw-cancel") == 1
+    assert calls(f"{prefix}after") == 0
+    assert record.status is Status.CANCELLED
+
+
+
+def test_cancel_during_a_retry_delay_runs_no_more_attempts(driver: Driver, prefix: str) -> None:
+    key = f"{prefix}t"
+    job = make_job(
+        [flaky.options(retry_count=3, retry_delay=1.5).task(name="t", key=key, fail_first=-1)]
+    )
+    job.scheduled()
+    driver.start()
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while calls(key) < 1:
+        assert time.monotonic() < deadline, "the first attempt never ran"
+        time.sleep(0.01)
+
+    job.cancel()
+    [record] = driver.wait(job)
+
+    assert calls(key) == 1
+    assert record.status is Status.CANCELLED
+
+# -- where the drivers differ ---------------------------------------------------------------
+
+
+def test_dramatiq_cancel_keeps_the_progress_workers_stored(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], prefix: str
+) -> None:
+    """Only the Dramatiq driver keeps progress in the row; a cancel must not erase it."""
+    driver = DramatiqDriver(stub_broker, start_worker)
+    key = f"{prefix}long"
+    job = make_job(
+        [
+            flaky.task(name="first", key=f"{prefix}first", result={"n": 1}),
+            wait_for_cancel.task(name="long", key=key),
+        ]
+    )
+    job.scheduled()
+    driver.start()
+    assert _event(f"{key}:started").wait(JOB_TIMEOUT), "the task never started"
+    assert _stored(job).state["results"] == {"0.0": {"n": 1}}
+
+    job.cancel()
+    [record] = driver.wait(job)
+
+    assert record.status is Status.CANCELLED
+    assert record.state.get("results") == {"0.0": {"n": 1}}
+    assert record.state.get("attempts", {}).get("0.0") == 1

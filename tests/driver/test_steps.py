@@ -1,0 +1,389 @@
+"""StepBook: claiming and recording job steps, on the memory store and on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from pypepper_dramatiq import IJobStore, JobRecord, Position, Status
+from pypepper_dramatiq.messages import StepMessage
+from pypepper_dramatiq.rules import Action
+from pypepper_dramatiq.steps import Claim, Outcome, StepBook, StepSkipped
+from pypepper_dramatiq.stores.base import utcnow
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+LEASE = 30.0
+#: Slack for comparing a stored lease with the clock read around the call.
+SLACK = timedelta(seconds=1)
+
+
+@pytest.fixture(params=["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest) -> IJobStore:
+    if request.param == "memory":
+        return MemoryJobStore()
+    pg: IJobStore = request.getfixturevalue("pg_store")
+    return pg
+
+
+def task(name: str, **policy: Any) -> dict[str, Any]:
+    """A stored task as ``Task.to_dict`` writes it (only the fields StepBook reads matter)."""
+    return {"name": name, "executor_id": "steps.unused", "params": {}, **policy}
+
+
+def new_record(*workflows: list[dict[str, Any]], **fields: Any) -> JobRecord:
+    return JobRecord(
+        id=uuid.uuid4().hex,
+        channel_id="steps",
+        status=Status.SCHEDULED,
+        payload={"workflows": [{"tasks": tasks} for tasks in workflows]},
+        **fields,
+    )
+
+
+def stored(store: IJobStore, record: JobRecord) -> JobRecord:
+    """Insert ``record`` and return the row as the store holds it."""
+    assert store.put(record)
+    row = store.get(record.id)
+    assert row is not None
+    return row
+
+
+def book_on(store: IJobStore, owner: str = "worker-a", lease: float = LEASE) -> StepBook:
+    return StepBook(lambda: store, owner, lease)
+
+
+def message(record: JobRecord, *position: int, with_record: bool = False) -> StepMessage:
+    return StepMessage(record.id, Position(*position), record if with_record else None)
+
+
+def row_of(store: IJobStore, job_id: str) -> JobRecord:
+    row = store.get(job_id)
+    assert row is not None
+    return row
+
+
+def in_progress(store: IJobStore, *workflows: list[dict[str, Any]]) -> tuple[JobRecord, Claim]:
+    """A job claimed by worker-a at its first task."""
+    record = stored(store, new_record(*workflows))
+    return record, book_on(store).claim(message(record))
+
+
+# -- claim ----------------------------------------------------------------------------------
+
+
+def test_claim_of_a_scheduled_job_starts_it(store: IJobStore) -> None:
+    record = stored(store, new_record([task("a"), task("b")]))
+    before = utcnow()
+
+    claim = book_on(store).claim(message(record))
+
+    after = utcnow()
+    row = row_of(store, record.id)
+    assert row.status is Status.IN_PROGRESS
+    assert row.state["cursor"] == [0, 0, 0, 0]
+    assert row.lease_owner == "worker-a"
+    assert row.lease_expires is not None
+    assert before + timedelta(seconds=LEASE) - SLACK <= row.lease_expires
+    assert row.lease_expires <= after + timedelta(seconds=LEASE) + SLACK
+    assert row.version == record.version + 1
+    assert claim.position == Position()
+    assert claim.record.version == row.version
+    assert claim.task["name"] == "a"
+
+
+def test_claim_starts_at_the_first_task_after_empty_workflows(store: IJobStore) -> None:
+    record = stored(store, new_record([], [task("only")]))
+
+    claim = book_on(store).claim(message(record))
+
+    assert claim.position == Position(1, 0)
+    assert row_of(store, record.id).state["cursor"] == [1, 0, 0, 0]
+
+
+def test_claim_of_a_job_without_tasks_completes_it_unrun(store: IJobStore) -> None:
+    record = stored(store, new_record([], []))
+
+    with pytest.raises(StepSkipped) as info:
+        book_on(store).claim(message(record))
+
+    assert not info.value.dead
+    assert row_of(store, record.id).status is Status.COMPLETED
+
+
+@pytest.mark.parametrize("position", [(0, 1), (0, 0, 0, 1), (0, 0, 1, 0)])
+def test_a_scheduled_job_is_only_started_by_its_first_message(
+    store: IJobStore, position: tuple[int, ...]
+) -> None:
+    record = stored(store, new_record([task("a"), task("b", retry_count=3, round_times=2)]))
+
+    with pytest.raises(StepSkipped) as info:
+        book_on(store).claim(message(record, *position))
+
+    assert not info.value.dead
+    assert row_of(store, record.id) == record
+
+
+@pytest.mark.parametrize("position", [(0, 0), (0, 1, 0, 1), (0, 2)])
+def test_stale_message_is_skipped(store: IJobStore, position: tuple[int, ...]) -> None:
+    record, claim = in_progress(store, [task("a"), task("b", retry_count=1), task("c")])
+    book_on(store).record(claim, Outcome(True, "a-done"))  # cursor moves to 0.1
+    row = row_of(store, record.id)
+    assert row.state["cursor"] == [0, 1, 0, 0]
+
+    with pytest.raises(StepSkipped) as info:
+        book_on(store, "worker-b").claim(message(record, *position))
+
+    assert not info.value.dead
+    assert row_of(store, record.id) == row
+
+
+def test_second_claim_while_the_lease_is_held_is_skipped(store: IJobStore) -> None:
+    record, _ = in_progress(store, [task("a")])
+    row = row_of(store, record.id)
+
+    with pytest.raises(StepSkipped):
+        book_on(store, "worker-b").claim(message(record))
+
+    assert row_of(store, record.id) == row
+
+
+def test_claim_after_the_lease_lapsed_takes_the_step_over(store: IJobStore) -> None:
+    record, _ = in_progress(store, [task("a")])
+    row = row_of(store, record.id)
+    lapsed = row.evolve(lease_expires=utcnow() - timedelta(seconds=1))
+    assert store.put(lapsed)
+
+    claim = book_on(store, "worker-b").claim(message(record))
+
+    row = row_of(store, record.id)
+    assert claim.position == Position()
+    assert row.status is Status.IN_PROGRESS
+    assert row.lease_owner == "worker-b"
+    assert row.lease_expires is not None and row.lease_expires > utcnow()
+
+
+@pytest.mark.parametrize("status", [Status.COMPLETED, Status.FAILED, Status.CANCELLED])
+def test_claim_of_an_ended_job_is_skipped(store: IJobStore, status: Status) -> None:
+    record, _ = in_progress(store, [task("a")])
+    assert store.put(row_of(store, record.id).evolve(status=status, lease_owner=None))
+    row = row_of(store, record.id)
+
+    with pytest.raises(StepSkipped) as info:
+        book_on(store, "worker-b").claim(message(record))
+
+    assert not info.value.dead
+    assert row_of(store, record.id) == row
+
+
+def test_claim_of_a_cancelled_scheduled_job_is_skipped(store: IJobStore) -> None:
+    record = stored(store, new_record([task("a")]))
+    assert store.put(record.evolve(status=Status.CANCELLED))
+
+    with pytest.raises(StepSkipped):
+        book_on(store).claim(message(record))
+
+    assert row_of(store, record.id).status is Status.CANCELLED
+
+
+def test_missing_row_is_healed_from_the_message_record(store: IJobStore) -> None:
+    record = new_record([task("a")])
+    assert store.get(record.id) is None
+
+    claim = book_on(store).claim(message(record, with_record=True))
+
+    row = row_of(store, record.id)
+    assert claim.position == Position()
+    assert row.status is Status.IN_PROGRESS
+    assert row.payload == record.payload
+    assert row.lease_owner == "worker-a"
+
+
+def test_message_without_record_for_an_unknown_job_is_dead(store: IJobStore) -> None:
+    with pytest.raises(StepSkipped) as info:
+        book_on(store).claim(StepMessage(uuid.uuid4().hex, Position()))
+
+    assert info.value.dead
+
+
+def test_job_stored_without_workflows_is_dead(store: IJobStore) -> None:
+    record = stored(store, new_record().evolve(payload=None))
+
+    with pytest.raises(StepSkipped) as info:
+        book_on(store).claim(message(record))
+
+    assert info.value.dead
+
+
+# -- record ---------------------------------------------------------------------------------
+
+
+def test_success_advances_the_cursor_and_stores_the_result(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a"), task("b")])
+    before = utcnow()
+
+    decision = book_on(store).record(claim, Outcome(True, {"rows": 3}))
+
+    assert decision is not None and decision.action is Action.RUN
+    assert decision.position == Position(0, 1)
+    assert decision.delay == 0
+    row = row_of(store, record.id)
+    assert row.status is Status.IN_PROGRESS
+    assert row.state["cursor"] == [0, 1, 0, 0]
+    assert row.state["results"] == {"0.0": {"rows": 3}}
+    assert row.state["attempts"] == {"0.0": 1}
+    assert row.lease_owner is None  # dispatched, not held
+    assert row.lease_expires is not None
+    assert row.lease_expires >= before + timedelta(seconds=LEASE) - SLACK
+
+
+def test_next_step_can_be_claimed_after_record(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a"), task("b")])
+    book_on(store).record(claim, Outcome(True, "a"))
+
+    claim = book_on(store, "worker-b").claim(message(record, 0, 1))
+
+    assert claim.position == Position(0, 1)
+    assert claim.results_by_name() == {"a": "a"}
+    assert row_of(store, record.id).lease_owner == "worker-b"
+
+
+def test_failure_with_a_delayed_retry_reserves_the_step_past_the_delay(store: IJobStore) -> None:
+    delay = 120.0
+    record, claim = in_progress(store, [task("a", retry_count=2, retry_delay=delay)])
+    before = utcnow()
+
+    decision = book_on(store, lease=5).record(claim, Outcome(False, error="RuntimeError: boom"))
+
+    assert decision is not None and decision.action is Action.RUN
+    assert decision.position == Position(0, 0, 0, 1)
+    assert decision.delay == delay
+    row = row_of(store, record.id)
+    assert row.status is Status.IN_PROGRESS
+    assert row.state["cursor"] == [0, 0, 0, 1]
+    assert row.state["errors"] == {"0.0": "RuntimeError: boom"}
+    assert row.state["attempts"] == {"0.0": 1}
+    assert row.lease_expires is not None
+    assert row.lease_expires >= before + timedelta(seconds=delay)
+
+
+def test_failure_at_the_end_of_a_round_starts_the_next_round(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a", round_times=2, retry_delay=60)])
+
+    decision = book_on(store).record(claim, Outcome(False, error="E: 1"))
+
+    assert decision is not None and decision.position == Position(0, 0, 1, 0)
+    assert decision.delay == 0  # no delay between rounds
+    assert row_of(store, record.id).state["cursor"] == [0, 0, 1, 0]
+
+
+def test_attempts_accumulate_across_retries(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a", retry_count=2)])
+    book_on(store).record(claim, Outcome(False, error="E: 1"))
+    claim = book_on(store).claim(message(record, 0, 0, 0, 1))
+
+    book_on(store).record(claim, Outcome(True, "third time lucky"))
+
+    row = row_of(store, record.id)
+    assert row.status is Status.COMPLETED
+    assert row.state["attempts"] == {"0.0": 2}
+    assert row.state["results"] == {"0.0": "third time lucky"}
+    assert row.state["errors"] == {}
+
+
+def test_last_success_completes_the_job(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a")])
+
+    decision = book_on(store).record(claim, Outcome(True, 7))
+
+    assert decision is not None and decision.action is Action.COMPLETE
+    row = row_of(store, record.id)
+    assert row.status is Status.COMPLETED
+    assert row.state["results"] == {"0.0": 7}
+    assert row.lease_owner is None
+
+
+def test_required_task_out_of_attempts_fails_the_job(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a"), task("b")])
+
+    decision = book_on(store).record(claim, Outcome(False, error="RuntimeError: boom"))
+
+    assert decision is not None and decision.action is Action.FAIL
+    row = row_of(store, record.id)
+    assert row.status is Status.FAILED
+    assert row.error == "task a failed: RuntimeError: boom"
+    assert row.state["errors"] == {"0.0": "RuntimeError: boom"}
+
+
+def test_optional_task_out_of_attempts_is_skipped(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a", optional=True), task("b")])
+
+    decision = book_on(store).record(claim, Outcome(False, error="E: x"))
+
+    assert decision is not None and decision.action is Action.RUN
+    assert decision.skipped_optional
+    row = row_of(store, record.id)
+    assert row.state["skipped"] == ["0.0"]
+    assert row.state["cursor"] == [0, 1, 0, 0]
+
+
+def test_result_that_is_not_json_is_stored_as_its_repr(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a")])
+
+    book_on(store).record(claim, Outcome(True, {1, 2}))
+
+    assert row_of(store, record.id).state["results"] == {"0.0": repr({1, 2})}
+
+
+def test_record_after_a_cancel_returns_none_and_keeps_cancelled(store: IJobStore) -> None:
+    record, claim = in_progress(store, [task("a"), task("b")])
+    assert store.put(row_of(store, record.id).evolve(status=Status.CANCELLED))
+    cancelled = row_of(store, record.id)
+
+    assert book_on(store).record(claim, Outcome(True, "late")) is None
+
+    assert row_of(store, record.id) == cancelled
+
+
+# -- races ----------------------------------------------------------------------------------
+
+
+def race(store: IJobStore, record: JobRecord, position: tuple[int, ...]) -> dict[str, object]:
+    """Two workers claim the same step at the same moment; what each got, by owner."""
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, object] = {}
+
+    def claim_as(owner: str) -> None:
+        book = book_on(store, owner)
+        barrier.wait(timeout=10)
+        try:
+            outcomes[owner] = book.claim(message(record, *position))
+        except StepSkipped as exc:
+            outcomes[owner] = exc
+
+    threads = [threading.Thread(target=claim_as, args=(o,)) for o in ("w1", "w2")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return outcomes
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["scheduled", "in-progress"])
+def test_two_threads_claiming_one_step_one_wins(store: IJobStore, started: bool) -> None:
+    for _ in range(5):
+        record = stored(store, new_record([task("a"), task("b")]))
+        position: tuple[int, ...] = (0, 0)
+        if started:
+            book_on(store).record(book_on(store).claim(message(record)), Outcome(True, "a"))
+            position = (0, 1)
+
+        outcomes = race(store, record, position)
+
+        won = [o for o, value in outcomes.items() if isinstance(value, Claim)]
+        lost = [o for o, value in outcomes.items() if isinstance(value, StepSkipped)]
+        assert len(won) == 1 and len(lost) == 1, outcomes
+        assert row_of(store, record.id).lease_owner == won[0]

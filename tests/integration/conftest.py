@@ -1,0 +1,75 @@
+"""Fixtures for the distributed tests: a wired test process, and servers a test may restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from conftest import unavailable  # tests/conftest.py
+from services import PostgresServer, RedisServer, ServiceError
+from sqlalchemy import delete
+
+from pypepper_dramatiq.stores.schema import jobs
+from pypepper_dramatiq.stores.sql import SqlJobStore
+
+from .harness import Cluster
+
+
+def flush_redis(url: str) -> None:
+    """Drop every key of the Redis at ``url``: messages, channel gates, traces."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+
+
+def empty_jobs_table(uri: str) -> None:
+    """Delete every job row, so that no sweeper recovers an earlier test's job."""
+    store = SqlJobStore(uri, migrate=True)
+    try:
+        with store.engine.begin() as connection:
+            connection.execute(delete(jobs))
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def cluster(redis_url: str, postgres_uri: str, tmp_path: Path) -> Iterator[Cluster]:
+    """The session's servers, emptied: no queued messages, no jobs for a sweeper to recover."""
+    flush_redis(redis_url)
+    empty_jobs_table(postgres_uri)
+    wired = Cluster(redis_url, postgres_uri, tmp_path)
+    yield wired
+    wired.close()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis with an append-only file, for this test alone (it gets restarted)."""
+    try:
+        server = RedisServer(tmp_path / "own-redis", appendonly=True)
+        server.start()
+    except ServiceError as exc:
+        unavailable(f"Redis unavailable: {exc}")
+    yield server
+    server.stop(kill=True)
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster for this test alone (it gets stopped and restarted)."""
+    workdir = tmp_path / "own-postgres"
+    workdir.mkdir()
+    server = PostgresServer(workdir)
+    if server.external:
+        pytest.skip("restarting PostgreSQL needs a local cluster, not the PGHOST server")
+    try:
+        server.start()
+    except ServiceError as exc:
+        server.cleanup()
+        unavailable(f"PostgreSQL unavailable: {exc}")
+    yield server
+    server.cleanup()

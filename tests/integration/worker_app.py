@@ -1,0 +1,139 @@
+"""The user module the integration tests run under the stock ``dramatiq`` CLI.
+
+Workers start it as ``dramatiq worker_app --processes P --threads T`` with this
+directory on ``PYTHONPATH``; the servers and timing knobs come from the
+environment (see :data:`ENV`). The test process imports it too, without those
+variables, only to build tasks: then nothing connects anywhere.
+
+Every task execution leaves traces in Redis (see :func:`probe`), so a test can
+count runs, see what runs now, and time cancels without sharing memory with
+the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq.brokers.stub import StubBroker
+
+from pypepper_dramatiq import Context, Task, setup, workflow_task
+
+#: Environment variables a worker reads, and their defaults.
+ENV = {
+    "redis_url": "PYPEPPER_IT_REDIS_URL",
+    "store_uri": "PYPEPPER_IT_STORE_URI",
+    "lease_seconds": "PYPEPPER_IT_LEASE_SECONDS",
+    "sweep_interval": "PYPEPPER_IT_SWEEP_INTERVAL",
+    "cancel_grace": "PYPEPPER_IT_CANCEL_GRACE",
+}
+
+#: The channel every test job goes to.
+CHANNEL = "it"
+
+REDIS_URL = os.environ.get(ENV["redis_url"])
+STORE_URI = os.environ.get(ENV["store_uri"])
+
+if REDIS_URL and STORE_URI:
+    broker = setup(
+        REDIS_URL,
+        STORE_URI,
+        channels={CHANNEL: 0},
+        migrate=True,
+        lease_seconds=float(os.environ.get(ENV["lease_seconds"], "5")),
+        sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),
+        cancel_grace=float(os.environ.get(ENV["cancel_grace"], "1")),
+    )
+else:
+    # Imported by the test process for its task definitions: the plain actors
+    # below need some broker to be declared on, and must not touch a server.
+    broker = StubBroker()
+
+_local = threading.local()
+
+
+def counters() -> redis.Redis:
+    """This thread's client for the trace keys (not the broker's connection)."""
+    client: redis.Redis | None = getattr(_local, "client", None)
+    if client is None:
+        if not REDIS_URL:
+            raise RuntimeError(f"{ENV['redis_url']} is not set: tasks run only in workers")
+        client = _local.client = redis.Redis.from_url(REDIS_URL)
+    return client
+
+
+def trace_key(kind: str, job_id: str | None, name: str) -> str:
+    """``kind:job_id:name``: the Redis keys tests read (see :func:`probe`)."""
+    return f"{kind}:{job_id}:{name}"
+
+
+@workflow_task(name="it.probe")
+def probe(
+    task: Task,
+    context: Context,
+    *,
+    sleep: float = 0.0,
+    fail_times: int = 0,
+    poll_cancel: bool = False,
+    value: Any = None,
+    add_to: str | None = None,
+) -> Any:
+    """A task that reports what happens to it.
+
+    Keys written, for job ``J`` and task name ``N``:
+
+    * ``runs:J:N``: INCR per execution; ``pids:J:N``: list of the worker pids;
+    * ``starts:J:N`` / ``ends:J:N``: lists of wall-clock start and end times;
+    * ``running:J:N``: set at start (the test waits for it before killing);
+    * ``cancel_seen:J:N``: when a polling task saw ``context.cancelled``;
+    * ``interrupted:J:N``: when an exception (e.g. the cancel interrupt) cut it short.
+
+    Args:
+        sleep: seconds to work (in 10 ms slices).
+        fail_times: the first ``fail_times`` executions raise.
+        poll_cancel: return as soon as ``context.cancelled`` is set (else never look).
+        value: the result (or the base of it, with ``add_to``).
+        add_to: name of an earlier task whose result is added to ``value``.
+    """
+    r = counters()
+    job, name = context.job_id, task.name
+    started = time.time()
+    with r.pipeline() as pipe:
+        pipe.incr(trace_key("runs", job, name))
+        pipe.rpush(trace_key("pids", job, name), os.getpid())
+        pipe.rpush(trace_key("starts", job, name), repr(started))
+        pipe.set(trace_key("running", job, name), repr(started))
+        pipe.execute()
+    try:
+        if fail_times and r.incr(trace_key("fails", job, name)) <= fail_times:
+            raise RuntimeError(f"{name}: planned failure")
+        deadline = started + sleep
+        while time.time() < deadline:
+            if poll_cancel and context.cancelled:
+                r.set(trace_key("cancel_seen", job, name), repr(time.time()))
+                return "noticed the cancel"
+            time.sleep(0.01)
+    except BaseException as exc:
+        if not isinstance(exc, RuntimeError):
+            r.set(trace_key("interrupted", job, name), f"{time.time()!r} {type(exc).__name__}")
+        raise
+    finally:
+        r.rpush(trace_key("ends", job, name), repr(time.time()))
+    if add_to is not None:
+        return context.results[add_to] + value
+    return value
+
+
+@dramatiq.actor(broker=broker, max_retries=2, min_backoff=100, max_backoff=200)
+def flaky_plain(key: str, failures: int = 2) -> int:
+    """A plain actor that fails its first ``failures`` calls; counts calls in ``plain:KEY``."""
+    r = counters()
+    r.sadd(f"plain-pids:{key}", os.getpid())
+    calls = int(r.incr(f"plain:{key}"))
+    if calls <= failures:
+        raise RuntimeError(f"plain actor call {calls} fails on purpose")
+    return calls
