@@ -42,6 +42,7 @@ def setup(
     lease_seconds: float = 30.0,
     sweep_interval: float = 5.0,
     cancel_grace: float = 10.0,
+    dispatch_seconds: float | None = None,
     heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
@@ -57,7 +58,8 @@ def setup(
         channels: channel ids (or id -> maxsize) to declare now, so that a
             ``dramatiq`` worker importing this module consumes them.
         migrate: upgrade the database schema first.
-        lease_seconds, sweep_interval, cancel_grace: see :class:`WorkflowMiddleware`.
+        lease_seconds, sweep_interval, cancel_grace, dispatch_seconds: see
+            :class:`WorkflowMiddleware`.
         heartbeat_timeout_ms: the Redis broker's heartbeat timeout.
 
     Returns:
@@ -87,6 +89,11 @@ def setup(
         lease_seconds=float(scheduler.get("leaseSeconds", lease_seconds)),
         sweep_interval=float(scheduler.get("sweepInterval", sweep_interval)),
         cancel_grace=float(scheduler.get("cancelGrace", cancel_grace)),
+        dispatch_seconds=(
+            float(scheduler["dispatchSeconds"])
+            if scheduler.get("dispatchSeconds") is not None
+            else dispatch_seconds
+        ),
     )
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)

@@ -47,6 +47,8 @@ class WorkflowMiddleware(Middleware):
             thread is interrupted.
         defer_seconds: delay before retrying a message whose claim failed
             because the store was unreachable.
+        dispatch_seconds: how long a step's message may wait in its queue
+            before recovery sends it again (default: max(60, 2 * lease_seconds)).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class WorkflowMiddleware(Middleware):
         sweep_interval: float = 5.0,
         cancel_grace: float = 10.0,
         defer_seconds: float = 2.0,
+        dispatch_seconds: float | None = None,
     ) -> None:
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
         self.lease_seconds = lease_seconds
@@ -64,7 +67,9 @@ class WorkflowMiddleware(Middleware):
         self.defer_seconds = defer_seconds
         self.inflight = InFlight()
         self.owner = _owner_id()
-        self.book = StepBook(get_job_store, self.owner, lease_seconds)
+        self.book = StepBook(
+            get_job_store, self.owner, lease_seconds, dispatch_seconds=dispatch_seconds
+        )
         self._threads: list[Any] = []
 
     # -- process lifecycle -----------------------------------------------------
@@ -83,7 +88,10 @@ class WorkflowMiddleware(Middleware):
             return
         threads: list[Any] = [
             LeaseKeeper(self.inflight, self.owner, self.lease_seconds, self.cancel_grace),
-            RecoverySweeper(broker, self.owner, self.lease_seconds, self.sweep_interval),
+            RecoverySweeper(
+                broker, self.owner, self.lease_seconds, self.sweep_interval,
+                dispatch_seconds=self.book.dispatch_seconds,
+            ),
         ]
         client = redis_client_of(broker)
         if client is not None:

@@ -59,12 +59,20 @@ class RecoverySweeper(threading.Thread):
     """Every ``interval`` seconds, if leader: recover lapsed steps and requeue dead prefetch."""
 
     def __init__(
-        self, broker: Broker, owner: str, lease_seconds: float, interval: float, batch: int = 500
+        self,
+        broker: Broker,
+        owner: str,
+        lease_seconds: float,
+        interval: float,
+        batch: int = 500,
+        dispatch_seconds: float | None = None,
     ) -> None:
         super().__init__(name="pypepper-recovery", daemon=True)
         self.broker = broker
         self.owner = owner
         self.lease_seconds = lease_seconds
+        #: How long a re-sent step may wait in its queue before it is sent again.
+        self.dispatch_seconds = dispatch_seconds if dispatch_seconds is not None else lease_seconds
         self.interval = interval
         self.batch = batch
         self._stop_event = threading.Event()
@@ -100,7 +108,7 @@ class RecoverySweeper(threading.Thread):
             requeue_dead_workers(self.broker, queue_name)
             requeue_dead_workers(self.broker, dq_name(queue_name))
         now = utcnow()
-        until = now + timedelta(seconds=self.lease_seconds)
+        until = now + timedelta(seconds=self.dispatch_seconds)
         recovered = get_job_store().recover_expired(now, until, self.batch)
         for record in recovered:
             position = cursor_of(record) or Position()

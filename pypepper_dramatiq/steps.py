@@ -110,9 +110,12 @@ class StepBook:
     Args:
         store: returns the job store (read at each call, so reconfiguration applies).
         owner: this process's lease owner id.
-        lease_seconds: how long a claim or a dispatched step stays reserved
-            without renewal before recovery may hand it to another worker.
+        lease_seconds: how long a claimed step stays reserved without
+            renewal before recovery may hand it to another worker.
         write_attempts: tries for the write that records an outcome.
+        dispatch_seconds: how long the next step's message may wait in its
+            queue (after its delay) before recovery sends it again; longer
+            than a lease, since a message may wait behind a backlog.
     """
 
     def __init__(
@@ -121,11 +124,15 @@ class StepBook:
         owner: str,
         lease_seconds: float,
         write_attempts: int = 5,
+        dispatch_seconds: float | None = None,
     ) -> None:
         self._store = store
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.write_attempts = write_attempts
+        self.dispatch_seconds = (
+            dispatch_seconds if dispatch_seconds is not None else max(60.0, 2 * lease_seconds)
+        )
 
     # -- before the attempt ----------------------------------------------------
 
@@ -221,7 +228,7 @@ class StepBook:
             assert decision.position is not None
             state["cursor"] = decision.position.to_list()
             changes["lease_expires"] = now + timedelta(
-                seconds=decision.delay + self.lease_seconds
+                seconds=decision.delay + self.dispatch_seconds
             )
         elif decision.action is rules.Action.COMPLETE:
             changes["status"] = Status.COMPLETED
