@@ -1,0 +1,81 @@
+"""``setup()``: wiring a process from arguments or from the YAML file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import TimeLimit
+
+from pypepper_dramatiq import (
+    ConfigError,
+    WorkflowMiddleware,
+    config,
+    get_job_store,
+    manager,
+    reset_job_store,
+    setup,
+)
+from pypepper_dramatiq import broker as broker_module
+from pypepper_dramatiq.messages import STEP_ACTOR
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    yield
+    manager.clear()
+    config.clear()
+    reset_job_store()
+    broker_module.set_broker(None)
+    dramatiq.broker.global_broker = None
+
+
+def test_setup_installs_middleware_before_time_limit_and_the_step_actor() -> None:
+    broker = setup(broker=StubBroker(), channels=["etl"])
+    kinds = [type(m) for m in broker.middleware]
+    assert kinds.index(WorkflowMiddleware) < kinds.index(TimeLimit)
+    assert broker.get_actor(STEP_ACTOR).options["max_retries"] == 0
+    assert "etl" in broker.get_declared_queues()
+    assert broker_module.get_broker() is broker
+    assert dramatiq.get_broker() is broker
+
+
+def test_setup_twice_does_not_stack_middleware() -> None:
+    broker = StubBroker()
+    setup(broker=broker)
+    setup(broker=broker)
+    assert sum(isinstance(m, WorkflowMiddleware) for m in broker.middleware) == 1
+
+
+def test_setup_reads_the_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text(
+        "scheduler:\n"
+        "  leaseSeconds: 7\n"
+        "  cancelGrace: 2\n"
+        "  channels: {etl: 5, mail: 0}\n"
+        "  jobStore: {backend: memory}\n"
+    )
+    broker = setup(config_path=path)
+    middleware = next(m for m in broker.middleware if isinstance(m, WorkflowMiddleware))
+    assert middleware.lease_seconds == 7.0 and middleware.cancel_grace == 2.0
+    etl = manager.get("etl")
+    assert etl is not None and etl.maxsize == 5
+    assert manager.get("mail") is not None
+    assert isinstance(get_job_store(), MemoryJobStore)
+
+
+def test_setup_rejects_a_store_uri_it_cannot_serve() -> None:
+    with pytest.raises(ConfigError, match="sqlite"):
+        setup(broker=StubBroker(), store_uri="sqlite:///jobs.db")
+
+
+def test_setup_with_broken_yaml_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("scheduler:\n  channels: [a, b\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml"):
+        setup(config_path=path)
