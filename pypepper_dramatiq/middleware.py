@@ -71,6 +71,7 @@ class WorkflowMiddleware(Middleware):
             get_job_store, self.owner, lease_seconds, dispatch_seconds=dispatch_seconds
         )
         self._threads: list[Any] = []
+        self._stopping = False
 
     # -- process lifecycle -----------------------------------------------------
 
@@ -101,6 +102,11 @@ class WorkflowMiddleware(Middleware):
         self._threads = threads
 
     def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        # From now on steps are handed back unrun, and the leases of steps
+        # still finishing keep being renewed until the worker threads are done.
+        self._stopping = True
+
+    def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
         self.stop_background()
 
     def stop_background(self) -> None:
@@ -122,6 +128,9 @@ class WorkflowMiddleware(Middleware):
             self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
             message.fail()
             raise SkipMessage(str(exc)) from exc
+        if self._stopping:
+            self._pass_on(broker, step, message)
+            raise SkipMessage(f"job {step.job_id}: worker stopping, step passed on")
         try:
             claim = self.book.claim(step)
         except StepSkipped as exc:
@@ -154,6 +163,14 @@ class WorkflowMiddleware(Middleware):
         channel = manager.get(message.queue_name)
         if channel is not None:
             _quietly(channel.gate.release, job_id)
+
+    def _pass_on(self, broker: Broker, step: StepMessage, message: Any) -> None:
+        """Give an unclaimed step to another worker; dead-letter it if that fails."""
+        try:
+            broker.enqueue(step.to_message(message.queue_name))
+        except Exception:
+            self.logger.exception("message %s cannot be passed on; dead-lettering", message)
+            message.fail()
 
     def _defer(self, broker: Broker, step: StepMessage, message: Any, exc: Exception) -> None:
         """Put the step back with a delay; dead-letter the message if even that fails."""

@@ -130,10 +130,14 @@ def probe(
 
 @dramatiq.actor(broker=broker, max_retries=2, min_backoff=100, max_backoff=200)
 def flaky_plain(key: str, failures: int = 2) -> int:
-    """A plain actor that fails its first ``failures`` calls; counts calls in ``plain:KEY``."""
+    """A plain actor that fails its first ``failures`` calls.
+
+    Counts calls in ``plain:KEY``, and sets ``plain-done:KEY`` to the call that succeeded.
+    """
     r = counters()
     r.sadd(f"plain-pids:{key}", os.getpid())
     calls = int(r.incr(f"plain:{key}"))
     if calls <= failures:
         raise RuntimeError(f"plain actor call {calls} fails on purpose")
+    r.set(f"plain-done:{key}", calls)
     return calls
