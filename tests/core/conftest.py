@@ -6,25 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 from dramatiq.brokers.stub import StubBroker
-
-from pypepper_dramatiq import broker as broker_module
-from pypepper_dramatiq import config, executor_registry, manager, reset_job_store
+from process_state import clean_process_state
 
 
 @pytest.fixture(autouse=True)
 def fresh_process_state() -> Iterator[StubBroker]:
     """Each test starts with a new stub broker, no channels, no config, the default store."""
     stub = StubBroker()
-    broker_module.set_broker(stub)
-    manager.clear()
-    config.clear()
-    reset_job_store()
-    registered = set(executor_registry.ids())
-    yield stub
-    for executor_id in set(executor_registry.ids()) - registered:
-        executor_registry.unregister(executor_id)
-    manager.clear()
-    config.clear()
-    reset_job_store()
-    broker_module.set_broker(None)
+    with clean_process_state(stub):
+        yield stub
     stub.close()

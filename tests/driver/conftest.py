@@ -13,11 +13,10 @@ from collections.abc import Callable, Iterator
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
+from process_state import clean_process_state
 
 import pypepper_dramatiq
-from pypepper_dramatiq import WorkflowMiddleware, config, executor_registry, manager
-from pypepper_dramatiq import broker as broker_module
-from pypepper_dramatiq.store import reset_job_store
+from pypepper_dramatiq import WorkflowMiddleware
 
 #: The channel (and Dramatiq queue) the driver tests schedule jobs on.
 CHANNEL = "driver-jobs"
@@ -31,21 +30,8 @@ WORKER_TIMEOUT_MS = 50
 @pytest.fixture(autouse=True)
 def fresh_process_state() -> Iterator[None]:
     """No broker, channels, config or store from an earlier test; none left after this one."""
-    broker_module.set_broker(None)
-    manager.clear()
-    config.clear()
-    reset_job_store()
-    registered = set(executor_registry.ids())
-    yield
-    for executor_id in set(executor_registry.ids()) - registered:
-        executor_registry.unregister(executor_id)
-    manager.clear()
-    config.clear()
-    reset_job_store()
-    broker_module.set_broker(None)
-    # set_broker() also made it Dramatiq's global broker; forget that one too, so
-    # that the next get_broker() cannot pick up a closed broker of this test.
-    dramatiq.broker.global_broker = None
+    with clean_process_state():
+        yield
 
 
 def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:
