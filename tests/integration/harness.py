@@ -186,9 +186,11 @@ class Cluster:
         lease_seconds: float = 5,
         sweep_interval: float = 0.5,
         cancel_grace: float = 1,
+        heartbeat_timeout_ms: int = 20_000,
         wait: bool = True,
     ) -> WorkerProcess:
         env = {
+            ENV["heartbeat_timeout_ms"]: str(heartbeat_timeout_ms),
             ENV["redis_url"]: self.redis_url,
             ENV["store_uri"]: self.store_uri,
             ENV["lease_seconds"]: str(lease_seconds),

@@ -30,6 +30,7 @@ ENV = {
     "lease_seconds": "PYPEPPER_IT_LEASE_SECONDS",
     "sweep_interval": "PYPEPPER_IT_SWEEP_INTERVAL",
     "cancel_grace": "PYPEPPER_IT_CANCEL_GRACE",
+    "heartbeat_timeout_ms": "PYPEPPER_IT_HEARTBEAT_TIMEOUT_MS",
 }
 
 #: The channel every test job goes to.
@@ -47,6 +48,7 @@ if REDIS_URL and STORE_URI:
         lease_seconds=float(os.environ.get(ENV["lease_seconds"], "5")),
         sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),
         cancel_grace=float(os.environ.get(ENV["cancel_grace"], "1")),
+        heartbeat_timeout_ms=int(os.environ.get(ENV["heartbeat_timeout_ms"], "20000")),
     )
 else:
     # Imported by the test process for its task definitions: the plain actors
