@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
+import signal
 import sys
 import time
+from pathlib import Path
 
 from . import report
 from .env import ROOT, Stack
+from .harness import LIVE, LOGS
 from .scenarios import FULL, QUICK, run_all
 
 SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm")
@@ -24,11 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     only = None if "all" in args.which else set(args.which)
     sizes = QUICK if args.quick else FULL
     started = time.perf_counter()
+    # A SIGTERM (tox, CI, timeout) unwinds like Ctrl-C, so workers and servers stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    shutil.rmtree(LOGS, ignore_errors=True)
     stack = Stack()
-    stack.start()
     try:
+        stack.start()
         results = run_all(stack, sizes, only)
     finally:
+        for worker in list(LIVE):
+            worker.stop()
         stack.stop()
     elapsed = time.perf_counter() - started
     table, checks = report.rows(results), report.targets(results)
@@ -37,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(f"\n{'quick' if args.quick else 'full'} run, {elapsed:.0f}s")
     report.write(
-        report.Path(args.output),
+        Path(args.output),
         {
             "mode": "quick" if args.quick else "full",
             "seconds": round(elapsed, 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,7 +11,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -21,6 +21,9 @@ from .env import ROOT, Stack
 THREADS = 8
 
 LOGS = ROOT / "bench" / "results" / "logs"
+
+#: Workers started and not yet stopped, so an interrupted run can still stop them.
+LIVE: list[Worker] = []
 
 
 class Worker:
@@ -41,6 +44,7 @@ class Worker:
             )
             for cmd in commands
         ]
+        LIVE.append(self)
         self.peak_rss = 0
         self._sampling = threading.Event()
         self._sampler: threading.Thread | None = None
@@ -61,10 +65,8 @@ class Worker:
         """The largest RSS among the worker processes, in bytes."""
         sizes = []
         for proc in self.processes():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 sizes.append(proc.memory_info().rss)
-            except psutil.NoSuchProcess:
-                pass
         return max(sizes, default=0)
 
     def sample_rss(self, interval: float = 0.2) -> None:
@@ -87,13 +89,13 @@ class Worker:
         if self._sampler is not None:
             self._sampler.join()
         for proc in self.procs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for proc in self.procs:
             proc.wait()
         self.log.close()
+        if self in LIVE:
+            LIVE.remove(self)
 
 
 def wait_until(predicate: Any, timeout: float, what: str, worker: Worker | None = None) -> float:
@@ -107,6 +109,31 @@ def wait_until(predicate: Any, timeout: float, what: str, worker: Worker | None 
             worker.check()
         time.sleep(0.1)
     return time.perf_counter() - start
+
+
+def wait_for_count(
+    count: Any, target: int, what: str, worker: Worker, stall: float = 20.0,
+    timeout: float = 600,
+) -> int:
+    """Wait until ``count() >= target``, or until it has not moved for ``stall`` seconds.
+
+    Returns how many are missing (0 when all arrived): jobs the system lost
+    are reported, not waited for forever.
+    """
+    start = moved = time.perf_counter()
+    last = count()
+    while last < target:
+        now = time.perf_counter()
+        if now - start > timeout:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        if now - moved > stall:
+            return target - last
+        worker.check()
+        time.sleep(0.1)
+        current = count()
+        if current != last:
+            last, moved = current, time.perf_counter()
+    return 0
 
 
 @dataclass
@@ -195,8 +222,9 @@ class Durable(Competitor):
         return job.id
 
     def done(self) -> int:
+        # Only the no-op jobs: the retry storm's jobs (category "storm") finish meanwhile.
         return int(self.stack.scalar(
-            "SELECT count(*) FROM scheduler_jobs WHERE status = 'Completed'"
+            "SELECT count(*) FROM scheduler_jobs WHERE category = 'bench' AND status = 'Completed'"
         ))
 
     def terminal(self, category: str) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .env import Stack
-from .harness import Competitor, Durable, Plain, wait_until
+from .harness import Competitor, Durable, Plain, wait_for_count, wait_until
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Sizes:
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10)
-FULL = Sizes(3, 1000, (1, 2), 500, 2, 100.0, 5.0, 600, (1000, 10000), 1000, 20)
+FULL = Sizes(3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20)
 
 
 def median(values: list[float]) -> float:
@@ -188,7 +188,7 @@ def _clear_probe(stack: Stack, competitor: Competitor) -> None:
 def _ready(stack: Stack, competitor: Competitor, worker: Any) -> None:
     """Wait until the worker has run one job, then forget it."""
     competitor.warm()
-    wait_until(lambda: competitor.done() >= 3, 120, f"{competitor.name} worker boot", worker)
+    wait_until(lambda: competitor.done() >= 1, 120, f"{competitor.name} worker boot", worker)
 
 
 def latency(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[str, Any]:
@@ -209,9 +209,10 @@ def latency(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[s
                 start = time.perf_counter()
                 sent = _paced(competitor, count, rate)
                 wall = time.perf_counter() - start
-                wait_until(lambda: competitor.done() >= base + count, 300,
-                           f"{competitor.name} {load} jobs", worker)
+                missing = wait_for_count(competitor.done, base + count,
+                                         f"{competitor.name} {load} jobs", worker)
                 out[load] = _latencies(competitor, sent, wall)
+                out[load]["never_done"] = missing
                 print(f"  latency {load} {competitor.name}: start p50 "
                       f"{out[load]['start_p50_ms']:.0f} ms, done p99 "
                       f"{out[load]['done_p99_ms']:.0f} ms", flush=True)
@@ -262,7 +263,7 @@ def backlog(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[s
             worker.sample_rss()
             try:
                 start = time.perf_counter()
-                wait_until(lambda: competitor.done() >= size, 3600,
+                wait_until(lambda c=competitor, n=size: c.done() >= n, 3600,
                            f"{competitor.name} backlog", worker)
                 out["drain_s"] = time.perf_counter() - start
                 out["drain_rate"] = size / (competitor.last_done() - competitor.first_start())
@@ -284,9 +285,9 @@ def _probe_batch(stack: Stack, durable: Durable, count: int, worker: Any) -> dic
     _clear_probe(stack, durable)
     base = durable.done()
     sent = _paced(durable, count, None)
-    wait_until(lambda: durable.done() >= base + count, 120, "probe batch", worker)
+    missing = wait_for_count(durable.done, base + count, "probe batch", worker)
     lat = _latencies(durable, sent, 1.0)
-    return {"p50_ms": lat["done_p50_ms"], "max_ms": lat["done_max_ms"]}
+    return {"p50_ms": lat["done_p50_ms"], "max_ms": lat["done_max_ms"], "never_done": missing}
 
 
 def retry_storm(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
@@ -321,6 +322,7 @@ def retry_storm(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
         "probe_idle_p50_ms": idle["p50_ms"],
         "probe_storm_p50_ms": during["p50_ms"],
         "probe_storm_max_ms": during["max_ms"],
+        "probe_never_done": idle["never_done"] + during["never_done"],
     }
 
 

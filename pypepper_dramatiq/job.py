@@ -140,15 +140,21 @@ class Job:
     def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
         """:meth:`save`, retried; never raises for store failures.
 
-        A write skipped for a stale version is retried on the stored version
-        (and its stored progress) only when the stored status may be
-        overwritten by ours.
+        A write skipped because the row already holds our status counts as
+        done (the row is adopted, not rewritten). A write skipped for a stale
+        version is retried on the stored version (and its stored progress)
+        only when the stored status may be overwritten by ours.
         """
         for attempt in range(attempts):
             try:
                 if self.save():
                     return True
                 durable = get_job_store().get(self.id)
+                if durable is not None and durable.status is self.status:
+                    # Someone stored this status already (a worker healing the
+                    # row): writing it again would only bump the version under them.
+                    self._adopt_version(durable)
+                    return True
                 if (
                     durable is not None
                     and durable.version != self.version
@@ -163,6 +169,12 @@ class Job:
             if attempt + 1 < attempts:
                 time.sleep(0.01 * 2**attempt)
         return False
+
+    def _adopt_version(self, record: JobRecord) -> None:
+        with self._lock:
+            self.version = record.version
+            self.updated = record.updated
+            self.state = dict(record.state)
 
     def adopt(self, record: JobRecord) -> None:
         """Take the stored status and version (follow the durable row)."""

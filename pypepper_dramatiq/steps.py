@@ -31,6 +31,9 @@ from .stores.base import IJobStore, JobRecord, utcnow
 
 logger = logging.getLogger(__name__)
 
+#: Reads of a row a claim may take when its Scheduled row keeps changing under it.
+CLAIM_ATTEMPTS = 3
+
 
 class StepSkipped(Exception):
     """The message must be acknowledged without running: stale, duplicate, or job ended."""
@@ -144,9 +147,24 @@ class StepBook:
             StoreError: the store failed (the caller defers the message).
         """
         store = self._store()
-        record = store.get(step.job_id)
-        if record is None:
-            record = self._heal(store, step)
+        # A Scheduled row may be rewritten by its producer (its own Scheduled
+        # write, racing our heal) between our read and our write: read again.
+        for _ in range(CLAIM_ATTEMPTS):
+            record = store.get(step.job_id)
+            if record is None:
+                record = self._heal(store, step)
+            claimed, position, tasks = self._claimable(record, step)
+            if store.put(claimed):
+                _log("claim", record.id, position)
+                return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
+            if record.status is not Status.SCHEDULED:
+                break
+        raise StepSkipped(step.job_id, "another worker claimed the step first")
+
+    def _claimable(
+        self, record: JobRecord, step: StepMessage
+    ) -> tuple[JobRecord, Position, list[list[dict[str, Any]]]]:
+        """The row as this worker's claim would write it; StepSkipped if it may not."""
         if record.payload is None:
             raise StepSkipped(record.id, "the job was stored without workflows", dead=True)
         tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
@@ -157,8 +175,7 @@ class StepBook:
                 raise StepSkipped(record.id, f"not started, message for {step.position}")
             first = rules.first_step([[policy_of(t) for t in w] for w in tasks])
             if first.action is rules.Action.COMPLETE:
-                done = record.evolve(status=Status.COMPLETED, updated=now)
-                store.put(done)
+                self._store().put(record.evolve(status=Status.COMPLETED, updated=now))
                 raise StepSkipped(record.id, "no tasks: completed")
             assert first.position is not None
             state = dict(record.state, cursor=first.position.to_list())
@@ -166,10 +183,10 @@ class StepBook:
                 status=Status.IN_PROGRESS, state=state, updated=now,
                 lease_owner=self.owner, lease_expires=lease,
             )
-            position = first.position
-        elif record.status is Status.IN_PROGRESS:
+            return claimed, first.position, tasks
+        if record.status is Status.IN_PROGRESS:
             cursor = cursor_of(record)
-            if cursor != step.position:
+            if cursor != step.position or cursor is None:
                 raise StepSkipped(record.id, f"stale message for {step.position}, at {cursor}")
             if (
                 record.lease_owner is not None
@@ -178,13 +195,8 @@ class StepBook:
             ):
                 raise StepSkipped(record.id, f"step {cursor} is held by {record.lease_owner}")
             claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
-            position = cursor
-        else:
-            raise StepSkipped(record.id, f"job is {record.status.value}")
-        if not store.put(claimed):
-            raise StepSkipped(record.id, "another worker claimed the step first")
-        _log("claim", record.id, position)
-        return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
+            return claimed, cursor, tasks
+        raise StepSkipped(record.id, f"job is {record.status.value}")
 
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
         if step.record is None:

@@ -360,3 +360,17 @@ def test_rescheduling_a_finished_job_is_refused(store: ScriptedStore) -> None:
         rebuilt.scheduled()
     assert rebuilt.status is Status.UNKNOWN
     assert manager.available("c").length() == 0
+
+
+def test_persist_adopts_a_row_that_already_holds_its_status(store: ScriptedStore) -> None:
+    # A worker healed the row (Scheduled, version 1) before the producer's own write.
+    job = make_job([])
+    healed = job.to_record().evolve(status=Status.SCHEDULED)
+    assert store.put(healed)
+    job.apply_event(INIT)
+    job.apply_event(SCHEDULE)
+    store.puts.clear()
+    assert job.persist() is True
+    assert store.written() == []  # adopted, not rewritten: the worker's version stands
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.version == 1 and job.version == 1

@@ -387,3 +387,39 @@ def test_two_threads_claiming_one_step_one_wins(store: IJobStore, started: bool)
         lost = [o for o, value in outcomes.items() if isinstance(value, StepSkipped)]
         assert len(won) == 1 and len(lost) == 1, outcomes
         assert row_of(store, record.id).lease_owner == won[0]
+
+
+# -- the producer's Scheduled write racing a worker's heal ------------------------------------
+
+
+def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> None:
+    from pypepper_dramatiq.messages import StepMessage
+    from pypepper_dramatiq.rules import Position
+    from pypepper_dramatiq.status import Status
+    from pypepper_dramatiq.steps import StepBook
+    from pypepper_dramatiq.stores.base import JobRecord
+    from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+    class ProducerRacesTheClaim(MemoryJobStore):
+        """Before the worker's first InProgress write, the producer rewrites Scheduled."""
+
+        raced = False
+
+        def put(self, record: JobRecord) -> bool:
+            if record.status is Status.IN_PROGRESS and not self.raced:
+                self.raced = True
+                current = self.get(record.id)
+                assert current is not None and super().put(current)
+            return super().put(record)
+
+    store = ProducerRacesTheClaim()
+    first = JobRecord(
+        id="raced", channel_id="c", status=Status.SCHEDULED,
+        payload={"workflows": [{"tasks": [{"name": "t", "executor_id": "x"}]}]},
+    )
+    book = StepBook(lambda: store, "worker-1", lease_seconds=30)
+    claim = book.claim(StepMessage("raced", Position(), first))
+    assert store.raced
+    stored = store.get("raced")
+    assert stored is not None and stored.status is Status.IN_PROGRESS
+    assert stored.lease_owner == "worker-1" and claim.record.version == stored.version
