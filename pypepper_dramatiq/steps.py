@@ -154,7 +154,7 @@ class StepBook:
             if record is None:
                 record = self._heal(store, step)
             claimed, position, tasks = self._claimable(record, step)
-            if store.put(claimed):
+            if store.advance(claimed):
                 _log("claim", record.id, position)
                 return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
             if record.status is not Status.SCHEDULED:
@@ -261,7 +261,7 @@ class StepBook:
         delay = 0.1
         for attempt in range(self.write_attempts):
             try:
-                return self._store().put(record)
+                return self._store().advance(record)
             except StoreError as exc:
                 if attempt + 1 == self.write_attempts:
                     raise

@@ -121,6 +121,17 @@ class IJobStore(abc.ABC):
     def put(self, record: JobRecord) -> bool:
         """Insert or update ``record``; True if written."""
 
+    def advance(self, record: JobRecord) -> bool:
+        """Update an existing row under the rules of :meth:`put`, leaving ``payload``
+        and ``created`` as stored; False if there is no row or a rule rejects it.
+
+        Drivers use it for the writes of a running job, whose workflows never change.
+        """
+        current = self.get(record.id)
+        if current is None:
+            return False
+        return self.put(record.evolve(payload=current.payload))
+
     @abc.abstractmethod
     def get(self, job_id: str) -> JobRecord | None:
         """The stored record, or None."""

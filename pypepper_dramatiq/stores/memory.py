@@ -33,6 +33,20 @@ class MemoryJobStore(IJobStore):
             )
             return True
 
+    def advance(self, record: JobRecord) -> bool:
+        with self._lock:
+            current = self._rows.get(record.id)
+            if (
+                current is None
+                or current.version != record.version
+                or not may_overwrite(current.status, record.status)
+            ):
+                return False
+            self._rows[record.id] = record.evolve(
+                version=record.version + 1, created=current.created, payload=current.payload
+            )
+            return True
+
     def get(self, job_id: str) -> JobRecord | None:
         with self._lock:
             return self._rows.get(job_id)

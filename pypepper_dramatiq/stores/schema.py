@@ -79,7 +79,8 @@ jobs = Table(
     Column("error", Text, nullable=True),
     Column("lease_owner", String(128), nullable=True),
     Column("lease_expires", UtcDateTime(), nullable=True),
-    Index("ix_scheduler_jobs_channel_status", "channel_id", "status"),
+    Index("ix_scheduler_jobs_status_created", "status", "created", "id"),
+    Index("ix_scheduler_jobs_channel_status_created", "channel_id", "status", "created", "id"),
     # The recovery query: InProgress rows whose lease lapsed, oldest first.
     Index("ix_scheduler_jobs_status_lease_expires", "status", "lease_expires"),
 )

@@ -15,13 +15,14 @@ SKIP LOCKED``, so concurrent recoverers split them and never share one.
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import shlex
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -29,7 +30,6 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import RowMapping, make_url
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -87,6 +87,25 @@ def _boundary(engine: Engine, doing: str) -> Iterator[None]:
         raise StoreError(f"job store failed {where}") from exc
 
 
+T = TypeVar("T")
+
+
+def _once_more_if_stale(engine: Engine, doing: str, call: Callable[[], T]) -> T:
+    """``call()``, tried a second time if it failed on a pooled connection the server
+    had closed (a restart). The pool is not pinged before each use: that costs a
+    round trip per call, while a stale pool costs one failed call after a restart.
+    """
+    try:
+        with _boundary(engine, doing):
+            return call()
+    except StoreUnavailableError as exc:
+        cause = exc.__cause__
+        if not (isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated):
+            raise
+    with _boundary(engine, doing):
+        return call()
+
+
 #: The extra that installs each dialect's driver.
 _EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
 
@@ -103,6 +122,14 @@ def _create_engine(uri: str, **engine_kwargs: Any) -> Engine:
         ) from exc
     except (sa_exc.ArgumentError, ValueError) as exc:
         raise StoreError(f"invalid job store URL: {exc}") from exc
+
+
+@contextmanager
+def _transaction(engine: Engine) -> Iterator[Connection]:
+    """A real transaction, also on an engine whose connections autocommit."""
+    connection = engine.connect().execution_options(isolation_level="READ COMMITTED")
+    with connection, connection.begin():
+        yield connection
 
 
 def _config(connection: Connection) -> Config:
@@ -126,7 +153,7 @@ def _current(connection: Connection) -> str | None:
 
 
 def _upgrade(engine: Engine) -> str:
-    with _boundary(engine, "migrating the schema"), engine.begin() as connection:
+    with _boundary(engine, "migrating the schema"), _transaction(engine) as connection:
         if connection.dialect.name == "postgresql":
             # Serialise concurrent migrators; PostgreSQL DDL is transactional, so
             # the loser then finds the schema at head and does nothing.
@@ -222,6 +249,59 @@ def _record(row: RowMapping) -> JobRecord:
     )
 
 
+_COLUMNS = (
+    "id, channel_id, category, status, version, created, updated, payload, state, error, "
+    "lease_owner, lease_expires"
+)
+
+#: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
+#: on every call cost more CPU than the database spent running them.
+_PG_UPSERT = f"""
+INSERT INTO scheduler_jobs ({_COLUMNS})
+VALUES (%(id)s, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1, %(created)s,
+        %(updated)s, %(payload)s::jsonb, %(state)s::jsonb, %(error)s, %(lease_owner)s,
+        %(lease_expires)s)
+ON CONFLICT (id) DO UPDATE SET
+    channel_id = EXCLUDED.channel_id, category = EXCLUDED.category,
+    status = EXCLUDED.status, version = scheduler_jobs.version + 1,
+    updated = EXCLUDED.updated, payload = EXCLUDED.payload, state = EXCLUDED.state,
+    error = EXCLUDED.error, lease_owner = EXCLUDED.lease_owner,
+    lease_expires = EXCLUDED.lease_expires
+WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
+"""
+
+_PG_ADVANCE = """
+UPDATE scheduler_jobs SET
+    status = %(status)s, version = version + 1, updated = %(updated)s,
+    state = %(state)s::jsonb, error = %(error)s, lease_owner = %(lease_owner)s,
+    lease_expires = %(lease_expires)s
+WHERE id = %(id)s AND version = %(version)s AND status = ANY(%(allowed)s)
+"""
+
+_PG_GET = f"SELECT {_COLUMNS} FROM scheduler_jobs WHERE id = %(id)s"
+
+#: The stored statuses each status may replace, as the arrays the statements take.
+_ALLOWED = {status: sorted(s.value for s in overwritable_by(status)) for status in Status}
+
+
+def _pg_params(record: JobRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "channel_id": record.channel_id,
+        "category": record.category,
+        "status": record.status.value,
+        "version": record.version,
+        "created": record.created,
+        "updated": record.updated,
+        "payload": None if record.payload is None else json.dumps(record.payload),
+        "state": json.dumps(record.state),
+        "error": record.error,
+        "lease_owner": record.lease_owner,
+        "lease_expires": record.lease_expires,
+        "allowed": _ALLOWED[record.status],
+    }
+
+
 def _guard(record: JobRecord) -> ColumnElement[bool]:
     """The stored row may be replaced by ``record``: seen version, allowed status."""
     allowed = sorted(s.value for s in overwritable_by(record.status))
@@ -251,7 +331,13 @@ class SqlJobStore(IJobStore):
     """
 
     def __init__(self, uri: str, *, migrate: bool = False, **engine_kwargs: Any) -> None:
-        engine_kwargs.setdefault("pool_pre_ping", True)
+        # No pre-ping: it costs a round trip per checkout. A connection that died
+        # fails its statement instead (StoreUnavailableError, which every caller
+        # handles), and SQLAlchemy then drops the whole stale pool.
+        engine_kwargs.setdefault("pool_recycle", 1800)
+        # Most calls are one statement: autocommit spares a BEGIN and a
+        # COMMIT/ROLLBACK each; the few multi-statement ones use _transaction().
+        engine_kwargs.setdefault("isolation_level", "AUTOCOMMIT")
         self._engine = _create_engine(uri, **engine_kwargs)
         try:
             if migrate:
@@ -273,35 +359,19 @@ class SqlJobStore(IJobStore):
         return f"{type(self).__name__}({_masked(self._engine)!r})"
 
     def put(self, record: JobRecord) -> bool:
-        with _boundary(self._engine, f"saving job {record.id}"):
-            return self._upsert(record)
+        return _once_more_if_stale(
+            self._engine, f"saving job {record.id}", lambda: self._upsert(record)
+        )
 
     def _put_postgresql(self, record: JobRecord) -> bool:
-        upsert = postgresql.insert(jobs).values(_row_values(record))
-        new = upsert.excluded
-        stmt = upsert.on_conflict_do_update(
-            index_elements=[jobs.c.id],
-            set_={
-                "channel_id": new.channel_id,
-                "category": new.category,
-                "status": new.status,
-                "version": jobs.c.version + 1,
-                "updated": new.updated,
-                "payload": new.payload,
-                "state": new.state,
-                "error": new.error,
-                "lease_owner": new.lease_owner,
-                "lease_expires": new.lease_expires,
-            },
-            where=_guard(record),
-        ).returning(jobs.c.id)
-        with self._engine.begin() as connection:
-            return connection.execute(stmt).first() is not None
+        with self._engine.connect() as connection:
+            cursor = connection.exec_driver_sql(_PG_UPSERT, _pg_params(record))
+            return cursor.rowcount == 1
 
     def _put_insert_then_update(self, record: JobRecord) -> bool:
         values = _row_values(record)
         try:
-            with self._engine.begin() as connection:
+            with self._engine.connect() as connection:
                 connection.execute(insert(jobs).values(values))
             return True
         except sa_exc.IntegrityError as exc:
@@ -310,16 +380,40 @@ class SqlJobStore(IJobStore):
         del values["id"], values["created"], values["version"]
         values["version"] = jobs.c.version + 1
         stmt = update(jobs).where(jobs.c.id == record.id, _guard(record)).values(values)
-        with self._engine.begin() as connection:
+        with self._engine.connect() as connection:
+            return connection.execute(stmt).rowcount == 1
+
+    def advance(self, record: JobRecord) -> bool:
+        return _once_more_if_stale(
+            self._engine, f"updating job {record.id}", lambda: self._advance(record)
+        )
+
+    def _advance(self, record: JobRecord) -> bool:
+        if self._postgres:
+            with self._engine.connect() as connection:
+                cursor = connection.exec_driver_sql(_PG_ADVANCE, _pg_params(record))
+                return cursor.rowcount == 1
+        values = _row_values(record)
+        for column in ("id", "created", "version", "payload"):
+            del values[column]
+        values["version"] = jobs.c.version + 1
+        stmt = update(jobs).where(jobs.c.id == record.id, _guard(record)).values(values)
+        with self._engine.connect() as connection:
             return connection.execute(stmt).rowcount == 1
 
     def get(self, job_id: str) -> JobRecord | None:
-        with _boundary(self._engine, f"loading job {job_id}"), self._engine.connect() as conn:
-            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))
         return None if row is None else _record(row)
 
+    def _get(self, job_id: str) -> RowMapping | None:
+        with self._engine.connect() as connection:
+            if self._postgres:
+                return connection.exec_driver_sql(_PG_GET, {"id": job_id}).mappings().first()
+            query = select(jobs).where(jobs.c.id == job_id)
+            return connection.execute(query).mappings().first()
+
     def delete(self, job_id: str) -> bool:
-        with _boundary(self._engine, f"deleting job {job_id}"), self._engine.begin() as conn:
+        with _boundary(self._engine, f"deleting job {job_id}"), self._engine.connect() as conn:
             return conn.execute(delete(jobs).where(jobs.c.id == job_id)).rowcount == 1
 
     def list(
@@ -356,14 +450,16 @@ class SqlJobStore(IJobStore):
         # owner's own next put look stale.
         renew = update(jobs).where(held).values(lease_expires=until)
         doing = f"renewing {len(ids)} leases of {owner}"
-        with _boundary(self._engine, doing), self._engine.begin() as conn:
+        with _boundary(self._engine, doing):
             if self._postgres:
-                rows = conn.execute(renew.returning(jobs.c.id, jobs.c.status)).all()
+                with self._engine.connect() as conn:
+                    rows = conn.execute(renew.returning(jobs.c.id, jobs.c.status)).all()
             else:
                 # No RETURNING on UPDATE: read back in the same transaction. The
                 # renewed rows stay locked by it, so the read sees them as written.
-                conn.execute(renew)
-                rows = conn.execute(select(jobs.c.id, jobs.c.status).where(held)).all()
+                with _transaction(self._engine) as conn:
+                    conn.execute(renew)
+                    rows = conn.execute(select(jobs.c.id, jobs.c.status).where(held)).all()
         return {job_id: Status(status) for job_id, status in rows}
 
     def recover_expired(
@@ -388,7 +484,7 @@ class SqlJobStore(IJobStore):
             .values(changes)
             .returning(*jobs.c)
         )
-        with self._engine.begin() as conn:
+        with self._engine.connect() as conn:
             return [_record(row) for row in conn.execute(stmt).mappings()]
 
     def _recover_select_then_update(
@@ -398,8 +494,7 @@ class SqlJobStore(IJobStore):
         # from; so lock, then update. Under READ COMMITTED the locking read takes
         # no gap locks, which could otherwise hold up a concurrent recoverer
         # moving its rows' (status, lease_expires) index entries into the gap.
-        connection = self._engine.connect().execution_options(isolation_level="READ COMMITTED")
-        with connection as conn, conn.begin():
+        with _transaction(self._engine) as conn:
             ids: builtins.list[str] = list(conn.execute(_lapsed(now, limit)).scalars())
             if not ids:
                 return []

@@ -79,6 +79,12 @@ class BreakableStore(MemoryJobStore):
             raise error
         return super().put(record)
 
+    def advance(self, record: JobRecord) -> bool:
+        error = self.put_error
+        if error is not None:
+            raise error
+        return super().advance(record)
+
 
 @pytest.fixture
 def store(stub_broker: StubBroker) -> BreakableStore:

@@ -405,12 +405,12 @@ def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> No
 
         raced = False
 
-        def put(self, record: JobRecord) -> bool:
+        def advance(self, record: JobRecord) -> bool:
             if record.status is Status.IN_PROGRESS and not self.raced:
                 self.raced = True
                 current = self.get(record.id)
-                assert current is not None and super().put(current)
-            return super().put(record)
+                assert current is not None and self.put(current)
+            return super().advance(record)
 
     store = ProducerRacesTheClaim()
     first = JobRecord(

@@ -207,7 +207,7 @@ def test_pool_survives_a_server_restart(
         pytest.skip("cannot restart the external server named by PGHOST")
     assert pg_store.put(JobRecord(id="before"))
     postgres_server.restart()
-    assert pg_store.get("before") is not None  # pool_pre_ping replaced the dead connection
+    assert pg_store.get("before") is not None  # retried once on a fresh connection
 
 
 def test_mysql_ddl_keeps_microseconds() -> None:
@@ -256,3 +256,40 @@ def test_sql_store_agrees_with_memory(
         if current is not None and record.version == current.version:
             assert written == may_overwrite(current.status, status)
         assert pg_store.get(job_id) == memory.get(job_id)
+
+
+@pytest.mark.postgres
+def test_migrations_build_exactly_the_declared_schema(empty_postgres_uri: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from pypepper_dramatiq.stores.schema import metadata
+
+    upgrade_schema(empty_postgres_uri)
+    engine = create_engine(empty_postgres_uri)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts={"version_table": VERSION_TABLE, "compare_type": False}
+            )
+            differences = compare_metadata(context, metadata)
+    finally:
+        engine.dispose()
+    assert differences == []
+
+
+@pytest.mark.postgres
+def test_listing_by_status_reads_an_index(pg_store: SqlJobStore) -> None:
+    with pg_store.engine.connect() as connection:
+        connection.execute(text("SET enable_seqscan = off"))
+        plan = "\n".join(
+            row[0]
+            for row in connection.execute(
+                text(
+                    "EXPLAIN SELECT * FROM scheduler_jobs WHERE status = 'Failed' "
+                    "ORDER BY created, id LIMIT 100"
+                )
+            )
+        )
+    assert "ix_scheduler_jobs_status_created" in plan
+    assert "Sort" not in plan  # read in order from the index, not sorted afterwards

@@ -434,3 +434,35 @@ class TestLeaseContract:
                 None,
                 LEASE_UNTIL,
             )
+
+
+class TestAdvanceContract:
+    """``advance``: the guarded update of a running job's row, payload left alone."""
+
+    def test_advance_updates_state_and_keeps_payload_and_created(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED, payload={"workflows": [1]}))
+        row = stored(store)
+        later = T0 + timedelta(minutes=5)
+        moved = row.evolve(
+            status=Status.IN_PROGRESS, state={"cursor": [0, 1, 0, 0]}, payload=None,
+            created=later, updated=later, lease_owner="w", lease_expires=later,
+        )
+        assert store.advance(moved) is True
+        after = stored(store)
+        assert after.version == row.version + 1
+        assert after.status is Status.IN_PROGRESS and after.state == {"cursor": [0, 1, 0, 0]}
+        assert after.payload == {"workflows": [1]}  # not part of an advance
+        assert after.created == T0 and after.updated == later
+        assert after.lease_owner == "w" and after.lease_expires == later
+
+    def test_advance_needs_an_existing_row(self, store: IJobStore) -> None:
+        assert store.advance(job("nobody", status=Status.IN_PROGRESS)) is False
+        assert store.get("nobody") is None
+
+    def test_advance_keeps_the_put_rules(self, store: IJobStore) -> None:
+        seed(store, Status.COMPLETED)
+        row = stored(store)
+        assert store.advance(row.evolve(status=Status.IN_PROGRESS)) is False  # moves back
+        assert store.advance(row.evolve(status=Status.FAILED)) is False  # another terminal
+        assert store.advance(row.evolve(version=row.version - 1)) is False  # stale
+        assert stored(store).version == row.version
