@@ -147,6 +147,9 @@ class StepBook:
             StoreError: the store failed (the caller defers the message).
         """
         store = self._store()
+        fast = self._claim_in_one_write(store, step)
+        if fast is not None:
+            return fast
         # A Scheduled row may be rewritten by its producer (its own Scheduled
         # write, racing our heal) between our read and our write: read again.
         for _ in range(CLAIM_ATTEMPTS):
@@ -155,11 +158,38 @@ class StepBook:
                 record = self._heal(store, step)
             claimed, position, tasks = self._claimable(record, step)
             if store.advance(claimed):
-                _log("claim", record.id, position)
+                _log("start" if record.status is Status.SCHEDULED else "claim", record.id, position)
                 return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
             if record.status is not Status.SCHEDULED:
                 break
         raise StepSkipped(step.job_id, "another worker claimed the step first")
+
+    def _claim_in_one_write(self, store: IJobStore, step: StepMessage) -> Claim | None:
+        """The common case, one statement: the row is at the message's step and free.
+
+        None when it is not (or the first position is unknown here): the caller
+        then reads the row to learn why, heals it, or skips the message.
+        """
+        cursor, start = step.position, False
+        if step.record is not None and step.position == Position():
+            if step.record.payload is None:
+                return None
+            plan = [[policy_of(t) for t in w.get("tasks", [])]
+                    for w in step.record.payload.get("workflows", [])]
+            first = rules.first_step(plan)
+            if first.position is None:
+                return None
+            cursor, start = first.position, True
+        now = utcnow()
+        record = store.claim_step(
+            step.job_id, cursor.to_list(), self.owner, now,
+            now + timedelta(seconds=self.lease_seconds), start=start,
+        )
+        if record is None or record.payload is None:
+            return None
+        tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
+        _log("start" if start else "claim", record.id, cursor)
+        return Claim(record, cursor, tasks)
 
     def _claimable(
         self, record: JobRecord, step: StepMessage
@@ -271,8 +301,16 @@ class StepBook:
         return False  # pragma: no cover - the loop returns or raises
 
 
+#: Actions that change a job's status are logged at INFO; per-step bookkeeping at DEBUG.
+_TRANSITIONS = frozenset({"start", "complete", "fail", "lost", "heal"})
+
+
 def _log(action: str, job_id: str, position: Position, detail: str | None = None) -> None:
-    logger.info(
+    level = logging.INFO if action in _TRANSITIONS else logging.DEBUG
+    if not logger.isEnabledFor(level):
+        return
+    logger.log(
+        level,
         "job %s %s at %s%s", job_id, action, position.key(), f" ({detail})" if detail else "",
         extra={"action": action, "job_id": job_id, "position": position.to_list()},
     )

@@ -132,6 +132,39 @@ class IJobStore(abc.ABC):
             return False
         return self.put(record.evolve(payload=current.payload))
 
+    def claim_step(
+        self,
+        job_id: str,
+        cursor: Sequence[int],
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        start: bool = False,
+    ) -> JobRecord | None:
+        """Take the step at ``cursor`` for ``owner`` in one compare-and-set.
+
+        The row qualifies when it is InProgress at ``cursor`` with no live
+        lease (no owner, or ``lease_expires`` before ``now``), or, with
+        ``start``, when it is Scheduled (it then becomes InProgress at
+        ``cursor``). The write sets the owner and ``lease_expires``, ``updated``
+        to ``now`` and increments ``version``. Returns the row as written, or
+        None when it does not qualify (the caller reads it to learn why).
+        """
+        current = self.get(job_id)
+        if current is None or not _claimable(current, cursor, now, start):
+            return None
+        claimed = current.evolve(
+            status=Status.IN_PROGRESS,
+            state=dict(current.state, cursor=list(cursor)),
+            updated=now,
+            lease_owner=owner,
+            lease_expires=lease_until,
+        )
+        if not self.advance(claimed):
+            return None
+        return claimed.evolve(version=claimed.version + 1)
+
     @abc.abstractmethod
     def get(self, job_id: str) -> JobRecord | None:
         """The stored record, or None."""
@@ -175,3 +208,15 @@ class IJobStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+def _claimable(record: JobRecord, cursor: Sequence[int], now: datetime, start: bool) -> bool:
+    if record.status is Status.SCHEDULED:
+        return start
+    if record.status is not Status.IN_PROGRESS:
+        return False
+    if list(record.state.get("cursor") or []) != list(cursor):
+        return False
+    return record.lease_owner is None or (
+        record.lease_expires is not None and record.lease_expires < now
+    )

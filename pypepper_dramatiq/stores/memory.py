@@ -16,7 +16,7 @@ class MemoryJobStore(IJobStore):
 
     def __init__(self) -> None:
         self._rows: dict[str, JobRecord] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def put(self, record: JobRecord) -> bool:
         with self._lock:
@@ -32,6 +32,19 @@ class MemoryJobStore(IJobStore):
                 version=record.version + 1, created=current.created
             )
             return True
+
+    def claim_step(
+        self,
+        job_id: str,
+        cursor: Sequence[int],
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        start: bool = False,
+    ) -> JobRecord | None:
+        with self._lock:  # re-entrant: the generic read-check-advance runs under it
+            return super().claim_step(job_id, cursor, owner, now, lease_until, start=start)
 
     def advance(self, record: JobRecord) -> bool:
         with self._lock:

@@ -280,6 +280,18 @@ WHERE id = %(id)s AND version = %(version)s AND status = ANY(%(allowed)s)
 
 _PG_GET = f"SELECT {_COLUMNS} FROM scheduler_jobs WHERE id = %(id)s"
 
+_PG_CLAIM = f"""
+UPDATE scheduler_jobs SET
+    status = 'InProgress', version = version + 1, updated = %(now)s,
+    state = jsonb_set(state, '{{cursor}}', %(cursor)s::jsonb),
+    lease_owner = %(owner)s, lease_expires = %(lease_until)s
+WHERE id = %(id)s AND (
+    (status = 'InProgress' AND state -> 'cursor' = %(cursor)s::jsonb
+        AND (lease_owner IS NULL OR lease_expires < %(now)s))
+    OR (status = 'Scheduled' AND %(start)s))
+RETURNING {_COLUMNS}
+"""
+
 #: The stored statuses each status may replace, as the arrays the statements take.
 _ALLOWED = {status: sorted(s.value for s in overwritable_by(status)) for status in Status}
 
@@ -400,6 +412,30 @@ class SqlJobStore(IJobStore):
         stmt = update(jobs).where(jobs.c.id == record.id, _guard(record)).values(values)
         with self._engine.connect() as connection:
             return connection.execute(stmt).rowcount == 1
+
+    def claim_step(
+        self,
+        job_id: str,
+        cursor: Sequence[int],
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        start: bool = False,
+    ) -> JobRecord | None:
+        if not self._postgres:
+            return super().claim_step(job_id, cursor, owner, now, lease_until, start=start)
+        params = {
+            "id": job_id, "cursor": json.dumps(list(cursor)), "owner": owner, "now": now,
+            "lease_until": lease_until, "start": start,
+        }
+
+        def claim() -> RowMapping | None:
+            with self._engine.connect() as connection:
+                return connection.exec_driver_sql(_PG_CLAIM, params).mappings().first()
+
+        row = _once_more_if_stale(self._engine, f"claiming a step of job {job_id}", claim)
+        return None if row is None else _record(row)
 
     def get(self, job_id: str) -> JobRecord | None:
         row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))

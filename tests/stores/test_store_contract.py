@@ -466,3 +466,77 @@ class TestAdvanceContract:
         assert store.advance(row.evolve(status=Status.FAILED)) is False  # another terminal
         assert store.advance(row.evolve(version=row.version - 1)) is False  # stale
         assert stored(store).version == row.version
+
+
+class TestClaimStepContract:
+    """``claim_step``: one compare-and-set that takes a step, on every store alike."""
+
+    NOW = T0 + timedelta(hours=1)
+    UNTIL = NOW + timedelta(seconds=30)
+
+    def running(self, store: IJobStore, **fields: Any) -> JobRecord:
+        fields.setdefault("state", {"cursor": [0, 1, 0, 0], "results": {"0.0": 1}})
+        assert store.put(job(status=Status.IN_PROGRESS, payload={"workflows": []}, **fields))
+        return stored(store)
+
+    def claim(self, store: IJobStore, cursor: list[int], start: bool = False) -> Any:
+        return store.claim_step("job-1", cursor, "me", self.NOW, self.UNTIL, start=start)
+
+    def test_starts_a_scheduled_job(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED, payload={"workflows": [1]}))
+        claimed = self.claim(store, [0, 0, 0, 0], start=True)
+        row = stored(store)
+        assert claimed == row
+        assert row.status is Status.IN_PROGRESS and row.version == 2
+        assert row.state["cursor"] == [0, 0, 0, 0] and row.payload == {"workflows": [1]}
+        assert row.lease_owner == "me" and row.lease_expires == self.UNTIL
+        assert row.updated == self.NOW
+
+    def test_a_scheduled_job_is_not_started_without_start(self, store: IJobStore) -> None:
+        assert store.put(job(status=Status.SCHEDULED))
+        assert self.claim(store, [0, 0, 0, 0]) is None
+        assert stored(store).status is Status.SCHEDULED
+
+    def test_takes_a_free_step_at_its_cursor_keeping_the_state(self, store: IJobStore) -> None:
+        before = self.running(store)
+        claimed = self.claim(store, [0, 1, 0, 0])
+        assert claimed is not None and claimed.version == before.version + 1
+        assert claimed.state == {"cursor": [0, 1, 0, 0], "results": {"0.0": 1}}
+        assert stored(store) == claimed
+
+    def test_refuses_another_cursor(self, store: IJobStore) -> None:
+        before = self.running(store)
+        assert self.claim(store, [0, 0, 0, 0]) is None
+        assert self.claim(store, [0, 1, 0, 1]) is None
+        assert stored(store) == before
+
+    def test_refuses_a_live_lease_and_takes_a_lapsed_one(self, store: IJobStore) -> None:
+        self.running(store, lease_owner="other", lease_expires=self.NOW + timedelta(seconds=1))
+        assert self.claim(store, [0, 1, 0, 0]) is None
+        store.delete("job-1")
+        self.running(store, lease_owner="other", lease_expires=self.NOW - timedelta(seconds=1))
+        claimed = self.claim(store, [0, 1, 0, 0])
+        assert claimed is not None and claimed.lease_owner == "me"
+
+    @pytest.mark.parametrize("status", sorted(TERMINAL, key=str))
+    def test_refuses_finished_and_missing_jobs(self, store: IJobStore, status: Status) -> None:
+        assert self.claim(store, [0, 0, 0, 0], start=True) is None
+        seed(store, status)
+        assert self.claim(store, [0, 0, 0, 0], start=True) is None
+        assert stored(store).status is status
+
+    def test_exactly_one_of_racing_claims_wins(self, store: IJobStore) -> None:
+        self.running(store)
+        barrier = threading.Barrier(8)
+
+        def race(n: int) -> bool:
+            barrier.wait()
+            owner = f"worker-{n}"
+            return store.claim_step(
+                "job-1", [0, 1, 0, 0], owner, self.NOW, self.UNTIL
+            ) is not None
+
+        with ThreadPoolExecutor(8) as pool:
+            wins = list(pool.map(race, range(8)))
+        assert wins.count(True) == 1
+        assert stored(store).lease_owner == f"worker-{wins.index(True)}"
