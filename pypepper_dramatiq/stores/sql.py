@@ -30,7 +30,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, delete, func, insert, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import RowMapping, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ColumnElement, Select
 
 from ..errors import SchemaVersionError, StoreError, StoreUnavailableError
@@ -85,9 +85,27 @@ def _boundary(engine: Engine, doing: str) -> Iterator[None]:
         if _is_unavailable(exc):
             raise StoreUnavailableError(f"job store unavailable, {where}") from exc
         raise StoreError(f"job store failed {where}") from exc
+    except _DRIVER_ERRORS as exc:  # from the hot statements sent straight to psycopg
+        where = f"{doing} on {_masked(engine)}: {_reason(engine, exc)}"
+        if isinstance(exc, _DRIVER_DISCONNECTS):
+            raise StoreUnavailableError(f"job store unavailable, {where}") from exc
+        raise StoreError(f"job store failed {where}") from exc
 
 
 T = TypeVar("T")
+
+try:  # the PostgreSQL driver is an extra
+    import psycopg
+    from psycopg.rows import dict_row
+
+    _DRIVER_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,)
+    _DRIVER_DISCONNECTS: tuple[type[Exception], ...] = (
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    )
+except ImportError:  # pragma: no cover - MySQL-only installs
+    dict_row = None  # type: ignore[assignment]
+    _DRIVER_ERRORS = _DRIVER_DISCONNECTS = ()
 
 
 def _once_more_if_stale(engine: Engine, doing: str, call: Callable[[], T]) -> T:
@@ -100,7 +118,10 @@ def _once_more_if_stale(engine: Engine, doing: str, call: Callable[[], T]) -> T:
             return call()
     except StoreUnavailableError as exc:
         cause = exc.__cause__
-        if not (isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated):
+        stale = isinstance(cause, _DRIVER_DISCONNECTS) or (
+            isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated
+        )
+        if not stale:
             raise
     with _boundary(engine, doing):
         return call()
@@ -232,7 +253,7 @@ def _row_values(record: JobRecord) -> dict[str, Any]:
     }
 
 
-def _record(row: RowMapping) -> JobRecord:
+def _record(row: Any) -> JobRecord:
     return JobRecord(
         id=row["id"],
         channel_id=row["channel_id"],
@@ -370,15 +391,39 @@ class SqlJobStore(IJobStore):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({_masked(self._engine)!r})"
 
+    @contextmanager
+    def _driver_cursor(self) -> Iterator[Any]:
+        """A cursor of a pooled driver connection, for the hot PostgreSQL statements.
+
+        SQLAlchemy's Connection and result objects cost more CPU per call than
+        these one-statement round trips themselves; the pool stays SQLAlchemy's.
+        A connection that fails is invalidated, so it is not handed out again.
+        """
+        connection = self._engine.raw_connection()
+        try:
+            cursor: Any = connection.cursor(row_factory=dict_row)
+            with cursor:
+                yield cursor
+        except _DRIVER_DISCONNECTS:
+            connection.invalidate()
+            raise
+        finally:
+            connection.close()
+
+    def _run(self, sql: str, params: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        """Execute a prepared hot statement: (rowcount, first row or None)."""
+        with self._driver_cursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            row = cursor.fetchone() if cursor.description is not None else None
+            return cursor.rowcount, row
+
     def put(self, record: JobRecord) -> bool:
         return _once_more_if_stale(
             self._engine, f"saving job {record.id}", lambda: self._upsert(record)
         )
 
     def _put_postgresql(self, record: JobRecord) -> bool:
-        with self._engine.connect() as connection:
-            cursor = connection.exec_driver_sql(_PG_UPSERT, _pg_params(record))
-            return cursor.rowcount == 1
+        return self._run(_PG_UPSERT, _pg_params(record))[0] == 1
 
     def _put_insert_then_update(self, record: JobRecord) -> bool:
         values = _row_values(record)
@@ -402,9 +447,7 @@ class SqlJobStore(IJobStore):
 
     def _advance(self, record: JobRecord) -> bool:
         if self._postgres:
-            with self._engine.connect() as connection:
-                cursor = connection.exec_driver_sql(_PG_ADVANCE, _pg_params(record))
-                return cursor.rowcount == 1
+            return self._run(_PG_ADVANCE, _pg_params(record))[0] == 1
         values = _row_values(record)
         for column in ("id", "created", "version", "payload"):
             del values[column]
@@ -430,9 +473,8 @@ class SqlJobStore(IJobStore):
             "lease_until": lease_until, "start": start,
         }
 
-        def claim() -> RowMapping | None:
-            with self._engine.connect() as connection:
-                return connection.exec_driver_sql(_PG_CLAIM, params).mappings().first()
+        def claim() -> dict[str, Any] | None:
+            return self._run(_PG_CLAIM, params)[1]
 
         row = _once_more_if_stale(self._engine, f"claiming a step of job {job_id}", claim)
         return None if row is None else _record(row)
@@ -441,10 +483,10 @@ class SqlJobStore(IJobStore):
         row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))
         return None if row is None else _record(row)
 
-    def _get(self, job_id: str) -> RowMapping | None:
+    def _get(self, job_id: str) -> Any:
+        if self._postgres:
+            return self._run(_PG_GET, {"id": job_id})[1]
         with self._engine.connect() as connection:
-            if self._postgres:
-                return connection.exec_driver_sql(_PG_GET, {"id": job_id}).mappings().first()
             query = select(jobs).where(jobs.c.id == job_id)
             return connection.execute(query).mappings().first()
 
