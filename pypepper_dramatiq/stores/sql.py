@@ -368,6 +368,11 @@ class SqlJobStore(IJobStore):
         # fails its statement instead (StoreUnavailableError, which every caller
         # handles), and SQLAlchemy then drops the whole stale pool.
         engine_kwargs.setdefault("pool_recycle", 1800)
+        # A worker's threads each hold a connection during a step, plus the lease
+        # keeper and the sweeper: beyond pool_size, connections are opened and
+        # closed per use, which costs more than the statement.
+        engine_kwargs.setdefault("pool_size", 16)
+        engine_kwargs.setdefault("max_overflow", 16)
         # Most calls are one statement: autocommit spares a BEGIN and a
         # COMMIT/ROLLBACK each; the few multi-statement ones use _transaction().
         engine_kwargs.setdefault("isolation_level", "AUTOCOMMIT")

@@ -281,8 +281,17 @@ def test_migrations_build_exactly_the_declared_schema(empty_postgres_uri: str) -
 
 @pytest.mark.postgres
 def test_listing_by_status_reads_an_index(pg_store: SqlJobStore) -> None:
+    statuses = ["Scheduled", "InProgress", "Completed", "Failed"]
     with pg_store.engine.connect() as connection:
-        connection.execute(text("SET enable_seqscan = off"))
+        connection.execute(
+            text(
+                "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated,"
+                " state) SELECT 'j' || n, 'c', (CAST(:statuses AS text[]))[1 + n % 4], 1,"
+                " now() - n * interval '1 second', now(), '{}' FROM generate_series(1, 4000) n"
+            ),
+            {"statuses": statuses},
+        )
+        connection.execute(text("ANALYZE scheduler_jobs"))
         plan = "\n".join(
             row[0]
             for row in connection.execute(
