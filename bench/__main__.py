@@ -24,9 +24,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="'all', or scenario names")
     parser.add_argument("--quick", action="store_true", help="small sizes (well under 90 s)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "latest.json"))
+    parser.add_argument("--backlog", type=int, metavar="N",
+                        help="the large backlog of scenario 4 (the issue's figure: 100000)")
     args = parser.parse_args(argv)
     only = None if "all" in args.which else set(args.which)
     sizes = QUICK if args.quick else FULL
+    if args.backlog:
+        sizes = dataclasses.replace(sizes, backlog=(sizes.backlog[0], args.backlog))
     started = time.perf_counter()
     # A SIGTERM (tox, CI, timeout) unwinds like Ctrl-C, so workers and servers stop.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

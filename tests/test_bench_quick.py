@@ -1,0 +1,36 @@
+"""The benchmark's quick mode runs end to end, so that it cannot rot.
+
+It checks that every scenario ran and reported figures, never how fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm")
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+
+@pytest.mark.timeout(600)
+def test_every_scenario_of_the_quick_benchmark_runs(tmp_path: Path) -> None:
+    output = tmp_path / "quick.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--quick", "--output", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=560, check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report["mode"] == "quick"
+    assert set(report["results"]) == set(SCENARIOS)
+    targets = report["targets"]
+    assert len(targets) >= 5
+    assert all(isinstance(t["value"], (int, float)) and math.isfinite(t["value"]) for t in targets)
+    assert "| target |" in run.stdout  # the table was printed
