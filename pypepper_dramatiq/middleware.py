@@ -134,7 +134,7 @@ class WorkflowMiddleware(Middleware):
         try:
             claim = self.book.claim(step)
         except StepSkipped as exc:
-            self._left_channel(message, step.job_id)
+            self._left_channel(message, step)
             if exc.dead:
                 self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
                 message.fail()
@@ -148,7 +148,7 @@ class WorkflowMiddleware(Middleware):
             self.logger.exception("claim of job %s failed; dead-lettering", step.job_id)
             message.fail()
             raise SkipMessage(str(exc)) from exc
-        self._left_channel(message, claim.record.id)
+        self._left_channel(message, step)
         timeout = float(claim.task.get("round_timeout", 0) or 0)
         if timeout > 0:
             message.options["time_limit"] = int(timeout * 1000)
@@ -158,11 +158,17 @@ class WorkflowMiddleware(Middleware):
         actors.current.inflight = self.inflight
         actors.current.outcome = None
 
-    def _left_channel(self, message: Any, job_id: str) -> None:
-        """The job no longer waits in its channel (its first step was taken or dropped)."""
+    def _left_channel(self, message: Any, step: StepMessage) -> None:
+        """The job no longer waits in its channel (its first step was taken or dropped).
+
+        Only a job's first message (the one carrying its record) counts in the
+        channel; later steps were never admitted, so they cost no release.
+        """
+        if step.record is None:
+            return
         channel = manager.get(message.queue_name)
         if channel is not None:
-            _quietly(channel.gate.release, job_id)
+            _quietly(channel.gate.release, step.job_id)
 
     def _pass_on(self, broker: Broker, step: StepMessage, message: Any) -> None:
         """Give an unclaimed step to another worker; dead-letter it if that fails."""
