@@ -318,21 +318,15 @@ _ALLOWED = {status: sorted(s.value for s in overwritable_by(status)) for status 
 
 
 def _pg_params(record: JobRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "channel_id": record.channel_id,
-        "category": record.category,
-        "status": record.status.value,
-        "version": record.version,
-        "created": record.created,
-        "updated": record.updated,
-        "payload": None if record.payload is None else json.dumps(record.payload),
-        "state": json.dumps(record.state),
-        "error": record.error,
-        "lease_owner": record.lease_owner,
-        "lease_expires": record.lease_expires,
-        "allowed": _ALLOWED[record.status],
-    }
+    """Parameters of the hot PostgreSQL statements: the seen version, JSON as text."""
+    params = _row_values(record)
+    params.update(
+        version=record.version,
+        payload=None if record.payload is None else json.dumps(record.payload),
+        state=json.dumps(record.state),
+        allowed=_ALLOWED[record.status],
+    )
+    return params
 
 
 def _guard(record: JobRecord) -> ColumnElement[bool]:
