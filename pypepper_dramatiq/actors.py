@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import dramatiq
@@ -186,10 +188,27 @@ def workflow_task(
         raise TypeError(f"workflow_task got unknown options: {', '.join(sorted(unknown))}")
 
     def decorate(func: Callable[..., R]) -> WorkflowTask[R]:
-        executor_id = name or f"{func.__module__}.{func.__qualname__}"
+        executor_id = name or f"{_module_name(func)}.{func.__qualname__}"
         return WorkflowTask(func, executor_id, dict(policy))
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _module_name(func: Callable[..., Any]) -> str:
+    """The name workers import ``func``'s module by, also when it runs as a script.
+
+    ``python etl.py`` names the module ``__main__`` while ``dramatiq etl``
+    imports it as ``etl``; ids must agree between the two processes.
+    """
+    module = func.__module__
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name)  # python -m package.module
+    path = getattr(main, "__file__", None)
+    return Path(path).stem if path else module
 
 
 def actor_task(
