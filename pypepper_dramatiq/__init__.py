@@ -6,6 +6,7 @@ from .channel import Channel, ChannelManager, manager
 from .config import Config, config
 from .context import CANCEL_EVENT_KEY, Context
 from .errors import (
+    BrokerUnavailableError,
     ChannelEnqueueError,
     ChannelFullError,
     ChannelStoppedError,
@@ -107,6 +108,7 @@ __all__ = [
     "set_job_store",
     "setup_from_config",
     # errors
+    "BrokerUnavailableError",
     "ChannelEnqueueError",
     "ChannelFullError",
     "ChannelStoppedError",

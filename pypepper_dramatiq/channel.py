@@ -9,14 +9,16 @@ the broker is Redis), so a successful send and a stop never overlap.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+import dramatiq
 from dramatiq.broker import Broker, Consumer
 
 from .broker import get_broker
-from .errors import MessageError
+from .errors import BrokerUnavailableError, MessageError
 from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import StepMessage
 from .rules import Position
@@ -83,9 +85,14 @@ class Channel:
             try:
                 message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
                 self.broker.enqueue(message)
-            except BaseException:
+            except BaseException as exc:
                 self._local.pop(job.id, None)
-                self.gate.release(job.id)
+                with contextlib.suppress(BrokerUnavailableError):
+                    self.gate.release(job.id)
+                if _is_connection_error(exc):
+                    raise BrokerUnavailableError(
+                        f"the broker did not take job {job.id} for channel {self.id}: {exc}"
+                    ) from exc
                 raise
         self._wakeup.set()
         return "ok"
@@ -162,6 +169,13 @@ class Channel:
 
     def __repr__(self) -> str:
         return f"Channel({self.id!r}, maxsize={self.maxsize})"
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """A broker that could not be reached (Dramatiq's, redis-py's or the OS's word for it)."""
+    if isinstance(exc, dramatiq.errors.ConnectionError | OSError):
+        return True
+    return type(exc).__module__.startswith("redis.") and "Connection" in type(exc).__name__
 
 
 def _gate_for(broker: Broker, channel_id: str, maxsize: int) -> Gate:

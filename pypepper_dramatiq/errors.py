@@ -39,6 +39,10 @@ class ChannelStoppedError(ChannelEnqueueError):
     """The channel is stopped and accepts no new jobs."""
 
 
+class BrokerUnavailableError(ChannelEnqueueError):
+    """The message broker cannot be reached; nothing was queued."""
+
+
 class JobRequeuedError(PypepperError):
     """The job's RUN snapshot did not persist; the job went back on its channel."""
 

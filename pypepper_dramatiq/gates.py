@@ -9,8 +9,12 @@ every producer on every machine shares one bound and one stop flag.
 from __future__ import annotations
 
 import abc
+import functools
 import threading
-from typing import Any, Literal, cast
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, cast
+
+from .errors import BrokerUnavailableError
 
 SendResult = Literal["ok", "full", "stopped"]
 
@@ -90,6 +94,30 @@ return 'ok'
 """
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _broker_errors(method: F) -> F:
+    """Redis errors become :class:`BrokerUnavailableError`, naming the channel."""
+
+    @functools.wraps(method)
+    def wrapper(self: RedisGate, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if not _is_redis_error(exc):
+                raise
+            raise BrokerUnavailableError(
+                f"Redis unreachable for channel {self.channel_id}: {exc}"
+            ) from exc
+
+    return cast(F, wrapper)
+
+
+def _is_redis_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith("redis.")
+
+
 class RedisGate(Gate):
     """A gate shared by every process through Redis.
 
@@ -97,7 +125,9 @@ class RedisGate(Gate):
     later values are ignored, as for a local channel.
     """
 
+    @_broker_errors
     def __init__(self, client: Any, channel_id: str, maxsize: int = 0) -> None:
+        self.channel_id = channel_id
         self.client = client
         base = f"{KEY_PREFIX}:channel:{channel_id}"
         self.meta_key = base
@@ -106,26 +136,32 @@ class RedisGate(Gate):
         self.maxsize = int(client.hget(self.meta_key, "maxsize") or 0)
         self._admit = client.register_script(_ADMIT)
 
+    @_broker_errors
     def admit(self, job_id: str) -> SendResult:
         result = self._admit(keys=[self.meta_key, self.waiting_key], args=[job_id])
         if isinstance(result, bytes):
             result = result.decode()
         return cast(SendResult, result)
 
+    @_broker_errors
     def release(self, job_id: str) -> None:
         self.client.srem(self.waiting_key, job_id)
 
+    @_broker_errors
     def request_stop(self) -> None:
         self.client.hset(self.meta_key, "stopped", "1")
 
     @property
+    @_broker_errors
     def stopped(self) -> bool:
         value = self.client.hget(self.meta_key, "stopped")
         return value in (b"1", "1")
 
+    @_broker_errors
     def waiting(self) -> int:
         return int(self.client.scard(self.waiting_key))
 
+    @_broker_errors
     def reset(self) -> None:
         """Forget the stop flag, the bound and the waiting set (tests, re-provisioning)."""
         self.client.delete(self.meta_key, self.waiting_key)
