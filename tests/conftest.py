@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 import pytest
-from services import PostgresServer, RedisServer, ServiceError
+from services import MariaDBServer, PostgresServer, RedisServer, ServiceError
 from sqlalchemy import delete
 
 from pypepper_dramatiq.stores.schema import jobs
@@ -18,11 +18,11 @@ from pypepper_dramatiq.stores.sql import SqlJobStore
 # -- backend selection ----------------------------------------------------------------------
 
 #: Markers naming a server a test needs; ``PYPEPPER_TEST_BACKENDS`` picks which run.
-BACKEND_MARKERS = ("postgres", "redis")
+BACKEND_MARKERS = ("postgres", "mysql", "redis")
 
 
 def selected_backends() -> set[str] | None:
-    """Backends named in ``PYPEPPER_TEST_BACKENDS`` (``memory|postgres``...); None = all."""
+    """Backends named in ``PYPEPPER_TEST_BACKENDS`` (``memory|postgres|mysql``...); None = all."""
     raw = os.environ.get("PYPEPPER_TEST_BACKENDS", "").strip()
     if not raw:
         return None
@@ -91,16 +91,36 @@ def empty_postgres_uri(postgres_server: PostgresServer) -> Iterator[str]:
     postgres_server.drop_database(name)
 
 
-# -- MySQL (opt-in) -------------------------------------------------------------------------
+# -- MySQL ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mysql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """A throwaway MariaDB server for the whole session."""
+    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
+    try:
+        server.start()
+    except ServiceError as exc:
+        server.cleanup()
+        unavailable(f"MariaDB unavailable: {exc}")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def mysql_uri(request: pytest.FixtureRequest) -> str:
+    """``mysql+pymysql://`` URL: ``PYPEPPER_TEST_MYSQL_URI`` if set, else the session's MariaDB."""
+    uri = os.environ.get("PYPEPPER_TEST_MYSQL_URI")
+    if uri:
+        return uri
+    server: MariaDBServer = request.getfixturevalue("mysql_server")
+    return server.uri
 
 
 @pytest.fixture
-def mysql_store() -> Iterator[SqlJobStore]:
-    """A migrated :class:`SqlJobStore` on the MySQL named by ``PYPEPPER_TEST_MYSQL_URI``."""
-    uri = os.environ.get("PYPEPPER_TEST_MYSQL_URI")
-    if not uri:
-        pytest.skip("set PYPEPPER_TEST_MYSQL_URI=mysql+pymysql://... to test on MySQL")
-    store = SqlJobStore(uri, migrate=True)
+def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
+    """A migrated :class:`SqlJobStore` on MySQL/MariaDB with an empty jobs table."""
+    store = SqlJobStore(mysql_uri, migrate=True)
     with store.engine.begin() as connection:
         connection.execute(delete(jobs))
     yield store

@@ -1,8 +1,10 @@
-"""Real PostgreSQL and Redis servers for the test session, restartable for crash tests.
+"""Real PostgreSQL, MariaDB and Redis servers for the test session, restartable for crash tests.
 
 PostgreSQL comes from the standard ``PG*`` environment variables when ``PGHOST``
 is set (each session gets a fresh database there); otherwise a throwaway cluster
-is created in a temporary directory. Redis is always a local ``redis-server``.
+is created in a temporary directory. MariaDB is always a throwaway local server
+(``PYPEPPER_TEST_MYSQL_URI`` replaces it, see ``conftest.py``), and Redis always a
+local ``redis-server``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pymysql
 from sqlalchemy.engine import URL
 
 
@@ -239,6 +242,154 @@ def start_postgres(tmpdir: Path | str) -> tuple[str, Callable[[], None]]:
     server = PostgresServer(tmpdir)
     server.start()
     return server.uri, server.cleanup
+
+
+# -- MariaDB --------------------------------------------------------------------------------
+
+#: Debian puts the server in /usr/sbin, which is not on a normal user's PATH.
+_SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin")
+
+
+def _find_first(names: Sequence[str], package: str) -> str:
+    """The first of ``names`` that is installed (MariaDB keeps the MySQL names as aliases)."""
+    for name in names:
+        with contextlib.suppress(ServiceError):
+            return find_binary(name, package, _SBIN_DIRS)
+    return find_binary(names[0], package, _SBIN_DIRS)  # raises, naming the package
+
+
+class MariaDBServer:
+    """A throwaway ``mariadbd`` on a free 127.0.0.1 port, its files in a temporary directory.
+
+    Root logs in over TCP without a password; nothing from ``/etc/mysql`` is read,
+    so an installed system instance (its port, socket, data directory) never
+    interferes, and it is never started either.
+
+    Args:
+        tmpdir: where the server's directory is created (removed by :meth:`cleanup`).
+        database: the database the tests use; created on first start.
+    """
+
+    def __init__(self, tmpdir: Path | str, database: str = "pypepper_test") -> None:
+        self.database = database
+        self.port = 0
+        self._tmpdir = Path(tmpdir)
+        self._workdir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def uri(self) -> str:
+        """The ``mysql+pymysql://`` URL of the test database."""
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/{self.database}"
+
+    def start(self, timeout: float = 60) -> None:
+        """Start the server (creating the data directory and database the first time)."""
+        if self._proc is not None:
+            return
+        mariadbd = _find_first(["mariadbd", "mysqld"], "mariadb-server")
+        first = self._workdir is None
+        if first:
+            self._install()
+        log = self._path("error.log")
+        cmd = [mariadbd, "--no-defaults", *self._options(), f"--log-error={log}"]
+        self._proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self._workdir
+        )
+        deadline = time.monotonic() + timeout
+        while not self._accepts_connections():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop(kill=True)
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise ServiceError(f"mariadbd did not start on port {self.port}:\n{tail}")
+            time.sleep(0.05)
+        if first:
+            self._admin(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server (SIGTERM is a clean shutdown); ``kill=True`` is a crash."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop and start again on the same port and data directory."""
+        self.stop(kill=kill)
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop the server and remove its files."""
+        self.stop()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def _path(self, *parts: str) -> Path:
+        assert self._workdir is not None
+        return self._workdir.joinpath(*parts)
+
+    def _options(self) -> list[str]:
+        options = [
+            f"--datadir={self._path('data')}",
+            f"--socket={self._path('mariadbd.sock')}",
+            f"--pid-file={self._path('mariadbd.pid')}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--skip-networking=0",
+            "--skip-name-resolve",
+            "--skip-log-bin",
+            # Small and unsafe, like fsync=off for PostgreSQL: a test server starts
+            # fast and its data does not need to survive a power cut.
+            "--innodb-buffer-pool-size=32M",
+            "--innodb-log-file-size=8M",
+            "--innodb-flush-log-at-trx-commit=2",
+            "--innodb-doublewrite=0",
+            "--max-connections=200",
+        ]
+        if os.geteuid() == 0:
+            # mariadbd refuses to run as root unless told to.
+            options.append("--user=root")
+        return options
+
+    def _install(self) -> None:
+        install_db = _find_first(["mariadb-install-db", "mysql_install_db"], "mariadb-server")
+        self._workdir = Path(tempfile.mkdtemp(prefix="mariadb-", dir=self._tmpdir))
+        self.port = free_port()
+        # The default authentication for root is the unix socket, which a TCP client
+        # cannot use; "normal" gives root@localhost/127.0.0.1 an empty password.
+        _run([
+            install_db, "--no-defaults", *self._options(),
+            "--auth-root-authentication-method=normal", "--skip-test-db",
+        ], cwd=self._workdir)
+
+    def _connect(self) -> pymysql.Connection:
+        return pymysql.connect(
+            host="127.0.0.1", port=self.port, user="root", connect_timeout=5, autocommit=True
+        )
+
+    def _accepts_connections(self) -> bool:
+        try:
+            self._connect().close()
+        except pymysql.Error:
+            return False
+        return True
+
+    def _admin(self, *statements: str) -> None:
+        try:
+            conn = self._connect()
+        except pymysql.Error as exc:
+            raise ServiceError(f"cannot connect to MariaDB: {exc}") from exc
+        with conn, conn.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
 
 
 # -- Redis ----------------------------------------------------------------------------------

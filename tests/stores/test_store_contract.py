@@ -6,7 +6,6 @@ A new store joins by adding a param to :data:`STORES` and a branch to ``store``.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +21,8 @@ from pypepper_dramatiq.stores.memory import MemoryJobStore
 STORES = [
     pytest.param("memory", id="memory"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
 ]
-if os.environ.get("PYPEPPER_TEST_MYSQL_URI"):  # opt-in: no MySQL server is started for us
-    STORES.append(pytest.param("mysql", id="mysql"))
 
 #: The conftest fixture that builds each SQL store.
 SQL_FIXTURES = {"postgres": "pg_store", "mysql": "mysql_store"}
