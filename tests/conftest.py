@@ -6,7 +6,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
 from services import MariaDBServer, PostgresServer, RedisServer, ServiceError
@@ -51,18 +51,29 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+S = TypeVar("S", PostgresServer, MariaDBServer, RedisServer)
+
+
+def started(server: S, name: str) -> S:
+    """``server``, started; or, when it cannot start, its files removed and :func:`unavailable`."""
+    try:
+        server.start()
+    except ServiceError as exc:
+        if isinstance(server, RedisServer):
+            server.stop(kill=True)
+        else:
+            server.cleanup()
+        unavailable(f"{name} unavailable: {exc}")
+    return server
+
+
 # -- PostgreSQL -----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """A PostgreSQL server for the whole session (local throwaway cluster or ``PG*``)."""
-    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
-    try:
-        server.start()
-    except ServiceError as exc:
-        server.cleanup()
-        unavailable(f"PostgreSQL unavailable: {exc}")
+    server = started(PostgresServer(tmp_path_factory.mktemp("postgres")), "PostgreSQL")
     yield server
     server.cleanup()
 
@@ -97,12 +108,7 @@ def empty_postgres_uri(postgres_server: PostgresServer) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def mysql_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
     """A throwaway MariaDB server for the whole session."""
-    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
-    try:
-        server.start()
-    except ServiceError as exc:
-        server.cleanup()
-        unavailable(f"MariaDB unavailable: {exc}")
+    server = started(MariaDBServer(tmp_path_factory.mktemp("mariadb")), "MariaDB")
     yield server
     server.cleanup()
 
@@ -133,11 +139,7 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A ``redis-server`` for the whole session."""
-    try:
-        server = RedisServer(tmp_path_factory.mktemp("redis"))
-        server.start()
-    except ServiceError as exc:
-        unavailable(f"Redis unavailable: {exc}")
+    server = started(RedisServer(tmp_path_factory.mktemp("redis")), "Redis")
     yield server
     server.stop()
 

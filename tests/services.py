@@ -40,6 +40,21 @@ def free_port() -> int:
         return port
 
 
+def end_process(proc: subprocess.Popen[Any] | None, *, kill: bool, timeout: float) -> None:
+    """SIGTERM (or SIGKILL with ``kill``) a server process and wait; SIGKILL if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    if kill:
+        proc.kill()
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def find_binary(name: str, package: str, extra_dirs: Sequence[str] = ()) -> str:
     """The path of ``name``, or a :class:`ServiceError` naming the Debian package."""
     found = shutil.which(name)
@@ -308,17 +323,7 @@ class MariaDBServer:
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server (SIGTERM is a clean shutdown); ``kill=True`` is a crash."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        if kill:
-            proc.kill()
-        else:
-            proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        end_process(proc, kill=kill, timeout=60)
 
     def restart(self, *, kill: bool = False) -> None:
         """Stop and start again on the same port and data directory."""
@@ -444,18 +449,7 @@ class RedisServer:
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server; ``kill=True`` sends SIGKILL (a crash)."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            if kill:
-                proc.kill()
-            else:
-                proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+        end_process(proc, kill=kill, timeout=30)
 
     def restart(self, *, kill: bool = False) -> None:
         """Stop and start again on the same port with the same data directory."""

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import unavailable  # tests/conftest.py
-from services import RedisServer, ServiceError
+from conftest import started  # tests/conftest.py
+from services import RedisServer
 
 from pypepper_dramatiq import (
     BrokerUnavailableError,
@@ -27,11 +27,7 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    try:
-        server = RedisServer(tmp_path / "redis")
-        server.start()
-    except ServiceError as exc:
-        unavailable(f"Redis unavailable: {exc}")
+    server = started(RedisServer(tmp_path / "redis"), "Redis")
     yield server
     server.stop(kill=True)
 

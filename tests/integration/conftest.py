@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import unavailable  # tests/conftest.py
-from services import PostgresServer, RedisServer, ServiceError
+from conftest import started  # tests/conftest.py
+from services import PostgresServer, RedisServer
 from sqlalchemy import delete
 
 from pypepper_dramatiq.stores.schema import jobs
@@ -49,11 +49,7 @@ def cluster(redis_url: str, postgres_uri: str, tmp_path: Path) -> Iterator[Clust
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis with an append-only file, for this test alone (it gets restarted)."""
-    try:
-        server = RedisServer(tmp_path / "own-redis", appendonly=True)
-        server.start()
-    except ServiceError as exc:
-        unavailable(f"Redis unavailable: {exc}")
+    server = started(RedisServer(tmp_path / "own-redis", appendonly=True), "Redis")
     yield server
     server.stop(kill=True)
 
@@ -66,10 +62,6 @@ def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
     server = PostgresServer(workdir)
     if server.external:
         pytest.skip("restarting PostgreSQL needs a local cluster, not the PGHOST server")
-    try:
-        server.start()
-    except ServiceError as exc:
-        server.cleanup()
-        unavailable(f"PostgreSQL unavailable: {exc}")
+    started(server, "PostgreSQL")
     yield server
     server.cleanup()
