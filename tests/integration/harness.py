@@ -124,6 +124,13 @@ class WorkerProcess:
         """SIGTERM the CLI master, which forwards it to its worker processes (a graceful stop)."""
         self.proc.send_signal(signal.SIGTERM)
 
+    def stop_gracefully(self, timeout: float = 30) -> float:
+        """SIGTERM, then wait for the exit; returns the seconds it took."""
+        signalled_at = time.monotonic()
+        self.terminate()
+        self.wait_exit(timeout=timeout)
+        return time.monotonic() - signalled_at
+
     def wait_exit(self, timeout: float) -> int:
         wait_for(lambda: self.proc.poll() is not None, timeout, f"worker {self.pid} to exit")
         return self.proc.returncode

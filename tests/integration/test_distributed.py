@@ -193,10 +193,7 @@ def test_sigterm_during_a_long_task_and_the_job_still_completes(cluster: Cluster
     wait_for(lambda: cluster.stamp("running", job, "long"), 30, "the long task to start")
     stopping_pids = stopping.group_pids()
 
-    signalled_at = time.monotonic()
-    stopping.terminate()
-    stopping.wait_exit(timeout=30)
-    exited_after = time.monotonic() - signalled_at
+    exited_after = stopping.stop_gracefully(timeout=30)
     cluster.start_worker()
     records = cluster.wait_status([job], timeout=30)
 
@@ -216,10 +213,7 @@ def test_a_stopping_worker_does_not_rerun_the_step_it_handed_back(cluster: Clust
     wait_for(lambda: cluster.stamp("running", job, "long"), 30, "the long task to start")
     stopping_pids = stopping.group_pids()
 
-    signalled_at = time.monotonic()
-    stopping.terminate()
-    stopping.wait_exit(timeout=30)
-    exited_after = time.monotonic() - signalled_at
+    exited_after = stopping.stop_gracefully(timeout=30)
 
     by_stopping = [p for p in cluster.run_pids(job, "long") if p in stopping_pids]
     report("sigterm-self-rerun", worker_exited_after_s=f"{exited_after:.1f}",
