@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -115,6 +116,7 @@ def test_run_snapshot_failure_prefers_persisting_failed(store: ScriptedStore) ->
     assert job.status is Status.FAILED
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.status is Status.FAILED
+    assert saved.error is not None and "RUN snapshot" in saved.error
     assert manager.available("c").length() == 0
 
 
@@ -177,6 +179,7 @@ def test_unpersistable_run_restores_and_requeues(store: ScriptedStore) -> None:
     assert raised.value.job is job
     assert calls == []
     assert job.status is Status.SCHEDULED  # pre-RUN restored
+    assert job.error is None  # the failure it could not store is not carried along
     assert manager.available("c").length() == 1  # back on the channel
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.status is Status.SCHEDULED
@@ -227,6 +230,7 @@ def test_requeue_into_a_full_channel_fails_the_job_and_stops(store: ScriptedStor
     assert manager.available("c").length() == 1
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.status is Status.FAILED
+    assert saved.error is not None and "full" in saved.error
 
 
 def test_requeue_into_a_stopped_channel_drains_then_raises(store: ScriptedStore) -> None:
@@ -365,7 +369,9 @@ def test_rescheduling_a_finished_job_is_refused(store: ScriptedStore) -> None:
 def test_persist_adopts_a_row_that_already_holds_its_status(store: ScriptedStore) -> None:
     # A worker healed the row (Scheduled, version 1) before the producer's own write.
     job = make_job([])
-    healed = job.to_record().evolve(status=Status.SCHEDULED)
+    healed = job.to_record().evolve(
+        status=Status.SCHEDULED, state={"healed": True}, updated=job.updated + timedelta(seconds=5)
+    )
     assert store.put(healed)
     job.apply_event(INIT)
     job.apply_event(SCHEDULE)
@@ -374,3 +380,4 @@ def test_persist_adopts_a_row_that_already_holds_its_status(store: ScriptedStore
     assert store.written() == []  # adopted, not rewritten: the worker's version stands
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.version == 1 and job.version == 1
+    assert (job.updated, job.state) == (healed.updated, {"healed": True})

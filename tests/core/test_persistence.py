@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,23 @@ def test_from_record_rebuilds_a_runnable_job_at_unknown() -> None:
     assert saved is not None and saved.status == "Completed"
 
 
+def test_from_record_keeps_times_progress_and_error() -> None:
+    executor_registry.register("tests.p.work2", lambda task, context: None)
+    original = job_with(registered_task("only", "tests.p.work2"))
+    original.scheduled()
+    stored = Job.get_saved(original.id)
+    assert stored is not None
+    progress = {"cursor": [0, 0, 0, 1], "results": {"0.0": 7}}
+    record = stored.evolve(state=progress, error="boom")
+
+    rebuilt = Job.from_record(record)
+    assert rebuilt.version == record.version
+    assert rebuilt.created == record.created
+    assert rebuilt.updated == record.updated
+    assert rebuilt.state == progress and rebuilt.state is not record.state
+    assert rebuilt.error == "boom"
+
+
 def test_from_record_with_an_unknown_executor_id_raises_value_error() -> None:
     executor_registry.register("tests.p.gone", lambda task, context: None)
     record = job_with(registered_task("a", "tests.p.gone")).to_record()
@@ -314,6 +332,14 @@ def test_executor_sees_cancel_after_job_cancel() -> None:
     assert saved is not None and saved.status == "Cancelled"
 
 
+def test_executor_sees_its_job_id_in_the_context() -> None:
+    seen: list[str | None] = []
+    job = job_with(callable_task("t", lambda task, context: seen.append(context.job_id)))
+    job.scheduled()
+    assert run_worker_once() is job
+    assert seen == [job.id]
+
+
 # -- cancel -----------------------------------------------------------------------------------
 
 
@@ -350,6 +376,58 @@ def test_cancel_persists_over_a_newer_scheduled_row() -> None:
     assert saved is not None
     assert saved.status == "Cancelled"
     assert job.version == saved.version
+
+
+def test_cancel_keeps_the_progress_a_worker_stored() -> None:
+    job = job_with()
+    job.scheduled()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    progress = {"cursor": [0, 1, 0, 0], "results": {"0.0": "done"}}
+    # A worker elsewhere started the job and finished its first task.
+    assert get_job_store().put(durable.evolve(status=Status.IN_PROGRESS, state=progress))
+    assert job.cancel() is True
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.CANCELLED
+    assert saved.state == progress
+
+
+def test_is_cancelled_follows_the_shared_event_alone() -> None:
+    job = job_with()
+    job.scheduled()
+    assert not job.is_cancelled
+    job.context.context[CANCEL_EVENT_KEY].set()  # whoever shares the event cancels
+    assert job.status is Status.SCHEDULED
+    assert job.is_cancelled
+
+
+def test_adopting_a_cancelled_row_takes_its_version_and_sets_the_event() -> None:
+    job = job_with()
+    job.scheduled()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    later = durable.updated + timedelta(seconds=5)  # written elsewhere, later
+    assert get_job_store().put(durable.evolve(status=Status.CANCELLED, updated=later))
+    stored = Job.get_saved(job.id)
+    assert stored is not None
+
+    job.adopt(stored)
+    assert job.status is Status.CANCELLED
+    assert (job.version, job.updated) == (stored.version, stored.updated)
+    assert job.context.context[CANCEL_EVENT_KEY].is_set()
+
+
+def test_adopting_a_running_row_leaves_the_event_clear() -> None:
+    job = job_with()
+    job.scheduled()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    assert get_job_store().put(durable.evolve(status=Status.IN_PROGRESS))
+    stored = Job.get_saved(job.id)
+    assert stored is not None
+    job.adopt(stored)
+    assert job.status is Status.IN_PROGRESS and job.version == stored.version
+    assert not job.context.context[CANCEL_EVENT_KEY].is_set()
 
 
 def test_worker_skips_a_cancelled_job() -> None:
