@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
@@ -12,7 +12,7 @@ from dramatiq.middleware import TimeLimit
 from .actors import declare_step_actor
 from .broker import set_broker
 from .channel import manager
-from .config import config, section
+from .config import config, count, seconds, section
 from .errors import ConfigError
 from .middleware import WorkflowMiddleware
 from .store import configure_job_store, setup_from_config
@@ -20,6 +20,19 @@ from .store import configure_job_store, setup_from_config
 #: Dramatiq's Redis broker default is 60 s; ours is shorter so that messages
 #: prefetched by a dead worker come back sooner (see recovery.py).
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 20_000
+
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_T = TypeVar("_T", float, "float | None")
+
+
+def _yaml_seconds(
+    scheduler: dict[str, Any], key: str, given: _T, *, zero: bool = False
+) -> float | _T:
+    """The YAML's ``scheduler.<key>`` if set (checked, named in errors), else ``given``."""
+    if scheduler.get(key) is None:
+        return given
+    return seconds(f"scheduler.{key}", scheduler[key], zero=zero)
 
 
 def _backend_of(uri: str) -> str:
@@ -74,10 +87,14 @@ def setup(
     for source in (section(yml, "scheduler", "channels"), channels or {}):
         items = source.items() if isinstance(source, dict) else ((c, 0) for c in source)
         for channel_id, maxsize in items:
-            declared[str(channel_id)] = int(maxsize or 0)
+            declared[str(channel_id)] = count(f"maxsize of channel {channel_id!r}", maxsize or 0)
 
     if broker is None:
         if broker_url:
+            if not isinstance(broker_url, str) or not broker_url.startswith(_REDIS_SCHEMES):
+                raise ConfigError(
+                    f"broker_url {broker_url!r}: expected a redis://, rediss:// or unix:// URL"
+                )
             from dramatiq.brokers.redis import RedisBroker
 
             broker = RedisBroker(  # type: ignore[no-untyped-call]
@@ -86,14 +103,10 @@ def setup(
         else:
             broker = StubBroker()
     middleware = WorkflowMiddleware(
-        lease_seconds=float(scheduler.get("leaseSeconds", lease_seconds)),
-        sweep_interval=float(scheduler.get("sweepInterval", sweep_interval)),
-        cancel_grace=float(scheduler.get("cancelGrace", cancel_grace)),
-        dispatch_seconds=(
-            float(scheduler["dispatchSeconds"])
-            if scheduler.get("dispatchSeconds") is not None
-            else dispatch_seconds
-        ),
+        lease_seconds=_yaml_seconds(scheduler, "leaseSeconds", lease_seconds),
+        sweep_interval=_yaml_seconds(scheduler, "sweepInterval", sweep_interval),
+        cancel_grace=_yaml_seconds(scheduler, "cancelGrace", cancel_grace, zero=True),
+        dispatch_seconds=_yaml_seconds(scheduler, "dispatchSeconds", dispatch_seconds),
     )
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)

@@ -18,6 +18,7 @@ import dramatiq
 from dramatiq.broker import Broker, Consumer
 
 from .broker import get_broker
+from .config import count
 from .errors import BrokerUnavailableError, MessageError
 from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import StepMessage
@@ -50,8 +51,7 @@ class Channel:
         broker: Broker | None = None,
         gate: Gate | None = None,
     ) -> None:
-        if maxsize < 0:
-            raise ValueError(f"maxsize must be >= 0, got {maxsize}")
+        maxsize = count("maxsize", maxsize)
         self.id = channel_id
         self.broker = broker or get_broker()
         self.gate = gate or _gate_for(self.broker, channel_id, maxsize)

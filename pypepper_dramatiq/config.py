@@ -85,3 +85,20 @@ def section(data: dict[str, Any], *keys: str) -> dict[str, Any]:
             where = ".".join(keys[: depth + 1])
             raise ConfigError(f"config key {where} must be a mapping, not {type(node).__name__}")
     return dict(node)
+
+
+def seconds(name: str, value: object, *, zero: bool = False) -> float:
+    """``value`` as finite seconds > 0 (>= 0 with ``zero``); ConfigError naming ``name``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+        if (number >= 0 if zero else number > 0) and number != float("inf"):  # NaN fails both
+            return number
+    bound = ">= 0" if zero else "> 0"
+    raise ConfigError(f"{name} must be a number of seconds {bound}, got {value!r}")
+
+
+def count(name: str, value: object) -> int:
+    """``value`` as a whole number >= 0; ConfigError naming ``name``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")

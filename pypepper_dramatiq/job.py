@@ -14,7 +14,7 @@ from .errors import StoreError, UnknownExecutorError
 from .events import CANCEL, Event, SchedulerFSM, build_scheduler_fsm
 from .status import Status, may_overwrite
 from .store import get_job_store
-from .stores.base import JobRecord, utcnow
+from .stores.base import JobRecord, check_job_id, utcnow
 from .task import Task
 from .workflow import Workflow
 
@@ -32,13 +32,18 @@ class Job:
     Args:
         category: free-form label for grouping and listing.
         channel_id: the channel ``scheduled()`` sends the job to.
-        id: the job id (a new UUID by default).
+        id: the job id (a new UUID by default), 1 to 64 characters.
+
+    Raises:
+        ValueError: an id that is not 1 to 64 characters, or an empty channel_id.
     """
 
     def __init__(
         self, category: str | None = None, channel_id: str = "default", *, id: str | None = None
     ) -> None:
-        self.id = id or uuid.uuid4().hex
+        self.id = uuid.uuid4().hex if id is None else check_job_id(id)
+        if not isinstance(channel_id, str) or not channel_id:
+            raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
         self.category = category
         self.channel_id = channel_id
         self.workflows: list[Workflow] = []

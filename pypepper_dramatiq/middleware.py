@@ -25,6 +25,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from . import actors
 from .cancellation import CancelListener, redis_client_of
 from .channel import manager
+from .config import seconds
 from .errors import MessageError, StoreError
 from .inflight import InFlight, LeaseKeeper
 from .messages import STEP_ACTOR, StepMessage
@@ -61,10 +62,12 @@ class WorkflowMiddleware(Middleware):
         dispatch_seconds: float | None = None,
     ) -> None:
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
-        self.lease_seconds = lease_seconds
-        self.sweep_interval = sweep_interval
-        self.cancel_grace = cancel_grace
-        self.defer_seconds = defer_seconds
+        self.lease_seconds = lease_seconds = seconds("lease_seconds", lease_seconds)
+        self.sweep_interval = seconds("sweep_interval", sweep_interval)
+        self.cancel_grace = seconds("cancel_grace", cancel_grace, zero=True)
+        self.defer_seconds = seconds("defer_seconds", defer_seconds)
+        if dispatch_seconds is not None:
+            dispatch_seconds = seconds("dispatch_seconds", dispatch_seconds)
         self.inflight = InFlight()
         self.owner = _owner_id()
         self.book = StepBook(

@@ -20,6 +20,7 @@ class RetryPolicy:
 
     Raises:
         ValueError: if a bound is out of range.
+        TypeError: if a count is not an int or the delay not a number.
     """
 
     retry_count: int = 0
@@ -30,6 +31,12 @@ class RetryPolicy:
     optional: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("retry_count", "retry_until_max", "round_times"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)):
+            raise TypeError(f"retry_delay must be a number of seconds, got {self.retry_delay!r}")
         # Written as "not >=" so that NaN is refused too.
         if not self.retry_count >= 0:
             raise ValueError(f"retry_count must be >= 0, got {self.retry_count}")

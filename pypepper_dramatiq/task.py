@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ class Task:
 
     Raises:
         ValueError: if a bound is out of range.
+        TypeError: a count or delay of the wrong type, or ``params`` that JSON
+            cannot hold while an ``executor_id`` is set.
     """
 
     def __init__(
@@ -77,6 +80,12 @@ class Task:
         self._executor = executor
         self.executor_id = executor_id
         self.params: dict[str, Any] = dict(params or {})
+        if executor_id is not None:  # stored with the job: must survive JSON
+            try:
+                json.dumps(self.params)
+            except (TypeError, ValueError) as exc:
+                message = f"params of task {name!r} must be JSON-serializable: {exc}"
+                raise TypeError(message) from None
         self.round_timeout = float(round_timeout)
         self.round_timeout_join = float(round_timeout_join)
         self.context = Context()

@@ -55,16 +55,16 @@ class Workflow:
     """Tasks executed one after another by :meth:`run`."""
 
     def __init__(self, tasks: Iterable[Task] | None = None) -> None:
-        self._tasks: list[Task] = list(tasks or [])
+        self._tasks: list[Task] = [_checked(task) for task in tasks or []]
         # A timed-out attempt that is still running blocks the next one of the same task.
         self._running: dict[int, Future[Any]] = {}
 
     def add_task(self, task: Task) -> Workflow:
-        self._tasks.append(task)
+        self._tasks.append(_checked(task))
         return self
 
     def add_tasks(self, tasks: Iterable[Task]) -> Workflow:
-        self._tasks.extend(tasks)
+        self._tasks.extend([_checked(task) for task in tasks])
         return self
 
     def get_tasks(self) -> list[Task]:
@@ -167,3 +167,9 @@ def _join(future: Future[Any], limit: float) -> bool:
     """Wait for a started attempt, at most ``limit`` seconds (0 = forever)."""
     wait([future], timeout=None if limit <= 0 else limit)
     return future.done()
+
+
+def _checked(task: object) -> Task:
+    if not isinstance(task, Task):
+        raise TypeError(f"a workflow holds Task objects, got {task!r}")
+    return task

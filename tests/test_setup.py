@@ -79,3 +79,62 @@ def test_setup_with_broken_yaml_names_the_file(tmp_path: Path) -> None:
     path.write_text("scheduler:\n  channels: [a, b\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml"):
         setup(config_path=path)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("lease_seconds", 0),
+        ("lease_seconds", -1),
+        ("lease_seconds", "30"),
+        ("sweep_interval", float("nan")),
+        ("sweep_interval", float("inf")),
+        ("cancel_grace", -0.5),
+        ("dispatch_seconds", 0),
+    ],
+)
+def test_setup_refuses_a_bad_timing_option_and_installs_nothing(option: str, value: object) -> None:
+    broker = StubBroker()
+    with pytest.raises(ConfigError, match=option):
+        setup(broker=broker, **{option: value})  # type: ignore[arg-type]
+    assert not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware)
+    assert broker_module.get_broker() is not broker
+
+
+def test_setup_accepts_a_zero_cancel_grace() -> None:
+    broker = setup(broker=StubBroker(), cancel_grace=0)
+    middleware = next(m for m in broker.middleware if isinstance(m, WorkflowMiddleware))
+    assert middleware.cancel_grace == 0.0
+
+
+@pytest.mark.parametrize(
+    ("yaml_line", "named"),
+    [
+        ("leaseSeconds: soon", "scheduler.leaseSeconds"),
+        ("sweepInterval: -2", "scheduler.sweepInterval"),
+        ("dispatchSeconds: 0", "scheduler.dispatchSeconds"),
+        ("channels: {etl: -1}", "'etl'"),
+        ("channels: {etl: five}", "'etl'"),
+    ],
+)
+def test_setup_names_the_yaml_key_of_a_bad_value(
+    tmp_path: Path, yaml_line: str, named: str
+) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text(f"scheduler:\n  {yaml_line}\n")
+    with pytest.raises(ConfigError, match=named):
+        setup(config_path=path, broker=StubBroker())
+
+
+@pytest.mark.parametrize("url", ["http://localhost:6379", "localhost:6379", "nonsense://x"])
+def test_setup_refuses_a_broker_url_that_is_not_redis(url: str) -> None:
+    with pytest.raises(ConfigError, match="broker_url"):
+        setup(broker_url=url)
+    assert dramatiq.broker.global_broker is None  # nothing was installed
+
+
+def test_the_middleware_checks_its_own_options() -> None:
+    with pytest.raises(ConfigError, match="lease_seconds"):
+        WorkflowMiddleware(lease_seconds=0)
+    with pytest.raises(ConfigError, match="defer_seconds"):
+        WorkflowMiddleware(defer_seconds=-1)

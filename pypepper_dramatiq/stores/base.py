@@ -15,6 +15,13 @@ from ..status import Status
 MAX_ID_LENGTH = 64
 
 
+def check_job_id(job_id: object) -> str:
+    """``job_id`` if it is a string of 1 to :data:`MAX_ID_LENGTH` characters, else ValueError."""
+    if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_ID_LENGTH:
+        raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {job_id!r}")
+    return job_id
+
+
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -54,8 +61,7 @@ class JobRecord:
     lease_expires: datetime | None = None
 
     def __post_init__(self) -> None:
-        if not self.id or len(self.id) > MAX_ID_LENGTH:
-            raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {self.id!r}")
+        check_job_id(self.id)
         object.__setattr__(self, "status", Status(self.status))
         object.__setattr__(self, "created", as_utc(self.created))
         object.__setattr__(self, "updated", as_utc(self.updated))

@@ -20,6 +20,7 @@ from pypepper_dramatiq import (
     ChannelEnqueueError,
     ChannelFullError,
     ChannelStoppedError,
+    ConfigError,
     Job,
     Status,
     Task,
@@ -108,6 +109,13 @@ def test_negative_maxsize_is_rejected() -> None:
 
 
 # -- send results and Job.scheduled() errors --------------------------------------------------
+
+
+@pytest.mark.parametrize("maxsize", ["3", 2.5, True, None])
+def test_a_maxsize_that_is_not_a_whole_number_is_a_config_error(maxsize: object) -> None:
+    with pytest.raises(ConfigError, match="maxsize"):
+        manager.new("typed", maxsize=maxsize)  # type: ignore[arg-type]
+    assert manager.get("typed") is None
 
 
 def test_send_returns_ok_full_and_stopped_strings() -> None:
