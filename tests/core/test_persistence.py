@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from pypepper_dramatiq import (
     get_job_store,
     manager,
 )
+from pypepper_dramatiq.stores.base import JobRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -218,6 +219,40 @@ def test_from_record_keeps_times_progress_and_error() -> None:
     assert rebuilt.updated == record.updated
     assert rebuilt.state == progress and rebuilt.state is not record.state
     assert rebuilt.error == "boom"
+
+
+def test_a_task_survives_its_json_form_field_by_field() -> None:
+    executor_registry.register("tests.p.rt", lambda task, context: None)
+    original = Task(
+        "etl", "dag-7", "fp-9", "load", "cat", "loads rows", ["a", "b"], None,
+        retry_count=2, retry_delay=1.5, retry_until_completed=True, retry_until_max=9,
+        round_times=3, round_timeout=4.0, round_timeout_join=0.5, optional=True,
+        executor_id="tests.p.rt", params={"rows": [1, 2]},
+    )
+    rebuilt = Task.from_dict(json.loads(json.dumps(original.to_dict())))
+    fields = (
+        "channel_id", "dag_id", "fingerprint", "name", "category", "description", "tags",
+        "executor_id", "params", "retry_count", "retry_delay", "retry_until_completed",
+        "retry_until_max", "round_times", "round_timeout", "round_timeout_join", "optional",
+    )
+    assert {f: getattr(rebuilt, f) for f in fields} == {f: getattr(original, f) for f in fields}
+    assert rebuilt.tags == ["a", "b"] and rebuilt.optional is True
+
+
+def test_a_record_normalises_status_and_times_to_utc() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    record = JobRecord(
+        id="r", channel_id="c", category=None, status="Scheduled",  # type: ignore[arg-type]
+        version=1, created=datetime(2024, 1, 1, 12, 0, tzinfo=plus_two),
+        updated=datetime(2024, 1, 1, 13, 0),  # naive: taken as UTC
+        lease_expires=datetime(2024, 1, 1, 14, 0, tzinfo=plus_two),
+    )
+    assert record.status is Status.SCHEDULED
+    assert record.created == datetime(2024, 1, 1, 10, 0, tzinfo=timezone.utc)
+    assert record.created.tzinfo is timezone.utc
+    assert record.updated == datetime(2024, 1, 1, 13, 0, tzinfo=timezone.utc)
+    assert record.lease_expires is not None and record.lease_expires.tzinfo is timezone.utc
+    assert record.lease_expires.hour == 12
 
 
 def test_from_record_with_an_unknown_executor_id_raises_value_error() -> None:

@@ -87,6 +87,14 @@ def run_one(func: Any, **kwargs: Any) -> Any:
 # -- the retry table as executor calls --------------------------------------------------------
 
 
+def test_add_task_and_add_tasks_chain_and_keep_order() -> None:
+    a, b, c = (make_task(n, lambda task, context: None) for n in "abc")
+    workflow = Workflow().add_task(a).add_tasks([b, c])
+    assert [t.name for t in workflow.get_tasks()] == ["a", "b", "c"]
+    workflow.get_tasks().clear()  # a copy: the workflow keeps its tasks
+    assert len(workflow.get_tasks()) == 3
+
+
 def test_success_first_time_calls_once() -> None:
     rec = Recorder(result={"v": 1})
     result = run_one(rec, retry_count=3, round_times=2)

@@ -20,6 +20,7 @@ from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 STORES = [
     pytest.param("memory", id="memory"),
+    pytest.param("minimal", id="minimal"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("mysql", id="mysql", marks=pytest.mark.mysql),
 ]
@@ -33,12 +34,40 @@ T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
 RACERS = 16
 
 
+class MinimalStore(IJobStore):
+    """Only the abstract methods, so the contract also runs ``IJobStore``'s defaults
+    (``advance``, ``claim_step``) as a third-party store would inherit them."""
+
+    def __init__(self) -> None:
+        self.rows = MemoryJobStore()
+
+    def put(self, record: JobRecord) -> bool:
+        return self.rows.put(record)
+
+    def get(self, job_id: str) -> JobRecord | None:
+        return self.rows.get(job_id)
+
+    def delete(self, job_id: str) -> bool:
+        return self.rows.delete(job_id)
+
+    def list(self, **filters: Any) -> list[JobRecord]:
+        return self.rows.list(**filters)
+
+    def renew_leases(self, *args: Any, **kwargs: Any) -> Any:
+        return self.rows.renew_leases(*args, **kwargs)
+
+    def recover_expired(self, *args: Any, **kwargs: Any) -> Any:
+        return self.rows.recover_expired(*args, **kwargs)
+
+
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest) -> Iterator[IJobStore]:
     if request.param == "memory":
         memory = MemoryJobStore()
         yield memory
         memory.close()
+    elif request.param == "minimal":
+        yield MinimalStore()
     else:
         yield request.getfixturevalue(SQL_FIXTURES[request.param])
 
