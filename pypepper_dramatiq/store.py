@@ -107,9 +107,17 @@ def _sql_uri(backend: str, options: dict[str, Any]) -> str:
         username=options.pop("user", None) or options.pop("username", None),
         password=options.pop("password", None),
         host=str(host),
-        port=int(port) if port is not None else None,
+        port=None if port is None else _port(port),
         database=options.pop("db", None) or options.pop("database", None),
     ).render_as_string(hide_password=False)
+
+
+def _port(value: object) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ConfigError(f"job store port must be a number from 1 to 65535, got {value!r}")
+    return value
 
 
 def configure_job_store(backend: str, **options: Any) -> IJobStore:
@@ -121,7 +129,8 @@ def configure_job_store(backend: str, **options: Any) -> IJobStore:
             ``migrate=True`` upgrades the schema first; the rest go to the engine.
 
     Raises:
-        ConfigError: unknown backend or missing connection settings.
+        ConfigError: unknown backend, missing connection settings, or an
+            option the engine does not take.
     """
     name = str(backend).lower()
     if name == "memory":

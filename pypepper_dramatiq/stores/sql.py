@@ -33,7 +33,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ColumnElement, Select
 
-from ..errors import SchemaVersionError, StoreError, StoreUnavailableError
+from ..errors import ConfigError, SchemaVersionError, StoreError, StoreUnavailableError
 from ..status import Status, overwritable_by
 from .base import IJobStore, JobRecord
 from .schema import VERSION_TABLE, jobs
@@ -131,9 +131,11 @@ def _once_more_if_stale(engine: Engine, doing: str, call: Callable[[], T]) -> T:
 _EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
 
 
-def _create_engine(uri: str, **engine_kwargs: Any) -> Engine:
+def _create_engine(
+    uri: str, engine_kwargs: dict[str, Any] | None = None, given: list[str] | None = None
+) -> Engine:
     try:
-        return create_engine(uri, **engine_kwargs)
+        return create_engine(uri, **(engine_kwargs or {}))
     except ImportError as exc:
         backend = make_url(uri).get_backend_name()
         extra = _EXTRAS.get(backend, backend)
@@ -143,6 +145,8 @@ def _create_engine(uri: str, **engine_kwargs: Any) -> Engine:
         ) from exc
     except (sa_exc.ArgumentError, ValueError) as exc:
         raise StoreError(f"invalid job store URL: {exc}") from exc
+    except (TypeError, AttributeError) as exc:  # an engine option of the wrong name or kind
+        raise ConfigError(f"invalid job store option among {given or []}: {exc}") from exc
 
 
 @contextmanager
@@ -358,6 +362,7 @@ class SqlJobStore(IJobStore):
     """
 
     def __init__(self, uri: str, *, migrate: bool = False, **engine_kwargs: Any) -> None:
+        given = sorted(engine_kwargs)
         # No pre-ping: it costs a round trip per checkout. A connection that died
         # fails its statement instead (StoreUnavailableError, which every caller
         # handles), and SQLAlchemy then drops the whole stale pool.
@@ -370,7 +375,7 @@ class SqlJobStore(IJobStore):
         # Most calls are one statement: autocommit spares a BEGIN and a
         # COMMIT/ROLLBACK each; the few multi-statement ones use _transaction().
         engine_kwargs.setdefault("isolation_level", "AUTOCOMMIT")
-        self._engine = _create_engine(uri, **engine_kwargs)
+        self._engine = _create_engine(uri, engine_kwargs, given)
         try:
             if migrate:
                 _upgrade(self._engine)

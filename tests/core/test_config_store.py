@@ -17,6 +17,7 @@ from pypepper_dramatiq import (
     PypepperError,
     Status,
     StoreNotConfiguredError,
+    StoreUnavailableError,
     Task,
     Workflow,
     config,
@@ -321,6 +322,26 @@ def test_postgres_without_uri_or_host_raises_config_error(options: dict[str, Any
         configure_job_store("postgres", **options)
     with pytest.raises(ConfigError):
         setup_from_config({"scheduler": {"jobStore": {"backend": "postgres", **options}}})
+
+
+@pytest.mark.parametrize("port", ["abc", 0, 70000, True, 5.5])
+def test_a_bad_port_raises_config_error_naming_it(port: Any) -> None:
+    with pytest.raises(ConfigError, match="port"):
+        configure_job_store("postgres", host="127.0.0.1", port=port)
+
+
+def test_a_port_given_as_digits_is_taken() -> None:
+    # The engine is built, then the schema check meets no server on port 1.
+    with pytest.raises(StoreUnavailableError, match=":1/"):
+        configure_job_store("mysql", host="127.0.0.1", port="1", user="u", db="d")
+
+
+@pytest.mark.parametrize("option", ["pool_sise", "pool"])
+def test_an_engine_option_it_cannot_take_raises_config_error_naming_it(option: str) -> None:
+    store = configure_job_store("memory")
+    with pytest.raises(ConfigError, match=option):
+        configure_job_store("postgres", uri="postgresql+psycopg://u@127.0.0.1:1/x", **{option: 3})
+    assert get_job_store() is store
 
 
 def test_a_failed_configure_keeps_the_current_store() -> None:
