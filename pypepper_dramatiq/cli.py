@@ -8,6 +8,17 @@ import sys
 from collections.abc import Sequence
 
 from .errors import PypepperError
+from .status import Status
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -20,9 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("--uri", required=True)
     jobs = commands.add_parser("jobs", help="list stored jobs as JSON lines")
     jobs.add_argument("--uri", required=True)
-    jobs.add_argument("--status")
+    jobs.add_argument("--status", choices=[status.value for status in Status])
     jobs.add_argument("--channel")
-    jobs.add_argument("--limit", type=int, default=100)
+    jobs.add_argument("--limit", type=_limit, default=100)
     args = parser.parse_args(argv)
 
     try:

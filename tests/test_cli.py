@@ -56,3 +56,21 @@ def test_an_unmigrated_store_names_the_migrate_command(
 ) -> None:
     assert main(["jobs", "--uri", empty_postgres_uri]) == 2
     assert "pypepper-dramatiq migrate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["jobs", "--uri", "postgresql+psycopg://u@127.0.0.1:1/db", "--status", "Done"], "Done"),
+        (["jobs", "--uri", "postgresql+psycopg://u@127.0.0.1:1/db", "--limit", "0"], "'0'"),
+        (["jobs", "--uri", "postgresql+psycopg://u@127.0.0.1:1/db", "--limit", "ten"], "'ten'"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_connection(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2  # argparse's usage error
+    err = capsys.readouterr().err
+    assert named in err and "unavailable" not in err
