@@ -251,6 +251,30 @@ def test_failing_step_is_not_retried_by_dramatiq(
     assert stub_broker.dead_letters == []
 
 
+def test_a_task_whose_executor_the_worker_does_not_know_fails_the_job_naming_it(
+    stub_broker: StubBroker, stub_worker: dramatiq.Worker, key: str
+) -> None:
+    # A producer deployed with a task the workers were not (yet) given.
+    missing = f"tests.never-registered.{key}"
+    job = Job(category="middleware", channel_id=CHANNEL)
+    job.workflows.append(
+        Workflow([
+            Task(CHANNEL, "d", "f", "ghost", "t", "", [], None, executor_id=missing, retry_count=1),
+            count.task(name="count", key=key),
+        ])
+    )
+    job.scheduled()
+
+    wait_for(lambda: status_of(job) is Status.FAILED, "the job to fail")
+    drain(stub_broker, stub_worker)
+
+    record = get_job_store().get(job.id)
+    assert record is not None and record.error is not None
+    assert "UnknownExecutorError" in record.error and missing in record.error
+    assert calls(key) == 0  # the rest of the workflow does not run
+    assert stub_broker.dead_letters == []  # failed through the rules, no message dropped
+
+
 # -- duplicates -----------------------------------------------------------------------------
 
 
