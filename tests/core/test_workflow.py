@@ -344,6 +344,17 @@ def test_a_timed_out_attempt_reports_task_timeout_error() -> None:
     assert error is not None and error.startswith("TaskTimeoutError")
 
 
+def test_an_error_within_the_round_timeout_is_a_failed_attempt_like_any_other() -> None:
+    rec = Recorder(failures=1)
+    result = run_one(rec, retry_count=1, round_timeout=5)
+    assert rec.calls == 2 and result.ok
+    rec = Recorder(failures=5)
+    result = run_one(rec, retry_count=1, round_timeout=5)
+    assert not result.ok and rec.calls == 2
+    error = result.outcomes[0].error
+    assert error is not None and "RuntimeError" in error and "failure 2" in error
+
+
 def test_attempts_of_a_task_never_overlap_even_when_they_time_out() -> None:
     rec = Recorder(sleep=0.25)
     result = run_one(rec, retry_count=2, round_timeout=0.05, round_timeout_join=5)
