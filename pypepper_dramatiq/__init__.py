@@ -23,6 +23,7 @@ from .errors import (
     StoreUnavailableError,
     TaskTimeoutError,
     UnknownExecutorError,
+    UnknownJobError,
 )
 from .events import (
     CANCEL,
@@ -125,4 +126,5 @@ __all__ = [
     "StoreUnavailableError",
     "TaskTimeoutError",
     "UnknownExecutorError",
+    "UnknownJobError",
 ]

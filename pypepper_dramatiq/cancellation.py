@@ -28,9 +28,12 @@ def redis_client_of(broker: Any) -> Any | None:
     return getattr(broker, "client", None)
 
 
-def publish_cancel(job_id: str) -> bool:
-    """Announce a cancel to every worker; False when there is no Redis to tell."""
-    client = redis_client_of(get_broker())
+def publish_cancel(job_id: str, client: Any | None = None) -> bool:
+    """Announce a cancel to every worker over ``client`` (default: the Redis broker's).
+
+    False when there is no Redis to tell, or it could not be told.
+    """
+    client = client if client is not None else redis_client_of(get_broker())
     if client is None:
         return False
     try:

@@ -7,8 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .errors import PypepperError
+from .errors import InvalidTransitionError, PypepperError, UnknownJobError
 from .status import Status
+from .stores.base import IJobStore
 
 
 def _limit(text: str) -> int:
@@ -29,6 +30,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     show = commands.add_parser("show", help="print one job's stored snapshot as JSON")
     show.add_argument("job_id")
     show.add_argument("--uri", required=True)
+    cancel = commands.add_parser("cancel", help="cancel a stored job by id")
+    cancel.add_argument("job_id")
+    cancel.add_argument("--uri", required=True)
+    cancel.add_argument(
+        "--broker-url",
+        help="redis://... of the workers: running tasks see the cancel at once "
+        "(without it, at their next lease renewal)",
+    )
     jobs = commands.add_parser("jobs", help="list stored jobs as JSON lines")
     jobs.add_argument("--uri", required=True)
     jobs.add_argument("--status", choices=[status.value for status in Status])
@@ -46,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         store = SqlJobStore(args.uri)
         try:
+            if args.command == "cancel":
+                return _cancel(store, args.job_id, args.broker_url)
             if args.command == "show":
                 record = store.get(args.job_id)
                 if record is None:
@@ -63,6 +74,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PypepperError, ValueError) as exc:
         print(f"pypepper-dramatiq: {exc}", file=sys.stderr)
         return 2
+
+
+def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
+    import redis
+
+    from .cancellation import publish_cancel
+    from .job import Job
+    from .store import reset_job_store, set_job_store
+
+    # A broker URL redis cannot use is refused before anything is written.
+    client = redis.Redis.from_url(broker_url) if broker_url else None
+    set_job_store(store)
+    try:
+        if not Job.cancel_saved(job_id):
+            print(f"pypepper-dramatiq: job {job_id} kept changing; try again", file=sys.stderr)
+            return 1
+        told = "workers see it at their next lease renewal"
+        if client is not None:
+            told = "running tasks were told" if publish_cancel(job_id, client) else (
+                f"Redis could not be told; {told}"
+            )
+        print(f"job {job_id} cancelled ({told})")
+        return 0
+    except UnknownJobError as exc:
+        print(f"pypepper-dramatiq: {exc}", file=sys.stderr)
+        return 1
+    except InvalidTransitionError as exc:
+        print(f"pypepper-dramatiq: job {job_id} has ended: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        reset_job_store()
+        if client is not None:
+            client.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

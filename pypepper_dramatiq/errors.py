@@ -64,6 +64,14 @@ class JobRedeliveryError(PypepperError):
         self.reason = reason
 
 
+class UnknownJobError(PypepperError, LookupError):
+    """No job with this id is stored."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r} is stored")
+        self.job_id = job_id
+
+
 class ExecutorError(PypepperError):
     """A task has no executor that can run it."""
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY, Context
-from .errors import StoreError, UnknownExecutorError
+from .errors import InvalidTransitionError, StoreError, UnknownExecutorError, UnknownJobError
 from .events import CANCEL, Event, SchedulerFSM, build_scheduler_fsm
 from .status import Status, may_overwrite
 from .store import get_job_store
@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 #: How often internal snapshot writes are tried before giving up.
 SAVE_ATTEMPTS = 3
+#: Reads and writes :meth:`Job.cancel_saved` tries while workers keep moving the row.
+CANCEL_ATTEMPTS = 20
 
 
 class Job:
@@ -124,6 +126,38 @@ class Job:
         persisted = self.persist()
         publish_cancel(self.id)
         return persisted
+
+    @staticmethod
+    def cancel_saved(job_id: str) -> bool:
+        """Cancel the stored job ``job_id`` from any process, without its tasks' code.
+
+        Writes Cancelled over its Scheduled or InProgress row (keeping the
+        progress stored there), then tells running workers. True once the row
+        is Cancelled (also when it already was); False if the row kept
+        changing under every attempt.
+
+        Raises:
+            UnknownJobError: no job ``job_id`` is stored.
+            InvalidTransitionError: the job already completed or failed.
+            StoreError: the store failed.
+        """
+        from .cancellation import publish_cancel
+
+        store = get_job_store()
+        for _ in range(CANCEL_ATTEMPTS):
+            record = store.get(job_id)
+            if record is None:
+                raise UnknownJobError(job_id)
+            if record.status is Status.CANCELLED:
+                return True
+            if record.status not in (Status.SCHEDULED, Status.IN_PROGRESS):
+                raise InvalidTransitionError(CANCEL.value, record.status.value)
+            if store.advance(record.evolve(status=Status.CANCELLED, updated=utcnow())):
+                logger.info("job %s cancelled", job_id,
+                            extra={"action": "cancel", "job_id": job_id})
+                publish_cancel(job_id)
+                return True
+        return False
 
     # -- persistence --------------------------------------------------------
 

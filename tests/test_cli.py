@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
+import redis
 
+from pypepper_dramatiq.cancellation import CANCEL_CHANNEL
 from pypepper_dramatiq.cli import main
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
@@ -74,3 +77,63 @@ def test_bad_arguments_are_refused_before_any_connection(
     assert exited.value.code == 2  # argparse's usage error
     err = capsys.readouterr().err
     assert named in err and "unavailable" not in err
+
+
+def test_cancel_marks_a_stored_job_cancelled_and_tells_redis(
+    pg_store: SqlJobStore, postgres_uri: str, redis_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert pg_store.put(JobRecord(id="job-c", channel_id="c", status=Status.IN_PROGRESS,
+                                  state={"results": {"0.0": 1}}))
+    listener = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(CANCEL_CHANNEL)
+    try:
+        listener.get_message(timeout=1)  # the subscription is confirmed (and skipped)
+        assert main(["cancel", "job-c", "--uri", postgres_uri, "--broker-url", redis_url]) == 0
+        assert "running tasks were told" in capsys.readouterr().out
+        deadline = time.monotonic() + 5
+        message = None
+        while message is None and time.monotonic() < deadline:
+            message = listener.get_message(timeout=0.5)
+    finally:
+        listener.close()
+    assert message is not None and message["data"] == b"job-c"
+    record = pg_store.get("job-c")
+    assert record is not None and record.status is Status.CANCELLED
+    assert record.state == {"results": {"0.0": 1}}
+
+
+def test_cancel_without_a_broker_url_still_writes_the_cancel(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert pg_store.put(JobRecord(id="job-q", channel_id="c", status=Status.SCHEDULED))
+    assert main(["cancel", "job-q", "--uri", postgres_uri]) == 0
+    assert "lease renewal" in capsys.readouterr().out
+    record = pg_store.get("job-q")
+    assert record is not None and record.status is Status.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("job_id", "status", "said"),
+    [("job-none", None, "no job 'job-none'"), ("job-done", Status.COMPLETED, "has ended")],
+)
+def test_cancel_of_an_unknown_or_finished_job_fails_and_changes_nothing(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str],
+    job_id: str, status: Status | None, said: str,
+) -> None:
+    if status is not None:
+        assert pg_store.put(JobRecord(id=job_id, channel_id="c", status=status))
+    assert main(["cancel", job_id, "--uri", postgres_uri]) == 1
+    assert said in capsys.readouterr().err
+    record = pg_store.get(job_id)
+    assert (record.status if record else None) is status
+
+
+def test_cancel_refuses_a_broker_url_before_writing(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert pg_store.put(JobRecord(id="job-b", channel_id="c", status=Status.SCHEDULED))
+    assert main(["cancel", "job-b", "--uri", postgres_uri, "--broker-url", "http://x"]) == 2
+    assert "redis" in capsys.readouterr().err.lower()
+    record = pg_store.get("job-b")
+    assert record is not None and record.status is Status.SCHEDULED

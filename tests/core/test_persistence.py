@@ -26,13 +26,16 @@ from pypepper_dramatiq import (
     Status,
     Task,
     UnknownExecutorError,
+    UnknownJobError,
     Worker,
     Workflow,
     executor_registry,
     get_job_store,
     manager,
+    set_job_store,
 )
-from pypepper_dramatiq.stores.base import JobRecord
+from pypepper_dramatiq.stores.base import JobRecord, utcnow
+from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -497,6 +500,87 @@ def test_cancel_of_a_completed_job_raises_and_keeps_completed() -> None:
     assert not job.cancel_event.is_set()
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.status == "Completed"
+
+
+# -- cancel by id -----------------------------------------------------------------------------
+
+
+def test_cancel_saved_cancels_a_stored_job_without_its_code_and_keeps_progress() -> None:
+    job = job_with()
+    job.scheduled()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    progress = {"cursor": [0, 1, 0, 0], "results": {"0.0": 1}}
+    assert get_job_store().put(durable.evolve(status=Status.IN_PROGRESS, state=progress))
+
+    assert Job.cancel_saved(job.id) is True
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.CANCELLED
+    assert saved.state == progress and saved.payload == durable.payload
+    assert saved.version == durable.version + 2
+
+
+def test_cancel_saved_twice_is_true_and_writes_once() -> None:
+    job = job_with()
+    job.scheduled()
+    assert Job.cancel_saved(job.id) is True
+    first = Job.get_saved(job.id)
+    assert Job.cancel_saved(job.id) is True
+    assert Job.get_saved(job.id) == first
+
+
+def test_cancel_saved_of_an_unknown_id_is_a_lookup_error() -> None:
+    with pytest.raises(UnknownJobError, match="no-such-job") as raised:
+        Job.cancel_saved("no-such-job")
+    assert isinstance(raised.value, LookupError) and raised.value.job_id == "no-such-job"
+
+
+@pytest.mark.parametrize("terminal", [Status.COMPLETED, Status.FAILED])
+def test_cancel_saved_of_a_finished_job_raises_and_keeps_it(terminal: Status) -> None:
+    job = job_with()
+    job.scheduled()
+    durable = Job.get_saved(job.id)
+    assert durable is not None
+    assert get_job_store().put(durable.evolve(status=terminal))
+    with pytest.raises(InvalidTransitionError, match=terminal.value):
+        Job.cancel_saved(job.id)
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is terminal
+
+
+class MovingStore(MemoryJobStore):
+    """Another writer bumps the row right before each of the first ``moves`` advances."""
+
+    def __init__(self, moves: int) -> None:
+        super().__init__()
+        self.moves = moves
+
+    def advance(self, record: JobRecord) -> bool:
+        if self.moves > 0:
+            self.moves -= 1
+            current = self.get(record.id)
+            assert current is not None and self.put(current.evolve(updated=utcnow()))
+        return super().advance(record)
+
+
+def test_cancel_saved_retries_while_workers_move_the_row() -> None:
+    store = MovingStore(moves=3)
+    set_job_store(store)
+    job = job_with()
+    job.scheduled()
+    assert Job.cancel_saved(job.id) is True
+    saved = store.get(job.id)
+    assert saved is not None and saved.status is Status.CANCELLED and store.moves == 0
+
+
+def test_cancel_saved_gives_up_false_when_the_row_never_holds_still() -> None:
+    store = MovingStore(moves=10_000)
+    set_job_store(store)
+    job = job_with()
+    job.scheduled()
+    assert Job.cancel_saved(job.id) is False
+    saved = store.get(job.id)
+    assert saved is not None and saved.status is Status.SCHEDULED
 
 
 # -- the example ------------------------------------------------------------------------------

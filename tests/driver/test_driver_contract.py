@@ -447,6 +447,18 @@ def test_job_cancelled_before_it_starts_never_runs(driver: Driver, prefix: str) 
     assert manager.available(CHANNEL).length() == 0  # its channel slot was given back
 
 
+def test_job_cancelled_by_id_before_it_starts_never_runs(driver: Driver, prefix: str) -> None:
+    job = make_job([flaky.task(name="t", key=f"{prefix}t")])
+    job.scheduled()
+    assert Job.cancel_saved(job.id)  # as another process would, knowing only the id
+
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert calls(f"{prefix}t") == 0
+    assert record.status is Status.CANCELLED
+
+
 def test_cancel_during_a_task_ends_the_job_cancelled(driver: Driver, prefix: str) -> None:
     key = f"{prefix}long"
     job = make_job(
@@ -490,6 +502,32 @@ def test_cancel_during_a_retry_delay_runs_no_more_attempts(driver: Driver, prefi
     assert record.status is Status.CANCELLED
 
 # -- where the drivers differ ---------------------------------------------------------------
+
+
+def test_dramatiq_cancel_by_id_reaches_the_running_task_and_keeps_progress(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], prefix: str
+) -> None:
+    """``Job.cancel_saved``: no Job object, no task code; the worker still sees it."""
+    driver = DramatiqDriver(stub_broker, start_worker)
+    key = f"{prefix}long"
+    job = make_job(
+        [
+            flaky.task(name="first", key=f"{prefix}first", result={"n": 1}),
+            wait_for_cancel.task(name="long", key=key),
+            flaky.task(name="after", key=f"{prefix}after"),
+        ]
+    )
+    job.scheduled()
+    driver.start()
+    assert _event(f"{key}:started").wait(JOB_TIMEOUT), "the task never started"
+
+    assert Job.cancel_saved(job.id)
+    [record] = driver.wait(job)
+
+    assert calls(f"{key}:saw-cancel") == 1
+    assert calls(f"{prefix}after") == 0
+    assert record.status is Status.CANCELLED
+    assert record.state.get("results") == {"0.0": {"n": 1}}
 
 
 def test_dramatiq_cancel_keeps_the_progress_workers_stored(

@@ -9,6 +9,8 @@ Tests that crash or restart a worker print their figures (``pytest -s``).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -126,6 +128,32 @@ def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     wait_for(lambda: f"job {job.id} lost at 0.0" in cluster.logs(), 10, "the outcome write")
     record = cluster.saved(job)
     assert record.status is Status.CANCELLED, record
+    assert cluster.runs(job, "never") == 0
+
+
+def test_the_cancel_command_reaches_a_running_task_from_another_process(
+    cluster: Cluster,
+) -> None:
+    # A long lease: lease renewal (every 20 s) cannot be what tells the task.
+    cluster.start_worker(lease_seconds=60)
+    job = cluster.schedule(probe.task(name="poll", sleep=30, poll_cancel=True),
+                           probe.task(name="never"))
+    wait_for(lambda: cluster.stamp("running", job, "poll"), 30, "the task to start")
+
+    command = subprocess.run(
+        [str(Path(sys.executable).with_name("pypepper-dramatiq")), "cancel", job.id,
+         "--uri", cluster.store_uri, "--broker-url", cluster.redis_url],
+        capture_output=True, text=True, timeout=60,
+    )
+    returned_at = time.time()
+    assert command.returncode == 0, command.stderr
+    assert "running tasks were told" in command.stdout
+    seen = wait_for(lambda: cluster.stamp("cancel_seen", job, "poll"), 10, "the task to notice")
+
+    report("cancel-command", seen_after_command_returned_s=f"{seen - returned_at:.3f}")
+    assert seen - returned_at < 1.0
+    wait_for(lambda: cluster.saved(job).status is Status.CANCELLED, 10, "the row")
+    wait_for(lambda: cluster.times("ends", job, "poll"), 10, "the task to return")
     assert cluster.runs(job, "never") == 0
 
 
