@@ -36,12 +36,27 @@ def empty_jobs_table(uri: str) -> None:
         store.close()
 
 
+#: The conftest fixture giving each job store's URI.
+STORE_URIS = {"postgres": "postgres_uri", "mysql": "mysql_uri"}
+#: For ``@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)``.
+BOTH_STORES = ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)]
+
+
 @pytest.fixture
-def cluster(redis_url: str, postgres_uri: str, tmp_path: Path) -> Iterator[Cluster]:
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The job store the cluster uses: PostgreSQL unless a test parametrizes it."""
+    return str(getattr(request, "param", "postgres"))
+
+
+@pytest.fixture
+def cluster(
+    request: pytest.FixtureRequest, redis_url: str, store_backend: str, tmp_path: Path
+) -> Iterator[Cluster]:
     """The session's servers, emptied: no queued messages, no jobs for a sweeper to recover."""
+    store_uri = str(request.getfixturevalue(STORE_URIS[store_backend]))
     flush_redis(redis_url)
-    empty_jobs_table(postgres_uri)
-    wired = Cluster(redis_url, postgres_uri, tmp_path)
+    empty_jobs_table(store_uri)
+    wired = Cluster(redis_url, store_uri, tmp_path)
     yield wired
     wired.close()
 

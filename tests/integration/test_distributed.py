@@ -21,7 +21,7 @@ from services import PostgresServer, RedisServer
 from pypepper_dramatiq import Position, Status, actor_task
 from pypepper_dramatiq.messages import OPTION_KEY, StepMessage
 
-from .conftest import empty_jobs_table, flush_redis
+from .conftest import BOTH_STORES, empty_jobs_table, flush_redis
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, flaky_plain, probe
 
@@ -33,6 +33,7 @@ def report(title: str, **figures: object) -> None:
     print(f"\n[{title}] " + ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
+@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
 def test_results_flow_between_tasks_and_each_task_runs_once(cluster: Cluster) -> None:
     cluster.start_worker()
     job = cluster.schedule(
@@ -68,6 +69,7 @@ def test_two_workers_share_a_channel_and_run_every_task_once(cluster: Cluster) -
     assert len(pids) == 2, f"expected both worker processes to take jobs, saw pids {pids}"
 
 
+@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
 def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
     cluster: Cluster,
 ) -> None:
