@@ -284,7 +284,8 @@ class StepBook:
             status = current.status.value if current else "gone"
             _log("lost", claim.record.id, position, status)
             return None
-        _log(decision.action.value, claim.record.id, decision.position or position)
+        _log(decision.action.value, claim.record.id, decision.position or position,
+             changes.get("error"))
         return decision
 
     def _write(self, record: JobRecord) -> bool:
@@ -301,12 +302,13 @@ class StepBook:
         return False  # pragma: no cover - the loop returns or raises
 
 
-#: Actions that change a job's status are logged at INFO; per-step bookkeeping at DEBUG.
-_TRANSITIONS = frozenset({"start", "complete", "fail", "lost", "heal"})
+#: Like Dramatiq, nothing per message above DEBUG (a job's start and completion
+#: included); a failed job is a WARNING; a lost write or a healed row is INFO.
+_LEVELS = {"fail": logging.WARNING, "lost": logging.INFO, "heal": logging.INFO}
 
 
 def _log(action: str, job_id: str, position: Position, detail: str | None = None) -> None:
-    level = logging.INFO if action in _TRANSITIONS else logging.DEBUG
+    level = _LEVELS.get(action, logging.DEBUG)
     if not logger.isEnabledFor(level):
         return
     logger.log(

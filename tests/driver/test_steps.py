@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from datetime import timedelta
@@ -316,6 +317,31 @@ def test_required_task_out_of_attempts_fails_the_job(store: IJobStore) -> None:
     assert row.status is Status.FAILED
     assert row.error == "task a failed: RuntimeError: boom"
     assert row.state["errors"] == {"0.0": "RuntimeError: boom"}
+
+
+def test_a_completing_job_logs_nothing_above_debug(
+    store: IJobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.steps")
+    _, claim = in_progress(store, [task("a")])
+    book_on(store).record(claim, Outcome(True, 7))
+
+    ours = [r for r in caplog.records if r.name == "pypepper_dramatiq.steps"]
+    assert {r.levelno for r in ours} == {logging.DEBUG}
+    assert [r.action for r in ours] == ["start", "complete"]  # type: ignore[attr-defined]
+
+
+def test_a_failing_job_logs_one_warning_with_its_error(
+    store: IJobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.steps")
+    record, claim = in_progress(store, [task("a")])
+    book_on(store).record(claim, Outcome(False, error="RuntimeError: boom"))
+
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert record.id in warnings[0].getMessage()
+    assert "task a failed: RuntimeError: boom" in warnings[0].getMessage()
 
 
 def test_optional_task_out_of_attempts_is_skipped(store: IJobStore) -> None:
