@@ -26,6 +26,25 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _T = TypeVar("_T", float, "float | None")
 
 
+#: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
+_SCHEDULER_KEYS = (
+    "broker", "channels", "jobStore", "leaseSeconds", "sweepInterval", "cancelGrace",
+    "dispatchSeconds",
+)
+
+
+def _refuse_unknown(
+    path: str | Path | None, where: str, mapping: dict[str, Any], known: tuple[str, ...]
+) -> None:
+    """ConfigError naming keys under ``where`` that nothing reads (a typo, most likely)."""
+    unknown = sorted(str(key) for key in mapping if key not in known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {', '.join(unknown)} under {where} in {path}; "
+            f"known keys: {', '.join(known)}"
+        )
+
+
 def _yaml_seconds(
     scheduler: dict[str, Any], key: str, given: _T, *, zero: bool = False
 ) -> float | _T:
@@ -82,6 +101,8 @@ def setup(
     if config_path is not None:
         yml = config.load_config(config_path)
     scheduler = section(yml, "scheduler")
+    _refuse_unknown(config_path, "scheduler", scheduler, _SCHEDULER_KEYS)
+    _refuse_unknown(config_path, "scheduler.broker", section(scheduler, "broker"), ("url",))
     broker_url = broker_url or section(yml, "scheduler", "broker").get("url")
     declared: dict[str, int] = {}
     for source in (section(yml, "scheduler", "channels"), channels or {}):

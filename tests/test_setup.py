@@ -138,3 +138,21 @@ def test_the_middleware_checks_its_own_options() -> None:
         WorkflowMiddleware(lease_seconds=0)
     with pytest.raises(ConfigError, match="defer_seconds"):
         WorkflowMiddleware(defer_seconds=-1)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "named"),
+    [
+        ("scheduler:\n  leaseSecond: 5\n", "leaseSecond"),
+        ("scheduler:\n  broker: {uri: 'redis://localhost'}\n", "uri under scheduler.broker"),
+    ],
+)
+def test_setup_refuses_a_yaml_key_it_does_not_know(
+    tmp_path: Path, yaml_text: str, named: str
+) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError, match=named) as raised:
+        setup(config_path=path, broker=StubBroker())
+    assert "leaseSeconds" in str(raised.value) or "url" in str(raised.value)  # the known keys
+    assert dramatiq.broker.global_broker is None
