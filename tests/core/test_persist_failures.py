@@ -156,6 +156,36 @@ def test_run_put_false_follows_the_durable_row(store: ScriptedStore, durable: St
     assert saved is not None and saved.status is durable
 
 
+def test_run_put_false_over_a_row_still_scheduled_prefers_failed(store: ScriptedStore) -> None:
+    # The RUN write is refused but nobody moved the row on: nothing to follow.
+    calls: list[str] = []
+    job = make_job(calls)
+    job.scheduled()
+    store.fail(Status.IN_PROGRESS, times=1, how="false")
+    assert run_once() is job
+    assert calls == []
+    assert job.status is Status.FAILED
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.FAILED
+
+
+def test_run_put_false_over_a_deleted_row_prefers_failed(store: ScriptedStore) -> None:
+    calls: list[str] = []
+    job = make_job(calls)
+    job.scheduled()
+
+    def row_deleted_meanwhile(record: JobRecord) -> None:
+        if record.status is Status.IN_PROGRESS:
+            store.before_put = None
+            assert store.delete(job.id)
+
+    store.fail(Status.IN_PROGRESS, times=1, how="false")
+    store.before_put = row_deleted_meanwhile
+    assert run_once() is job
+    assert calls == []
+    assert job.status is Status.FAILED
+
+
 def test_durable_in_progress_at_dequeue_is_not_run_again(store: ScriptedStore) -> None:
     calls: list[str] = []
     job = make_job(calls)
