@@ -16,7 +16,7 @@ from dramatiq.middleware import Interrupt, Shutdown
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
-from .errors import describe
+from .errors import describe, is_retriable
 from .executor import IExecutor, executor_registry
 from .inflight import InFlight, StepCancelled
 from .messages import STEP_ACTOR
@@ -58,7 +58,7 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
     except Interrupt as exc:
         return Outcome(False, error=describe(exc))
     except Exception as exc:
-        return Outcome(False, error=describe(exc))
+        return Outcome(False, error=describe(exc), retriable=is_retriable(exc))
     finally:
         inflight.finish(claim.record.id)
 

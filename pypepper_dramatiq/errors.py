@@ -72,6 +72,14 @@ class UnknownJobError(PypepperError, LookupError):
         self.job_id = job_id
 
 
+class NonRetriableError(PypepperError):
+    """Raised by a task: this failure will not go away; skip its remaining attempts.
+
+    The task fails at once (an optional task is skipped, a required one fails
+    the job), whatever attempts and rounds its retry table had left.
+    """
+
+
 class ExecutorError(PypepperError):
     """A task has no executor that can run it."""
 
@@ -113,6 +121,12 @@ class StoreNotConfiguredError(StoreError, ValueError):
 
 class MessageError(PypepperError):
     """A message could not be decoded into a job step."""
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """False for failures another attempt cannot fix: :class:`NonRetriableError`,
+    and a task whose executor id is not registered here."""
+    return not isinstance(exc, (NonRetriableError, UnknownExecutorError))
 
 
 def describe(exc: BaseException) -> str:

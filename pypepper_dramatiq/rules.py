@@ -124,18 +124,22 @@ def first_step(plan: Plan, *, cancelled: bool = False) -> Step:
     return COMPLETE if start is None else Step(Action.RUN, start)
 
 
-def next_step(plan: Plan, at: Position, succeeded: bool, *, cancelled: bool = False) -> Step:
+def next_step(
+    plan: Plan, at: Position, succeeded: bool, *, cancelled: bool = False, retriable: bool = True
+) -> Step:
     """What follows the attempt at ``at``, given its outcome.
 
     A success moves to the next task. A failure retries after ``retry_delay``
     while the round has attempts left, then starts the next round at once
     with a fresh budget; when every round is used up, an optional task is
-    skipped and a required one fails the job. Cancellation wins over all.
+    skipped and a required one fails the job. A failure that is not
+    ``retriable`` uses up the task at once (no more attempts nor rounds).
+    Cancellation wins over all.
     """
     if cancelled:
         return CANCEL
     policy = plan[at.workflow][at.task]
-    if not succeeded:
+    if not succeeded and retriable:
         if at.attempt + 1 < policy.attempts_per_round:
             return Step(
                 Action.RUN,
@@ -144,8 +148,8 @@ def next_step(plan: Plan, at: Position, succeeded: bool, *, cancelled: bool = Fa
             )
         if at.round + 1 < policy.round_times:
             return Step(Action.RUN, Position(at.workflow, at.task, at.round + 1, 0))
-        if not policy.optional:
-            return Step(Action.FAIL, at)
+    if not succeeded and not policy.optional:
+        return Step(Action.FAIL, at)
     following = _first_task_from(plan, at.workflow, at.task + 1)
     skipped = not succeeded
     if following is None:

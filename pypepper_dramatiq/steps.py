@@ -53,6 +53,8 @@ class Outcome:
     succeeded: bool
     result: Any = None
     error: str | None = None
+    #: False when another attempt cannot help (see ``errors.is_retriable``).
+    retriable: bool = True
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,9 @@ class StepBook:
             errors.pop(key, None)
         else:
             errors[key] = outcome.error
-        decision = rules.next_step(claim.plan, position, outcome.succeeded)
+        decision = rules.next_step(
+            claim.plan, position, outcome.succeeded, retriable=outcome.retriable
+        )
         if decision.skipped_optional:
             skipped.append(key)
         state.update(results=results, errors=errors, attempts=attempts, skipped=skipped)

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import rules
 from .context import CANCEL_EVENT_KEY, RESULTS_KEY
-from .errors import TaskTimeoutError, describe
+from .errors import TaskTimeoutError, describe, is_retriable
 from .task import Task
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,10 @@ class Workflow:
                     "task %s attempt %d (round %d) failed: %s",
                     task.name, position.attempt + 1, position.round + 1, outcome.error,
                 )
-            step = rules.next_step(plan, position, succeeded, cancelled=cancelled())
+            step = rules.next_step(
+                plan, position, succeeded, cancelled=cancelled(),
+                retriable=succeeded or is_retriable(value),
+            )
         ordered = [outcomes[i] for i in sorted(outcomes)]
         if step.action is rules.Action.COMPLETE:
             return WorkflowResult(ok=True, outcomes=ordered)

@@ -258,6 +258,22 @@ def test_a_record_normalises_status_and_times_to_utc() -> None:
     assert record.lease_expires.hour == 12
 
 
+def test_an_executor_id_unknown_in_process_fails_the_task_without_retries() -> None:
+    result = Workflow(
+        [registered_task("ghost", "tests.p.never-registered", retry_count=3, round_times=2)]
+    ).run()
+    assert not result.ok
+    assert result.outcomes[0].attempts == 1
+    assert result.error is not None and "tests.p.never-registered" in result.error
+
+    job = job_with(registered_task("ghost", "tests.p.never-registered", retry_count=3))
+    job.scheduled()
+    assert run_worker_once() is job
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.FAILED
+    assert saved.error is not None and "UnknownExecutorError" in saved.error
+
+
 def test_from_record_with_an_unknown_executor_id_raises_value_error() -> None:
     executor_registry.register("tests.p.gone", lambda task, context: None)
     record = job_with(registered_task("a", "tests.p.gone")).to_record()

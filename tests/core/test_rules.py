@@ -232,6 +232,35 @@ def test_a_failure_with_budget_left_is_not_skipped_even_when_optional() -> None:
     assert not step.skipped_optional
 
 
+# -- non-retriable failures --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("at", [Position(0, 0, 0, 0), Position(0, 0, 1, 2)])
+def test_a_non_retriable_failure_of_a_required_task_fails_at_once(at: Position) -> None:
+    plan = [[RetryPolicy(retry_count=5, round_times=3), RetryPolicy()]]
+    step = next_step(plan, at, False, retriable=False)
+    assert step.action is Action.FAIL
+    assert step.position == at
+
+
+def test_a_non_retriable_failure_of_an_optional_task_skips_it_at_once() -> None:
+    plan = [[RetryPolicy(retry_until_completed=True, optional=True), RetryPolicy()]]
+    step = next_step(plan, Position(0, 0, 0, 0), False, retriable=False)
+    assert step.action is Action.RUN
+    assert step.position == Position(0, 1)
+    assert step.skipped_optional and step.delay == 0
+
+
+def test_retriable_only_matters_for_failures_and_cancel_still_wins() -> None:
+    plan = [[RetryPolicy(retry_count=2), RetryPolicy()]]
+    assert next_step(plan, Position(0, 0), True, retriable=False) == Step(
+        Action.RUN, Position(0, 1)
+    )
+    assert next_step(plan, Position(0, 0), False, retriable=False, cancelled=True).action is (
+        Action.CANCEL
+    )
+
+
 @pytest.mark.parametrize("succeeded", [True, False])
 def test_cancelled_wins_over_everything(succeeded: bool) -> None:
     plan = [[RetryPolicy(retry_count=3), RetryPolicy()]]

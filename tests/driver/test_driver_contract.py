@@ -27,6 +27,7 @@ from pypepper_dramatiq import (
     Context,
     Job,
     JobRecord,
+    NonRetriableError,
     Status,
     Task,
     Worker,
@@ -92,6 +93,13 @@ def flaky(task: Task, context: Context, key: str, fail_first: int = 0, result: A
     if fail_first < 0 or call <= fail_first:
         raise RuntimeError(f"{key}: planned failure {call}")
     return result
+
+
+@workflow_task(name="driver-contract.hopeless")
+def hopeless(task: Task, context: Context, key: str) -> Any:
+    """Fails in a way no retry can fix."""
+    _call(key)
+    raise NonRetriableError(f"{key}: the input is malformed")
 
 
 @workflow_task(name="driver-contract.consume")
@@ -429,6 +437,41 @@ def test_workflows_of_a_job_run_in_order(driver: Driver, prefix: str) -> None:
 
     assert record.status is Status.COMPLETED
     assert order(prefix) == ["w1-a", "w1-b", "w3-a", "w3-b", "w3-c"]
+
+
+def test_a_non_retriable_error_fails_the_job_without_more_attempts(
+    driver: Driver, prefix: str
+) -> None:
+    job = make_job(
+        [
+            hopeless.options(retry_count=3, round_times=2).task(name="bad", key=f"{prefix}bad"),
+            flaky.task(name="after", key=f"{prefix}after"),
+        ]
+    )
+    job.scheduled()
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert calls(f"{prefix}bad") == 1
+    assert calls(f"{prefix}after") == 0
+    assert record.status is Status.FAILED
+    assert record.error is not None and "NonRetriableError" in record.error
+
+
+def test_a_non_retriable_error_of_an_optional_task_moves_on(driver: Driver, prefix: str) -> None:
+    job = make_job(
+        [
+            hopeless.options(retry_count=3, optional=True).task(name="bad", key=f"{prefix}bad"),
+            flaky.task(name="after", key=f"{prefix}after"),
+        ]
+    )
+    job.scheduled()
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert calls(f"{prefix}bad") == 1
+    assert calls(f"{prefix}after") == 1
+    assert record.status is Status.COMPLETED
 
 
 # -- cancellation ---------------------------------------------------------------------------

@@ -271,6 +271,7 @@ def test_a_task_whose_executor_the_worker_does_not_know_fails_the_job_naming_it(
     record = get_job_store().get(job.id)
     assert record is not None and record.error is not None
     assert "UnknownExecutorError" in record.error and missing in record.error
+    assert record.state["attempts"] == {"0.0": 1}  # no retry burned: it cannot help
     assert calls(key) == 0  # the rest of the workflow does not run
     assert stub_broker.dead_letters == []  # failed through the rules, no message dropped
 
