@@ -353,9 +353,11 @@ def test_a_failed_configure_keeps_the_current_store() -> None:
     assert get_job_store() is store
 
 
-def test_non_mapping_job_store_section_raises_config_error() -> None:
-    with pytest.raises(ConfigError):
+def test_non_mapping_job_store_section_raises_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"scheduler\.jobStore must be a mapping, not str"):
         setup_from_config({"scheduler": {"jobStore": "postgres"}})
+    with pytest.raises(ConfigError, match=r"key scheduler must be a mapping, not list"):
+        setup_from_config({"scheduler": ["jobStore"]})
 
 
 def test_set_job_store_rejects_non_stores() -> None:
