@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, overload
 
 from . import rules
 from .errors import StoreError
@@ -66,8 +66,8 @@ class Claim:
     tasks: list[list[dict[str, Any]]]
 
     @property
-    def plan(self) -> list[list[RetryPolicy]]:
-        return [[policy_of(t) for t in workflow] for workflow in self.tasks]
+    def plan(self) -> list[Policies]:
+        return plan_of(self.tasks)
 
     @property
     def task(self) -> dict[str, Any]:
@@ -83,6 +83,42 @@ class Claim:
                 if key in results:
                     named[str(task.get("name", key))] = results[key]
         return named
+
+
+class Policies(Sequence[RetryPolicy]):
+    """One workflow's retry tables, each built from its stored task when first read.
+
+    The rules read one task's table per step; building every table of a long
+    workflow on each step made the per-task cost grow with the workflow.
+    """
+
+    def __init__(self, tasks: Sequence[dict[str, Any]]) -> None:
+        self._tasks = tasks
+        self._built: dict[int, RetryPolicy] = {}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @overload
+    def __getitem__(self, index: int) -> RetryPolicy: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RetryPolicy]: ...
+
+    def __getitem__(self, index: int | slice) -> RetryPolicy | list[RetryPolicy]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self._tasks))[index]]
+        if index < 0:
+            index += len(self._tasks)
+        policy = self._built.get(index)
+        if policy is None:
+            policy = self._built[index] = policy_of(self._tasks[index])
+        return policy
+
+
+def plan_of(tasks: Sequence[Sequence[dict[str, Any]]]) -> list[Policies]:
+    """The plan of a stored job's workflows (task dicts), for :mod:`rules`."""
+    return [Policies(workflow) for workflow in tasks]
 
 
 def policy_of(task: dict[str, Any]) -> RetryPolicy:
@@ -176,8 +212,7 @@ class StepBook:
         if step.record is not None and step.position == Position():
             if step.record.payload is None:
                 return None
-            plan = [[policy_of(t) for t in w.get("tasks", [])]
-                    for w in step.record.payload.get("workflows", [])]
+            plan = plan_of([w.get("tasks", []) for w in step.record.payload.get("workflows", [])])
             first = rules.first_step(plan)
             if first.position is None:
                 return None
@@ -205,7 +240,7 @@ class StepBook:
         if record.status is Status.SCHEDULED:
             if step.position != Position():
                 raise StepSkipped(record.id, f"not started, message for {step.position}")
-            first = rules.first_step([[policy_of(t) for t in w] for w in tasks])
+            first = rules.first_step(plan_of(tasks))
             if first.action is rules.Action.COMPLETE:
                 self._store().put(record.evolve(status=Status.COMPLETED, updated=now))
                 raise StepSkipped(record.id, "no tasks: completed")

@@ -10,10 +10,18 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq import IJobStore, JobRecord, Position, Status
+from pypepper_dramatiq import IJobStore, JobRecord, Position, RetryPolicy, Status, rules
 from pypepper_dramatiq.messages import StepMessage
 from pypepper_dramatiq.rules import Action
-from pypepper_dramatiq.steps import Claim, Outcome, StepBook, StepSkipped
+from pypepper_dramatiq.steps import (
+    Claim,
+    Outcome,
+    Policies,
+    StepBook,
+    StepSkipped,
+    plan_of,
+    policy_of,
+)
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -449,3 +457,47 @@ def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> No
     stored = store.get("raced")
     assert stored is not None and stored.status is Status.IN_PROGRESS
     assert stored.lease_owner == "worker-1" and claim.record.version == stored.version
+
+
+# -- the plan of a stored job ---------------------------------------------------------------
+
+
+def test_policies_build_each_table_once_and_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pypepper_dramatiq.steps as steps_module
+
+    stored_tasks = [task(f"t{i}", retry_count=i) for i in range(50)]
+    built: list[str] = []
+    real = steps_module.policy_of
+
+    def counting(stored: dict[str, Any]) -> RetryPolicy:
+        built.append(stored["name"])
+        return real(stored)
+
+    monkeypatch.setattr(steps_module, "policy_of", counting)
+    policies = Policies(stored_tasks)
+    assert len(policies) == 50 and built == []
+    assert policies[7].retry_count == 7 and policies[7] is policies[7]
+    assert policies[-1].retry_count == 49
+    assert built == ["t7", "t49"]
+    assert [p.retry_count for p in policies[1:3]] == [1, 2]
+    with pytest.raises(IndexError):
+        policies[50]
+
+
+def test_a_lazy_plan_decides_like_an_eager_one() -> None:
+    stored = [
+        [task("a", retry_count=1), task("b", optional=True, round_times=2)],
+        [],
+        [task("c", retry_until_completed=True, retry_until_max=3)],
+    ]
+    eager = [[policy_of(t) for t in workflow] for workflow in stored]
+    lazy = plan_of(stored)
+    assert rules.first_step(lazy) == rules.first_step(eager)
+    for workflow, tasks in enumerate(stored):
+        for index in range(len(tasks)):
+            for attempt in range(3):
+                for succeeded in (True, False):
+                    at = Position(workflow, index, 0, attempt)
+                    assert rules.next_step(lazy, at, succeeded) == rules.next_step(
+                        eager, at, succeeded
+                    )
