@@ -23,7 +23,7 @@ DEFAULT_HEARTBEAT_TIMEOUT_MS = 20_000
 
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-_T = TypeVar("_T", float, "float | None")
+_T = TypeVar("_T")
 
 
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
