@@ -186,6 +186,21 @@ def test_run_put_false_over_a_deleted_row_prefers_failed(store: ScriptedStore) -
     assert job.status is Status.FAILED
 
 
+def test_a_scheduled_row_rewritten_by_another_writer_still_runs(store: ScriptedStore) -> None:
+    # Its version moved on (a heal, a producer's retried write) but it is still Scheduled.
+    calls: list[str] = []
+    job = make_job(calls)
+    job.scheduled()
+    current = store.get(job.id)
+    assert current is not None
+    assert store.put(current.evolve(state={"rewritten": True}))
+    assert run_once() is job
+    assert calls == ["step"]
+    assert job.status is Status.COMPLETED
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.COMPLETED
+
+
 def test_durable_in_progress_at_dequeue_is_not_run_again(store: ScriptedStore) -> None:
     calls: list[str] = []
     job = make_job(calls)
