@@ -110,6 +110,8 @@ class Policies(Sequence[RetryPolicy]):
             return [self[i] for i in range(len(self._tasks))[index]]
         if index < 0:
             index += len(self._tasks)
+            if index < 0:
+                raise IndexError("workflow task index out of range")
         policy = self._built.get(index)
         if policy is None:
             policy = self._built[index] = policy_of(self._tasks[index])

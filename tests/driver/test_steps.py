@@ -480,8 +480,9 @@ def test_policies_build_each_table_once_and_only_when_read(monkeypatch: pytest.M
     assert policies[-1].retry_count == 49
     assert built == ["t7", "t49"]
     assert [p.retry_count for p in policies[1:3]] == [1, 2]
-    with pytest.raises(IndexError):
-        policies[50]
+    for outside in (50, -51):
+        with pytest.raises(IndexError):
+            policies[outside]
 
 
 def test_a_lazy_plan_decides_like_an_eager_one() -> None:
