@@ -500,6 +500,7 @@ def test_job_cancelled_by_id_before_it_starts_never_runs(driver: Driver, prefix:
 
     assert calls(f"{prefix}t") == 0
     assert record.status is Status.CANCELLED
+    assert manager.available(CHANNEL).length() == 0  # its channel slot was given back
 
 
 def test_cancel_during_a_task_ends_the_job_cancelled(driver: Driver, prefix: str) -> None:
