@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +28,11 @@ logger = logging.getLogger(__name__)
 SAVE_ATTEMPTS = 3
 #: Reads and writes :meth:`Job.cancel_saved` tries while workers keep moving the row.
 CANCEL_ATTEMPTS = 20
+
+#: Jobs the in-process Worker of this process is running, by id: a
+#: ``cancel_saved`` here sets their cancel event (Dramatiq workers hear it on Redis).
+_running_here: dict[str, Job] = {}
+_running_lock = threading.Lock()
 
 
 class Job:
@@ -149,15 +156,29 @@ class Job:
             if record is None:
                 raise UnknownJobError(job_id)
             if record.status is Status.CANCELLED:
+                _tell_running_here(job_id)
                 return True
             if record.status not in (Status.SCHEDULED, Status.IN_PROGRESS):
                 raise InvalidTransitionError(CANCEL.value, record.status.value)
             if store.advance(record.evolve(status=Status.CANCELLED, updated=utcnow())):
                 logger.info("job %s cancelled", job_id,
                             extra={"action": "cancel", "job_id": job_id})
+                _tell_running_here(job_id)
                 publish_cancel(job_id)
                 return True
         return False
+
+    @contextmanager
+    def running_here(self) -> Iterator[None]:
+        """While the in-process Worker runs this job, ``cancel_saved(id)`` reaches it."""
+        with _running_lock:
+            _running_here[self.id] = self
+        try:
+            yield
+        finally:
+            with _running_lock:
+                if _running_here.get(self.id) is self:
+                    del _running_here[self.id]
 
     # -- persistence --------------------------------------------------------
 
@@ -281,3 +302,10 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, channel_id={self.channel_id!r}, status={self.status.value})"
+
+
+def _tell_running_here(job_id: str) -> None:
+    with _running_lock:
+        job = _running_here.get(job_id)
+    if job is not None:
+        job.cancel_event.set()

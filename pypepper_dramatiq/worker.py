@@ -17,6 +17,7 @@ from .events import COMPLETE, FAIL, RUN
 from .job import Job
 from .status import Status
 from .store import get_job_store
+from .stores.base import JobRecord
 
 logger = logging.getLogger(__name__)
 
@@ -77,20 +78,21 @@ class Worker:
         _log(job, "start")
         job.share_cancel_event()
         error: str | None = None
-        for workflow in job.workflows:
-            if _cancelled(job):
-                break
-            try:
-                result = await asyncio.to_thread(workflow.run)
-            except Exception as exc:  # a bug outside the executors: fail the job
-                logger.exception("job %s: workflow raised", job.id)
-                error = describe(exc)
-                break
-            if result.cancelled:
-                break
-            if not result.ok:
-                error = result.error
-                break
+        with job.running_here():
+            for workflow in job.workflows:
+                if _cancelled(job):
+                    break
+                try:
+                    result = await asyncio.to_thread(workflow.run)
+                except Exception as exc:  # a bug outside the executors: fail the job
+                    logger.exception("job %s: workflow raised", job.id)
+                    error = describe(exc)
+                    break
+                if result.cancelled:
+                    break
+                if not result.ok:
+                    error = result.error
+                    break
         self._finish(job, error)
 
     # -- steps --------------------------------------------------------------
@@ -178,8 +180,15 @@ class Worker:
                 if not _cancelled(job):
                     raise
         _log(job, "end", job.status)
-        if not job.persist():
-            logger.error("job %s ended %s but the snapshot did not persist", job.id, job.status)
+        if job.persist():
+            return
+        durable = _stored(job.id)
+        if durable is not None and durable.status is Status.CANCELLED:
+            # Cancelled by id (Job.cancel_saved) while it ran: follow the row.
+            _log(job, "follow_durable", durable.status)
+            job.adopt(durable)
+            return
+        logger.error("job %s ended %s but the snapshot did not persist", job.id, job.status)
 
 
 def _log(job: Job, action: str, detail: object = None) -> None:
@@ -187,6 +196,13 @@ def _log(job: Job, action: str, detail: object = None) -> None:
         "job %s %s%s", job.id, action, "" if detail is None else f" ({detail})",
         extra={"action": action, "job_id": job.id, "status": job.status.value},
     )
+
+
+def _stored(job_id: str) -> JobRecord | None:
+    try:
+        return get_job_store().get(job_id)
+    except StoreError:
+        return None
 
 
 def _cancelled(job: Job) -> bool:

@@ -564,6 +564,25 @@ def test_cancel_saved_of_a_finished_job_raises_and_keeps_it(terminal: Status) ->
     assert saved is not None and saved.status is terminal
 
 
+def test_a_job_cancelled_elsewhere_while_it_ran_ends_cancelled_here(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def cancelled_by_another_process(task: Task, context: Context) -> str:
+        # Another process's cancel_saved: only the row changes, nobody tells us.
+        row = get_job_store().get(context.job_id or "")
+        assert row is not None
+        assert get_job_store().put(row.evolve(status=Status.CANCELLED))
+        return "done"
+
+    job = job_with(callable_task("t", cancelled_by_another_process))
+    job.scheduled()
+    assert run_worker_once() is job
+    assert job.status is Status.CANCELLED  # followed the row, not Completed
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.CANCELLED
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 class MovingStore(MemoryJobStore):
     """Another writer bumps the row right before each of the first ``moves`` advances."""
 

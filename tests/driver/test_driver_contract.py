@@ -503,7 +503,10 @@ def test_job_cancelled_by_id_before_it_starts_never_runs(driver: Driver, prefix:
     assert manager.available(CHANNEL).length() == 0  # its channel slot was given back
 
 
-def test_cancel_during_a_task_ends_the_job_cancelled(driver: Driver, prefix: str) -> None:
+@pytest.mark.parametrize("by_id", [False, True], ids=["job.cancel", "Job.cancel_saved"])
+def test_cancel_during_a_task_ends_the_job_cancelled(
+    driver: Driver, prefix: str, by_id: bool
+) -> None:
     key = f"{prefix}long"
     job = make_job(
         [
@@ -515,7 +518,8 @@ def test_cancel_during_a_task_ends_the_job_cancelled(driver: Driver, prefix: str
     driver.start()
     assert _event(f"{key}:started").wait(JOB_TIMEOUT), "the task never started"
 
-    canceller = threading.Thread(target=job.cancel, name="canceller")
+    cancel = (lambda: Job.cancel_saved(job.id)) if by_id else job.cancel
+    canceller = threading.Thread(target=cancel, name="canceller")
     canceller.start()
     canceller.join(JOB_TIMEOUT)
     [record] = driver.wait(job)
