@@ -11,6 +11,8 @@ from .errors import InvalidTransitionError, PypepperError, UnknownJobError
 from .status import Status
 from .stores.base import IJobStore
 
+URI_HELP = "SQLAlchemy URI of the job store (postgresql+psycopg://... or mysql+pymysql://...)"
+
 
 def _limit(text: str) -> int:
     try:
@@ -23,23 +25,25 @@ def _limit(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pypepper-dramatiq", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="pypepper-dramatiq", description="Operate the job store from the shell."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     migrate = commands.add_parser("migrate", help="upgrade the database schema to this version")
-    migrate.add_argument("--uri", required=True, help="SQLAlchemy URI of the job store")
+    migrate.add_argument("--uri", required=True, help=URI_HELP)
     show = commands.add_parser("show", help="print one job's stored snapshot as JSON")
     show.add_argument("job_id")
-    show.add_argument("--uri", required=True)
+    show.add_argument("--uri", required=True, help=URI_HELP)
     cancel = commands.add_parser("cancel", help="cancel a stored job by id")
     cancel.add_argument("job_id")
-    cancel.add_argument("--uri", required=True)
+    cancel.add_argument("--uri", required=True, help=URI_HELP)
     cancel.add_argument(
         "--broker-url",
         help="redis://... of the workers: running tasks see the cancel at once "
         "(without it, at their next lease renewal)",
     )
     jobs = commands.add_parser("jobs", help="list stored jobs as JSON lines")
-    jobs.add_argument("--uri", required=True)
+    jobs.add_argument("--uri", required=True, help=URI_HELP)
     jobs.add_argument("--status", choices=[status.value for status in Status])
     jobs.add_argument("--channel")
     jobs.add_argument("--limit", type=_limit, default=100)
