@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -11,7 +12,17 @@ from .errors import InvalidTransitionError, PypepperError, UnknownJobError
 from .status import Status
 from .stores.base import IJobStore
 
-URI_HELP = "SQLAlchemy URI of the job store (postgresql+psycopg://... or mysql+pymysql://...)"
+#: Where ``--uri`` and ``--broker-url`` are read from when not given.
+URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
+
+
+def _add_uri(command: argparse.ArgumentParser) -> None:
+    default = os.environ.get(URI_ENV) or None
+    command.add_argument(
+        "--uri", required=default is None, default=default,
+        help="SQLAlchemy URI of the job store (postgresql+psycopg://... or "
+        f"mysql+pymysql://...); default: ${URI_ENV}",
+    )
 
 
 def _limit(text: str) -> int:
@@ -30,20 +41,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     migrate = commands.add_parser("migrate", help="upgrade the database schema to this version")
-    migrate.add_argument("--uri", required=True, help=URI_HELP)
+    _add_uri(migrate)
     show = commands.add_parser("show", help="print one job's stored snapshot as JSON")
     show.add_argument("job_id")
-    show.add_argument("--uri", required=True, help=URI_HELP)
+    _add_uri(show)
     cancel = commands.add_parser("cancel", help="cancel a stored job by id")
     cancel.add_argument("job_id")
-    cancel.add_argument("--uri", required=True, help=URI_HELP)
+    _add_uri(cancel)
     cancel.add_argument(
-        "--broker-url",
+        "--broker-url", default=os.environ.get(BROKER_ENV) or None,
         help="redis://... of the workers: running tasks see the cancel at once "
-        "(without it, at their next lease renewal)",
+        f"(without it, at their next lease renewal); default: ${BROKER_ENV}",
     )
     jobs = commands.add_parser("jobs", help="list stored jobs as JSON lines")
-    jobs.add_argument("--uri", required=True, help=URI_HELP)
+    _add_uri(jobs)
     jobs.add_argument("--status", choices=[status.value for status in Status])
     jobs.add_argument("--channel")
     jobs.add_argument("--limit", type=_limit, default=100)

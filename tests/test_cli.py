@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from pypepper_dramatiq.cancellation import CANCEL_CHANNEL
-from pypepper_dramatiq.cli import main
+from pypepper_dramatiq.cli import BROKER_ENV, URI_ENV, main
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore, head_revision, schema_revision
@@ -137,3 +137,28 @@ def test_cancel_refuses_a_broker_url_before_writing(
     assert "redis" in capsys.readouterr().err.lower()
     record = pg_store.get("job-b")
     assert record is not None and record.status is Status.SCHEDULED
+
+
+def test_the_uri_and_broker_url_may_come_from_the_environment(
+    pg_store: SqlJobStore, postgres_uri: str, redis_url: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert pg_store.put(JobRecord(id="job-env", channel_id="c", status=Status.SCHEDULED))
+    monkeypatch.setenv(URI_ENV, postgres_uri)
+    monkeypatch.setenv(BROKER_ENV, redis_url)
+    assert main(["show", "job-env"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == "job-env"
+    assert main(["cancel", "job-env"]) == 0
+    assert "running tasks were told" in capsys.readouterr().out
+    record = pg_store.get("job-env")
+    assert record is not None and record.status is Status.CANCELLED
+
+
+def test_without_uri_nor_environment_the_usage_names_the_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(URI_ENV, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["jobs"])
+    assert exited.value.code == 2
+    assert "--uri" in capsys.readouterr().err
