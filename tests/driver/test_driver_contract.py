@@ -439,39 +439,27 @@ def test_workflows_of_a_job_run_in_order(driver: Driver, prefix: str) -> None:
     assert order(prefix) == ["w1-a", "w1-b", "w3-a", "w3-b", "w3-c"]
 
 
-def test_a_non_retriable_error_fails_the_job_without_more_attempts(
-    driver: Driver, prefix: str
+@pytest.mark.parametrize(
+    ("optional", "after_runs", "ends"),
+    [(False, 0, Status.FAILED), (True, 1, Status.COMPLETED)],
+    ids=["required", "optional"],
+)
+def test_a_non_retriable_error_uses_up_the_task_at_once(
+    driver: Driver, prefix: str, optional: bool, after_runs: int, ends: Status
 ) -> None:
+    bad = hopeless.options(retry_count=3, round_times=2, optional=optional)
     job = make_job(
-        [
-            hopeless.options(retry_count=3, round_times=2).task(name="bad", key=f"{prefix}bad"),
-            flaky.task(name="after", key=f"{prefix}after"),
-        ]
+        [bad.task(name="bad", key=f"{prefix}bad"), flaky.task(name="after", key=f"{prefix}after")]
     )
     job.scheduled()
     driver.start()
     [record] = driver.wait(job)
 
     assert calls(f"{prefix}bad") == 1
-    assert calls(f"{prefix}after") == 0
-    assert record.status is Status.FAILED
-    assert record.error is not None and "NonRetriableError" in record.error
-
-
-def test_a_non_retriable_error_of_an_optional_task_moves_on(driver: Driver, prefix: str) -> None:
-    job = make_job(
-        [
-            hopeless.options(retry_count=3, optional=True).task(name="bad", key=f"{prefix}bad"),
-            flaky.task(name="after", key=f"{prefix}after"),
-        ]
-    )
-    job.scheduled()
-    driver.start()
-    [record] = driver.wait(job)
-
-    assert calls(f"{prefix}bad") == 1
-    assert calls(f"{prefix}after") == 1
-    assert record.status is Status.COMPLETED
+    assert calls(f"{prefix}after") == after_runs
+    assert record.status is ends
+    if ends is Status.FAILED:
+        assert record.error is not None and "NonRetriableError" in record.error
 
 
 # -- cancellation ---------------------------------------------------------------------------
