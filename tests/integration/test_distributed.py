@@ -69,6 +69,32 @@ def test_two_workers_share_a_channel_and_run_every_task_once(cluster: Cluster) -
     assert len(pids) == 2, f"expected both worker processes to take jobs, saw pids {pids}"
 
 
+def test_each_process_of_one_worker_holds_its_leases_under_its_own_name(
+    cluster: Cluster,
+) -> None:
+    # Leases belong to processes: if two processes of one worker shared a lease
+    # owner, a live sibling would keep renewing a dead process's steps and they
+    # would never be recovered.
+    cluster.start_worker(processes=2, threads=1)
+    jobs = [cluster.schedule(probe.task(name="hold", sleep=2)) for _ in range(6)]
+
+    def running_owners() -> dict[int, str] | None:
+        """Lease owner by pid of the jobs running now, once two processes run one each."""
+        found: dict[int, str] = {}
+        for job in jobs:
+            if cluster.stamp("running", job, "hold") and not cluster.times("ends", job, "hold"):
+                owner = cluster.saved(job).lease_owner
+                if owner is not None:
+                    found[cluster.run_pids(job, "hold")[-1]] = owner
+        return found if len(found) == 2 else None
+
+    by_pid = wait_for(running_owners, 30, "both processes to run a job at once")
+    assert len(set(by_pid.values())) == 2, by_pid
+    for pid, owner in by_pid.items():
+        assert f":{pid}:" in owner, (pid, owner)
+    cluster.wait_status(jobs, timeout=30)
+
+
 @pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
 def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
     cluster: Cluster,
