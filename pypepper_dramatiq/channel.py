@@ -19,13 +19,15 @@ from dramatiq.broker import Broker, Consumer
 
 from .broker import get_broker
 from .config import count
-from .errors import BrokerUnavailableError, MessageError
+from .errors import BrokerUnavailableError, MessageError, StoreError
 from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import StepMessage
 from .rules import Position
+from .status import Status
 
 if TYPE_CHECKING:
     from .job import Job
+    from .stores.base import JobRecord
 
 logger = logging.getLogger(__name__)
 
@@ -161,14 +163,35 @@ class Channel:
             return None
         try:
             job = Job.from_record(step.record)
-        except ValueError:
-            logger.exception("job %s cannot be rebuilt here; dropped", step.job_id)
+        except ValueError as exc:
+            # Its tasks' executors are not registered in this process: no attempt
+            # here can run it, and the message is consumed. Fail it, visibly.
+            logger.error("job %s cannot be rebuilt here (%s); marking it Failed",
+                         step.job_id, exc)
+            _fail_stored(step.record, f"the job cannot be rebuilt by this worker: {exc}")
             return None
         job.restore_status(step.record.status)
         return job
 
     def __repr__(self) -> str:
         return f"Channel({self.id!r}, maxsize={self.maxsize})"
+
+
+def _fail_stored(record: JobRecord, error: str) -> None:
+    """Store ``record``'s job as Failed with ``error``, unless it already moved on."""
+    from .store import get_job_store
+    from .stores.base import utcnow
+
+    store = get_job_store()
+    try:
+        current = store.get(record.id)
+        if current is None:
+            current = record.evolve(version=0)
+        elif current.status is not Status.SCHEDULED:
+            return  # running, finished or cancelled elsewhere: leave it
+        store.put(current.evolve(status=Status.FAILED, error=error, updated=utcnow()))
+    except StoreError as exc:
+        logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
 
 
 def _is_connection_error(exc: BaseException) -> bool:

@@ -275,6 +275,35 @@ def test_an_executor_id_unknown_in_process_fails_the_task_without_retries() -> N
     assert saved.error is not None and "UnknownExecutorError" in saved.error
 
 
+def test_a_job_queued_by_another_process_is_rebuilt_from_its_message() -> None:
+    calls: list[str] = []
+    executor_registry.register("tests.p.rebuilt", lambda task, context: calls.append(task.name))
+    original = job_with(registered_task("only", "tests.p.rebuilt"))
+    original.scheduled()
+    manager.clear()  # this process never held the Job object: only the message is left
+
+    ran = run_worker_once()
+    assert ran is not None and ran is not original and ran.id == original.id
+    assert ran.status is Status.COMPLETED and calls == ["only"]
+    saved = Job.get_saved(original.id)
+    assert saved is not None and saved.status is Status.COMPLETED
+
+
+def test_a_queued_job_this_process_cannot_rebuild_is_failed_not_left_scheduled() -> None:
+    executor_registry.register("tests.p.elsewhere", lambda task, context: None)
+    job = job_with(registered_task("only", "tests.p.elsewhere"))
+    job.scheduled()
+    manager.clear()
+    executor_registry.unregister("tests.p.elsewhere")  # a worker without that code
+
+    channel = manager.available("p")
+    channel.request_stop()  # run_once returns once the queue is empty
+    assert asyncio.run(Worker(channel).run_once()) is None
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.FAILED
+    assert saved.error is not None and "tests.p.elsewhere" in saved.error
+
+
 def test_from_record_with_an_unknown_executor_id_raises_value_error() -> None:
     executor_registry.register("tests.p.gone", lambda task, context: None)
     record = job_with(registered_task("a", "tests.p.gone")).to_record()
