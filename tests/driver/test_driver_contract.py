@@ -410,6 +410,14 @@ def test_round_timeout_fails_the_job_when_no_attempt_is_left(driver: Driver, pre
 # -- results and ordering -------------------------------------------------------------------
 
 
+def test_jobs_that_ran_give_their_channel_slots_back(driver: Driver, prefix: str) -> None:
+    jobs = [make_job([flaky.task(name="t", key=f"{prefix}t{i}")]) for i in range(3)]
+    records = run(driver, *jobs)
+
+    assert {record.status for record in records} == {Status.COMPLETED}
+    assert manager.available(CHANNEL).length() == 0
+
+
 def test_later_tasks_see_results_of_earlier_ones(driver: Driver, prefix: str) -> None:
     job = make_job(
         [
