@@ -548,10 +548,15 @@ def test_cancel_during_a_retry_delay_runs_no_more_attempts(driver: Driver, prefi
 # -- where the drivers differ ---------------------------------------------------------------
 
 
-def test_dramatiq_cancel_by_id_reaches_the_running_task_and_keeps_progress(
-    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], prefix: str
+@pytest.mark.parametrize("by_id", [False, True], ids=["job.cancel", "Job.cancel_saved"])
+def test_dramatiq_cancel_keeps_the_progress_workers_stored(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], prefix: str,
+    by_id: bool,
 ) -> None:
-    """``Job.cancel_saved``: no Job object, no task code; the worker still sees it."""
+    """Only the Dramatiq driver keeps progress in the row; a cancel must not erase it.
+
+    ``Job.cancel_saved`` has no Job object nor task code; the worker still sees it.
+    """
     driver = DramatiqDriver(stub_broker, start_worker)
     key = f"{prefix}long"
     job = make_job(
@@ -564,36 +569,13 @@ def test_dramatiq_cancel_by_id_reaches_the_running_task_and_keeps_progress(
     job.scheduled()
     driver.start()
     assert _event(f"{key}:started").wait(JOB_TIMEOUT), "the task never started"
+    assert _stored(job).state["results"] == {"0.0": {"n": 1}}
 
-    assert Job.cancel_saved(job.id)
+    assert Job.cancel_saved(job.id) if by_id else job.cancel()
     [record] = driver.wait(job)
 
     assert calls(f"{key}:saw-cancel") == 1
     assert calls(f"{prefix}after") == 0
-    assert record.status is Status.CANCELLED
-    assert record.state.get("results") == {"0.0": {"n": 1}}
-
-
-def test_dramatiq_cancel_keeps_the_progress_workers_stored(
-    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], prefix: str
-) -> None:
-    """Only the Dramatiq driver keeps progress in the row; a cancel must not erase it."""
-    driver = DramatiqDriver(stub_broker, start_worker)
-    key = f"{prefix}long"
-    job = make_job(
-        [
-            flaky.task(name="first", key=f"{prefix}first", result={"n": 1}),
-            wait_for_cancel.task(name="long", key=key),
-        ]
-    )
-    job.scheduled()
-    driver.start()
-    assert _event(f"{key}:started").wait(JOB_TIMEOUT), "the task never started"
-    assert _stored(job).state["results"] == {"0.0": {"n": 1}}
-
-    job.cancel()
-    [record] = driver.wait(job)
-
     assert record.status is Status.CANCELLED
     assert record.state.get("results") == {"0.0": {"n": 1}}
     assert record.state.get("attempts", {}).get("0.0") == 1
