@@ -141,7 +141,7 @@ class Task:
         if not executor_id:
             raise UnknownExecutorError(None, f"task {name!r}")
         executor = executor_registry.get(str(executor_id))
-        return cls(
+        task = cls(
             channel_id=str(data.get("channel_id", "default")),
             dag_id=str(data.get("dag_id", "")),
             fingerprint=str(data.get("fingerprint", "")),
@@ -159,8 +159,10 @@ class Task:
             round_timeout_join=float(data.get("round_timeout_join", 0)),
             optional=bool(data.get("optional", False)),
             executor_id=str(executor_id),
-            params=dict(data.get("params") or {}),
         )
+        # Read from JSON: no need to check (on every step of a worker) that it survives JSON.
+        task.params = dict(data.get("params") or {})
+        return task
 
     def __repr__(self) -> str:
         return f"Task(name={self.name!r}, executor_id={self.executor_id!r})"
