@@ -156,20 +156,11 @@ def test_run_put_false_follows_the_durable_row(store: ScriptedStore, durable: St
     assert saved is not None and saved.status is durable
 
 
-def test_run_put_false_over_a_row_still_scheduled_prefers_failed(store: ScriptedStore) -> None:
-    # The RUN write is refused but nobody moved the row on: nothing to follow.
-    calls: list[str] = []
-    job = make_job(calls)
-    job.scheduled()
-    store.fail(Status.IN_PROGRESS, times=1, how="false")
-    assert run_once() is job
-    assert calls == []
-    assert job.status is Status.FAILED
-    saved = Job.get_saved(job.id)
-    assert saved is not None and saved.status is Status.FAILED
-
-
-def test_run_put_false_over_a_deleted_row_prefers_failed(store: ScriptedStore) -> None:
+@pytest.mark.parametrize("row_deleted", [False, True], ids=["row-unmoved", "row-deleted"])
+def test_run_put_false_with_nothing_to_follow_prefers_failed(
+    store: ScriptedStore, row_deleted: bool
+) -> None:
+    # The RUN write is refused but nobody moved the row on (or it is gone): nothing to follow.
     calls: list[str] = []
     job = make_job(calls)
     job.scheduled()
@@ -180,10 +171,14 @@ def test_run_put_false_over_a_deleted_row_prefers_failed(store: ScriptedStore) -
             assert store.delete(job.id)
 
     store.fail(Status.IN_PROGRESS, times=1, how="false")
-    store.before_put = row_deleted_meanwhile
+    if row_deleted:
+        store.before_put = row_deleted_meanwhile
     assert run_once() is job
     assert calls == []
     assert job.status is Status.FAILED
+    if not row_deleted:
+        saved = Job.get_saved(job.id)
+        assert saved is not None and saved.status is Status.FAILED
 
 
 def test_a_scheduled_row_rewritten_by_another_writer_still_runs(store: ScriptedStore) -> None:
