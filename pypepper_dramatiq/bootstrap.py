@@ -104,11 +104,16 @@ def setup(
     _refuse_unknown(config_path, "scheduler", scheduler, _SCHEDULER_KEYS)
     _refuse_unknown(config_path, "scheduler.broker", section(scheduler, "broker"), ("url",))
     broker_url = broker_url or section(yml, "scheduler", "broker").get("url")
-    declared: dict[str, int] = {}
+    # id -> bound; None = "no bound given" (list form, YAML null): with Redis the
+    # stored bound is kept, while a given one replaces it (see RedisGate).
+    declared: dict[str, int | None] = {}
     for source in (section(yml, "scheduler", "channels"), channels or {}):
-        items = source.items() if isinstance(source, dict) else ((c, 0) for c in source)
+        items = source.items() if isinstance(source, dict) else ((c, None) for c in source)
         for channel_id, maxsize in items:
-            declared[str(channel_id)] = count(f"maxsize of channel {channel_id!r}", maxsize or 0)
+            if maxsize is not None:
+                declared[str(channel_id)] = count(f"maxsize of channel {channel_id!r}", maxsize)
+            else:  # naming a channel again without a bound keeps the one the YAML gave
+                declared.setdefault(str(channel_id), None)
 
     if broker is None:
         if broker_url:

@@ -4,6 +4,11 @@ A channel's queue is a Dramatiq queue on the current broker (the in-memory
 stub broker by default). Its :class:`~pypepper_dramatiq.gates.Gate` counts the
 jobs waiting and decides "ok", "full" or "stopped" atomically (in Redis when
 the broker is Redis), so a successful send and a stop never overlap.
+
+With Redis, a channel's bound and stop flag are kept there for every process
+and outlive them: :meth:`Channel.resize` / :meth:`ChannelManager.resize`
+change the bound, :meth:`Channel.resume` / :meth:`ChannelManager.resume` lift a
+stop (also from the shell: ``pypepper-dramatiq channels``).
 """
 
 from __future__ import annotations
@@ -40,20 +45,29 @@ class Channel:
 
     Args:
         channel_id: the channel's name, also its Dramatiq queue name.
-        maxsize: how many jobs may wait at once (0 = unbounded).
+        maxsize: how many jobs may wait at once (0 = unbounded), or None for
+            "not given". With Redis the bound is shared and outlives processes:
+            a given ``maxsize`` replaces the stored one (logged at INFO when it
+            changes), None keeps it (unbounded if none is stored). Without
+            Redis, None is 0.
         broker: the Dramatiq broker; the package's broker by default.
         gate: admission state; shared through Redis when the broker is Redis,
             process-local otherwise.
+
+    Raises:
+        ConfigError: ``maxsize`` is not a whole number >= 0.
+        BrokerUnavailableError: the broker is Redis and cannot be reached.
     """
 
     def __init__(
         self,
         channel_id: str,
-        maxsize: int = 0,
+        maxsize: int | None = None,
         broker: Broker | None = None,
         gate: Gate | None = None,
     ) -> None:
-        maxsize = count("maxsize", maxsize)
+        if maxsize is not None:
+            maxsize = count("maxsize", maxsize)
         self.id = channel_id
         self.broker = broker or get_broker()
         self.gate = gate or _gate_for(self.broker, channel_id, maxsize)
@@ -66,12 +80,35 @@ class Channel:
 
     @property
     def maxsize(self) -> int:
-        return int(getattr(self.gate, "maxsize", 0))
+        """The bound (0 = unbounded); with Redis, as stored there now."""
+        return self.gate.maxsize
 
     @property
     def stop(self) -> bool:
-        """Whether :meth:`request_stop` was called (read-only)."""
+        """Whether the channel is stopped: :meth:`request_stop`, not yet :meth:`resume`."""
         return self.gate.stopped
+
+    def resize(self, maxsize: int) -> int:
+        """Change the bound to ``maxsize`` (0 = unbounded); returns the bound it replaced.
+
+        With Redis the new bound is stored there, for every process, now and
+        later. Jobs already waiting stay, even beyond a smaller bound.
+
+        Raises:
+            ConfigError: ``maxsize`` is not a whole number >= 0.
+        """
+        return self.gate.resize(count("maxsize", maxsize))
+
+    def resume(self) -> None:
+        """Accept jobs again after :meth:`request_stop` (with Redis, in every process).
+
+        A stop with Redis outlives the process that requested it: a restarted
+        producer finds the channel stopped until someone resumes it.
+        """
+        with self._lock:
+            self.gate.resume()
+        logger.info("channel %s: resumed", self.id,
+                    extra={"action": "resume_channel", "channel_id": self.id})
 
     def length(self) -> int:
         """Jobs waiting in the channel."""
@@ -201,11 +238,11 @@ def _is_connection_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("redis.") and "Connection" in type(exc).__name__
 
 
-def _gate_for(broker: Broker, channel_id: str, maxsize: int) -> Gate:
+def _gate_for(broker: Broker, channel_id: str, maxsize: int | None) -> Gate:
     client = getattr(broker, "client", None)
     if client is not None and type(broker).__name__ == "RedisBroker":
         return RedisGate(client, channel_id, maxsize)
-    return LocalGate(maxsize)
+    return LocalGate(maxsize, channel_id)
 
 
 class ChannelManager:
@@ -215,17 +252,41 @@ class ChannelManager:
         self._channels: dict[str, Channel] = {}
         self._lock = threading.Lock()
 
-    def new(self, channel_id: str, maxsize: int = 0) -> Channel:
-        """The channel ``channel_id``, created with ``maxsize`` if new (else maxsize is ignored)."""
+    def new(self, channel_id: str, maxsize: int | None = None) -> Channel:
+        """The channel ``channel_id``, created with ``maxsize`` if this process has none yet.
+
+        Creating it with an explicit ``maxsize`` sets the bound (with Redis,
+        replacing the one stored there for every process); ``maxsize=None``
+        keeps the stored bound (unbounded when there is none). Once this
+        process holds the channel, a later ``maxsize`` is ignored and the same
+        object is returned: change the bound with :meth:`resize`.
+        """
         with self._lock:
             channel = self._channels.get(channel_id)
             if channel is None:
                 channel = self._channels[channel_id] = Channel(channel_id, maxsize)
             return channel
 
-    def available(self, channel_id: str, maxsize: int = 0) -> Channel:
-        """Same as :meth:`new`: get the channel, creating it on first use."""
+    def available(self, channel_id: str, maxsize: int | None = None) -> Channel:
+        """Same as :meth:`new`: get the channel, creating it on first use.
+
+        Producers reach their channel this way (``Job.scheduled()``) without a
+        bound, so they never change the one stored in Redis.
+        """
         return self.new(channel_id, maxsize)
+
+    def resize(self, channel_id: str, maxsize: int) -> int:
+        """Set the bound of ``channel_id`` (creating the channel if new); returns the old bound.
+
+        Raises:
+            ConfigError: ``maxsize`` is not a whole number >= 0.
+        """
+        maxsize = count("maxsize", maxsize)  # refused before a channel is created
+        return self.new(channel_id).resize(maxsize)
+
+    def resume(self, channel_id: str) -> None:
+        """Clear the stop flag of ``channel_id`` (creating the channel if new)."""
+        self.new(channel_id).resume()
 
     def get(self, channel_id: str) -> Channel | None:
         return self._channels.get(channel_id)

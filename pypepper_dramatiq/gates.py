@@ -1,15 +1,22 @@
 """Admission to a channel: decides "ok", "full" or "stopped" atomically.
 
 A gate counts the jobs waiting in a channel (admitted, not yet taken by a
-worker) and holds its stop flag. :class:`LocalGate` does it under a lock for
-one process; :class:`RedisGate` does it in Redis with Lua scripts, so that
-every producer on every machine shares one bound and one stop flag.
+worker), holds its bound (``maxsize``, 0 = unbounded) and its stop flag.
+:class:`LocalGate` does it under a lock for one process; :class:`RedisGate`
+does it in Redis with Lua scripts, so that every producer on every machine
+shares one bound and one stop flag.
+
+The bound and the stop flag of a :class:`RedisGate` outlive the processes that
+set them: a bound is changed by giving one explicitly (a ``maxsize`` when a
+process creates the gate, or :meth:`Gate.resize`), a stop is lifted by
+:meth:`Gate.resume`. ``pypepper-dramatiq channels`` does both from the shell.
 """
 
 from __future__ import annotations
 
 import abc
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, cast
@@ -21,9 +28,27 @@ SendResult = Literal["ok", "full", "stopped"]
 #: Prefix of every Redis key this package writes.
 KEY_PREFIX = "pypepper"
 
+#: Prefix of a channel's Redis keys: ``<prefix><id>`` (a hash: ``maxsize``,
+#: ``stopped``) and ``<prefix><id>:waiting`` (the set of waiting job ids).
+CHANNEL_KEY_PREFIX = f"{KEY_PREFIX}:channel:"
+
+#: Suffix of the key of a channel's set of waiting job ids.
+WAITING_SUFFIX = ":waiting"
+
+logger = logging.getLogger(__name__)
+
+
+def _log_bound_change(channel_id: str, before: int, after: int) -> None:
+    if before != after:
+        logger.info(
+            "channel %s: bound %d -> %d", channel_id, before, after,
+            extra={"action": "resize_channel", "channel_id": channel_id,
+                   "from": before, "to": after},
+        )
+
 
 class Gate(abc.ABC):
-    """Admission and stop state of one channel."""
+    """Admission state of one channel: waiting jobs, bound and stop flag."""
 
     @abc.abstractmethod
     def admit(self, job_id: str) -> SendResult:
@@ -35,12 +60,29 @@ class Gate(abc.ABC):
 
     @abc.abstractmethod
     def request_stop(self) -> None:
-        """Refuse every later admission."""
+        """Refuse every later admission, until :meth:`resume`."""
+
+    @abc.abstractmethod
+    def resume(self) -> None:
+        """Clear the stop flag: admissions are decided by the bound again."""
 
     @property
     @abc.abstractmethod
     def stopped(self) -> bool:
-        """Whether a stop was requested."""
+        """Whether a stop was requested (and not resumed)."""
+
+    @property
+    @abc.abstractmethod
+    def maxsize(self) -> int:
+        """How many jobs may wait at once (0 = unbounded)."""
+
+    @abc.abstractmethod
+    def resize(self, maxsize: int) -> int:
+        """Set the bound to ``maxsize`` (0 = unbounded); returns the bound it replaced.
+
+        Jobs already waiting stay, even beyond a smaller bound: admissions are
+        refused until enough of them have left.
+        """
 
     @abc.abstractmethod
     def waiting(self) -> int:
@@ -48,10 +90,16 @@ class Gate(abc.ABC):
 
 
 class LocalGate(Gate):
-    """A process-local gate."""
+    """A process-local gate.
 
-    def __init__(self, maxsize: int = 0) -> None:
-        self.maxsize = maxsize
+    Args:
+        maxsize: the bound (0 or None = unbounded).
+        channel_id: the channel's name, for log messages.
+    """
+
+    def __init__(self, maxsize: int | None = 0, channel_id: str = "") -> None:
+        self.channel_id = channel_id
+        self._maxsize = int(maxsize or 0)
         self._waiting: set[str] = set()
         self._stopped = False
         self._lock = threading.Lock()
@@ -62,7 +110,7 @@ class LocalGate(Gate):
                 return "stopped"
             if job_id in self._waiting:
                 return "ok"
-            if self.maxsize and len(self._waiting) >= self.maxsize:
+            if self._maxsize and len(self._waiting) >= self._maxsize:
                 return "full"
             self._waiting.add(job_id)
             return "ok"
@@ -75,9 +123,23 @@ class LocalGate(Gate):
         with self._lock:
             self._stopped = True
 
+    def resume(self) -> None:
+        with self._lock:
+            self._stopped = False
+
     @property
     def stopped(self) -> bool:
         return self._stopped
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    def resize(self, maxsize: int) -> int:
+        with self._lock:
+            before, self._maxsize = self._maxsize, int(maxsize)
+        _log_bound_change(self.channel_id, before, int(maxsize))
+        return before
 
     def waiting(self) -> int:
         return len(self._waiting)
@@ -91,6 +153,15 @@ local maxsize = tonumber(redis.call('hget', KEYS[1], 'maxsize') or '0')
 if maxsize > 0 and redis.call('scard', KEYS[2]) >= maxsize then return 'full' end
 redis.call('sadd', KEYS[2], ARGV[1])
 return 'ok'
+"""
+
+# KEYS[1]: the channel's hash. Sets the bound to ARGV[1] and answers the bound it
+# replaced (false when none was stored), in one step, so that the change logged is
+# the change made even when two processes resize at once.
+_SET_BOUND = """
+local before = redis.call('hget', KEYS[1], 'maxsize')
+redis.call('hset', KEYS[1], 'maxsize', ARGV[1])
+return before
 """
 
 
@@ -121,20 +192,46 @@ def _is_redis_error(exc: BaseException) -> bool:
 class RedisGate(Gate):
     """A gate shared by every process through Redis.
 
-    The channel's maxsize is fixed by whichever process creates it first;
-    later values are ignored, as for a local channel.
+    The bound lives in Redis and outlives every process. A process that
+    creates its gate with an explicit ``maxsize`` (``setup(channels={"c": 5})``,
+    YAML ``scheduler.channels``, ``manager.new("c", maxsize=5)``) writes it,
+    replacing the stored one (logged at INFO when it changes: ``channel c:
+    bound 2 -> 5``); without one (``maxsize=None``: a producer sending to a
+    channel, ``setup(channels=["c"])``) the stored bound is kept, and a
+    channel with none stored is unbounded. The stop flag likewise stays set
+    until :meth:`resume`.
+
+    Args:
+        client: a ``redis.Redis`` client.
+        channel_id: the channel's name.
+        maxsize: the bound to store (0 = unbounded), or None to keep the stored one.
+
+    Raises:
+        BrokerUnavailableError: Redis could not be reached.
     """
 
     @_broker_errors
-    def __init__(self, client: Any, channel_id: str, maxsize: int = 0) -> None:
+    def __init__(self, client: Any, channel_id: str, maxsize: int | None = None) -> None:
         self.channel_id = channel_id
         self.client = client
-        base = f"{KEY_PREFIX}:channel:{channel_id}"
+        base = f"{CHANNEL_KEY_PREFIX}{channel_id}"
         self.meta_key = base
-        self.waiting_key = f"{base}:waiting"
-        client.hsetnx(self.meta_key, "maxsize", int(maxsize))
-        self.maxsize = int(client.hget(self.meta_key, "maxsize") or 0)
+        self.waiting_key = f"{base}{WAITING_SUFFIX}"
         self._admit = client.register_script(_ADMIT)
+        self._set_bound = client.register_script(_SET_BOUND)
+        if maxsize is None:
+            # Leaves a stored bound alone, but makes the channel's hash exist, so
+            # that ``pypepper-dramatiq channels`` lists channels nobody bounded.
+            client.hsetnx(self.meta_key, "maxsize", 0)
+        else:
+            self._store_bound(int(maxsize))
+
+    def _store_bound(self, maxsize: int) -> int:
+        before = self._set_bound(keys=[self.meta_key], args=[maxsize])
+        if before is None:  # nothing was stored: the channel was unbounded, silently
+            return 0
+        _log_bound_change(self.channel_id, int(before), maxsize)
+        return int(before)
 
     @_broker_errors
     def admit(self, job_id: str) -> SendResult:
@@ -151,11 +248,25 @@ class RedisGate(Gate):
     def request_stop(self) -> None:
         self.client.hset(self.meta_key, "stopped", "1")
 
+    @_broker_errors
+    def resume(self) -> None:
+        self.client.hdel(self.meta_key, "stopped")
+
     @property
     @_broker_errors
     def stopped(self) -> bool:
         value = self.client.hget(self.meta_key, "stopped")
         return value in (b"1", "1")
+
+    @property
+    @_broker_errors
+    def maxsize(self) -> int:
+        """The bound stored in Redis now (one round trip: another process may resize it)."""
+        return int(self.client.hget(self.meta_key, "maxsize") or 0)
+
+    @_broker_errors
+    def resize(self, maxsize: int) -> int:
+        return self._store_bound(int(maxsize))
 
     @_broker_errors
     def waiting(self) -> int:

@@ -103,6 +103,63 @@ def test_default_channel_is_unbounded() -> None:
     assert channel.length() == 50
 
 
+def test_resize_changes_the_bound_of_a_created_channel() -> None:
+    channel = manager.new("resized", maxsize=1)
+    assert send(channel, make_job("resized")) == "ok"
+    assert send(channel, make_job("resized")) == "full"
+
+    assert manager.new("resized", maxsize=3) is channel  # still ignored: same instance
+    assert channel.maxsize == 1
+    assert manager.resize("resized", 3) == 1  # explicit: the bound it replaced
+
+    assert channel.maxsize == 3
+    assert [send(channel, make_job("resized")) for _ in range(3)] == ["ok", "ok", "full"]
+    assert channel.resize(0) == 3
+    assert send(channel, make_job("resized")) == "ok"
+
+
+def test_resize_of_an_unknown_channel_creates_it_bounded() -> None:
+    assert manager.resize("made-by-resize", 2) == 0
+    channel = manager.get("made-by-resize")
+    assert channel is not None and channel.maxsize == 2
+
+
+@pytest.mark.parametrize("maxsize", [-1, "3", 2.5, True, None])
+def test_resize_refuses_a_bad_bound_and_changes_nothing(maxsize: object) -> None:
+    channel = manager.new("kept", maxsize=2)
+    with pytest.raises(ConfigError, match="maxsize"):
+        channel.resize(maxsize)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="maxsize"):
+        manager.resize("kept", maxsize)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="maxsize"):
+        manager.resize("never-made", maxsize)  # type: ignore[arg-type]
+    assert channel.maxsize == 2
+    assert manager.get("never-made") is None
+
+
+def test_resume_accepts_jobs_again_after_a_stop() -> None:
+    channel = manager.new("paused", maxsize=2)
+    channel.request_stop()
+    assert send(channel, make_job("paused")) == "stopped"
+
+    manager.resume("paused")
+
+    assert not channel.stop
+    job = make_job("paused")
+    job.scheduled()
+    assert job.status is Status.SCHEDULED
+    channel.request_stop()
+    channel.resume()
+    assert send(channel, make_job("paused")) == "ok"
+    assert send(channel, make_job("paused")) == "full"
+
+
+def test_a_channel_without_a_given_bound_is_unbounded() -> None:
+    channel = manager.new("no-bound", maxsize=None)
+    assert channel.maxsize == 0
+    assert all(send(channel, make_job("no-bound")) == "ok" for _ in range(20))
+
+
 def test_negative_maxsize_is_rejected() -> None:
     with pytest.raises(ValueError):
         manager.new("neg", maxsize=-1)
@@ -111,7 +168,7 @@ def test_negative_maxsize_is_rejected() -> None:
 # -- send results and Job.scheduled() errors --------------------------------------------------
 
 
-@pytest.mark.parametrize("maxsize", ["3", 2.5, True, None])
+@pytest.mark.parametrize("maxsize", ["3", 2.5, True])
 def test_a_maxsize_that_is_not_a_whole_number_is_a_config_error(maxsize: object) -> None:
     with pytest.raises(ConfigError, match="maxsize"):
         manager.new("typed", maxsize=maxsize)  # type: ignore[arg-type]

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from pypepper_dramatiq import ChannelFullError, ChannelManager, Job, Status, get_job_store, manager
+from pypepper_dramatiq import (
+    ChannelFullError,
+    ChannelManager,
+    ChannelStoppedError,
+    Job,
+    Status,
+    get_job_store,
+    manager,
+    setup,
+)
 from pypepper_dramatiq import broker as broker_module
 from pypepper_dramatiq.gates import Gate, LocalGate, RedisGate
 
@@ -28,7 +39,7 @@ class LocalGates:
     def new(self, maxsize: int = 0) -> Gate:
         return LocalGate(maxsize)
 
-    def peer(self, gate: Gate, maxsize: int = 0) -> Gate:
+    def peer(self, gate: Gate, maxsize: int | None = None) -> Gate:
         return gate
 
     def close(self) -> None:
@@ -54,7 +65,8 @@ class RedisGates:
         self._channels[id(gate)] = channel_id
         return gate
 
-    def peer(self, gate: Gate, maxsize: int = 0) -> Gate:
+    def peer(self, gate: Gate, maxsize: int | None = None) -> Gate:
+        """Another process's gate of the same channel (``maxsize`` None: no bound given)."""
         channel_id = self._channels[id(gate)]
         other = RedisGate(self.client(), channel_id, maxsize)
         self._channels[id(other)] = channel_id
@@ -87,7 +99,7 @@ def test_admit_until_full(gates: LocalGates | RedisGates) -> None:
 
     assert [gate.admit(j) for j in ("a", "b", "c")] == ["ok", "ok", "full"]
     assert gate.waiting() == 2
-    assert gate.maxsize == 2  # type: ignore[attr-defined]
+    assert gate.maxsize == 2
 
 
 def test_unbounded_gate_admits_everything(gates: LocalGates | RedisGates) -> None:
@@ -143,6 +155,39 @@ def test_stop_is_seen_by_every_view_of_the_channel(gates: LocalGates | RedisGate
 
     assert other.stopped
     assert other.admit("b") == "stopped"
+
+
+def test_resize_changes_the_bound_for_every_view(gates: LocalGates | RedisGates) -> None:
+    gate = gates.new(maxsize=1)
+    other = gates.peer(gate)
+    assert gate.admit("a") == "ok"
+    assert gate.admit("b") == "full"
+
+    assert other.resize(3) == 1  # the bound it replaced
+
+    assert gate.maxsize == other.maxsize == 3
+    assert [gate.admit(j) for j in ("b", "c", "d")] == ["ok", "ok", "full"]
+    assert other.resize(1) == 3  # below the waiting count: they stay, nothing more gets in
+    assert gate.waiting() == 3
+    assert gate.admit("d") == "full"
+    assert other.resize(0) == 1  # unbounded
+    assert gate.admit("d") == "ok"
+
+
+def test_resume_clears_the_stop_for_every_view(gates: LocalGates | RedisGates) -> None:
+    gate = gates.new(maxsize=2)
+    other = gates.peer(gate)
+    assert gate.admit("a") == "ok"
+    gate.request_stop()
+    assert other.admit("b") == "stopped"
+
+    other.resume()
+
+    assert not gate.stopped and not other.stopped
+    assert gate.admit("b") == "ok"
+    assert gate.admit("c") == "full"  # the bound holds again
+    gate.resume()  # resuming an open gate changes nothing
+    assert not gate.stopped
 
 
 def test_concurrent_admissions_never_exceed_maxsize(gates: LocalGates | RedisGates) -> None:
@@ -209,17 +254,64 @@ def test_no_admission_succeeds_after_a_stop_returned(gates: LocalGates | RedisGa
 
 
 @pytest.mark.redis
-def test_maxsize_is_fixed_by_the_first_creator(redis_url: str) -> None:
+def test_an_explicit_maxsize_replaces_the_stored_bound(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     gates = RedisGates(redis_url)
     try:
         first = gates.new(maxsize=2)
-        later = gates.peer(first, maxsize=5)
-        unbounded_later = gates.peer(first, maxsize=0)
+        with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.gates"):
+            later = gates.peer(first, maxsize=5)  # a restarted process, configured anew
+            same = gates.peer(first, maxsize=5)  # the same bound again: no change to log
 
-        assert later.maxsize == 2  # type: ignore[attr-defined]
-        assert unbounded_later.maxsize == 2  # type: ignore[attr-defined]
-        assert [later.admit(j) for j in ("a", "b", "c")] == ["ok", "ok", "full"]
-        assert first.admit("d") == "full"
+        assert first.maxsize == later.maxsize == same.maxsize == 5
+        channel_id = gates._channels[id(first)]
+        changes = [r.getMessage() for r in caplog.records if "bound" in r.getMessage()]
+        assert changes == [f"channel {channel_id}: bound 2 -> 5"]
+        assert [first.admit(f"j{i}") for i in range(6)] == ["ok"] * 5 + ["full"]
+
+        gates.peer(first, maxsize=0)  # an explicit 0 is a bound too: unbounded
+        assert first.admit("j6") == "ok"
+    finally:
+        gates.close()
+
+
+@pytest.mark.redis
+def test_without_a_maxsize_the_stored_bound_is_kept(redis_url: str) -> None:
+    gates = RedisGates(redis_url)
+    try:
+        first = gates.new(maxsize=2)
+        producer = gates.peer(first)  # maxsize not given: a producer reaching the channel
+
+        assert producer.maxsize == 2
+        assert [producer.admit(j) for j in ("a", "b", "c")] == ["ok", "ok", "full"]
+
+        fresh = RedisGate(gates.client(), unique_channel())  # nothing stored: unbounded
+        gates._channels[id(fresh)] = fresh.channel_id
+        assert fresh.maxsize == 0
+        assert {fresh.admit(f"j{i}") for i in range(20)} == {"ok"}
+        # ... and its hash exists, so that `pypepper-dramatiq channels` lists it.
+        assert fresh.client.hget(fresh.meta_key, "maxsize") == b"0"
+    finally:
+        gates.close()
+
+
+@pytest.mark.redis
+def test_a_stop_outlives_its_process_until_resumed(redis_url: str) -> None:
+    gates = RedisGates(redis_url)
+    try:
+        gate = gates.new(maxsize=3)
+        gate.request_stop()
+        gate.client.close()  # the process that stopped it is gone
+
+        restarted = gates.peer(gate, maxsize=3)
+        assert restarted.stopped
+        assert restarted.admit("a") == "stopped"
+
+        restarted.resume()
+        assert not gates.peer(gate).stopped
+        assert restarted.admit("a") == "ok"
+        assert restarted.maxsize == 3  # resuming leaves the bound alone
     finally:
         gates.close()
 
@@ -241,7 +333,7 @@ def test_channels_of_two_processes_share_one_bound(redis_broker: RedisBroker) ->
     channel_id = unique_channel()
     other_process = ChannelManager()
     theirs = other_process.new(channel_id, maxsize=2)
-    ours = manager.new(channel_id, maxsize=5)  # too late: the first creator fixed 2
+    ours = manager.new(channel_id)  # no bound given: the stored one holds
     assert theirs is not ours
     assert isinstance(ours.gate, RedisGate)
     assert ours.maxsize == 2
@@ -274,3 +366,82 @@ def test_scheduled_raises_when_the_shared_bound_is_reached(redis_broker: RedisBr
     job.scheduled()
     assert job.status is Status.SCHEDULED
     assert manager.available(channel_id).length() == 2
+
+
+@pytest.fixture
+def forget_channels(redis_url: str) -> Iterator[list[str]]:
+    """Channel ids a test declares through ``setup()``; their Redis keys are removed after."""
+    ids: list[str] = []
+    yield ids
+    client = redis.Redis.from_url(redis_url)
+    for channel_id in ids:
+        RedisGate(client, channel_id).reset()
+    client.close()
+    broker_module.get_broker().close()  # the RedisBroker setup() installed
+
+
+@pytest.mark.redis
+def test_setup_with_a_new_bound_changes_the_stored_one(
+    redis_url: str, forget_channels: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    small = unique_channel()
+    forget_channels.append(small)
+    setup(broker_url=redis_url, channels={small: 2})
+    assert manager.available(small).maxsize == 2
+
+    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.gates"):
+        setup(broker_url=redis_url, channels={small: 5})  # the issue: this used to admit 2
+
+    assert f"channel {small}: bound 2 -> 5" in caplog.text
+    channel = manager.available(small)
+    assert [channel.offer(Job(channel_id=small)) for _ in range(6)] == ["ok"] * 5 + ["full"]
+
+    setup(broker_url=redis_url, channels=[small])  # list form: no bound given, 5 is kept
+    assert manager.available(small).maxsize == 5
+    other_process = ChannelManager()
+    assert other_process.available(small).maxsize == 5  # a producer keeps it too
+
+
+@pytest.mark.redis
+def test_yaml_null_bound_keeps_the_stored_one_and_code_may_not_undo_yaml(
+    redis_url: str, forget_channels: list[str], tmp_path: Path
+) -> None:
+    kept, given = unique_channel(), unique_channel()
+    forget_channels.extend([kept, given])
+    client = redis.Redis.from_url(redis_url)
+    RedisGate(client, kept, 4)  # another process bounded it earlier
+    client.close()
+    config_path = tmp_path / "app.yaml"
+    config_path.write_text(
+        f"scheduler:\n  broker:\n    url: {redis_url}\n"
+        f"  channels:\n    {kept}: null\n    {given}: 7\n"
+    )
+
+    setup(config_path=config_path, channels=[given])  # naming it again gives no bound
+
+    assert manager.available(kept).maxsize == 4
+    assert manager.available(given).maxsize == 7
+
+
+@pytest.mark.redis
+def test_manager_resize_and_resume_reach_every_process(redis_broker: RedisBroker) -> None:
+    channel_id = unique_channel()
+    other_process = ChannelManager()
+    theirs = other_process.new(channel_id, maxsize=1)
+    ours = manager.new(channel_id)
+    assert theirs.offer(Job(channel_id=channel_id)) == "ok"
+    assert ours.offer(Job(channel_id=channel_id)) == "full"
+
+    assert manager.resize(channel_id, 2) == 1
+    assert theirs.maxsize == 2
+    assert theirs.offer(Job(channel_id=channel_id)) == "ok"
+
+    theirs.request_stop()
+    job = Job(channel_id=channel_id)
+    with pytest.raises(ChannelStoppedError):
+        job.scheduled()
+    manager.resume(channel_id)
+    assert not theirs.stop
+    manager.resize(channel_id, 0)
+    job.scheduled()
+    assert job.status is Status.SCHEDULED
