@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ..errors import PypepperError
 from ..status import Status
 
 #: Longest job id the stores accept.
@@ -20,6 +21,18 @@ def check_job_id(job_id: object) -> str:
     if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_ID_LENGTH:
         raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {job_id!r}")
     return job_id
+
+
+class AmbiguousTaskNameError(PypepperError, LookupError):
+    """More than one task of the job has this name: say which workflow."""
+
+
+class NoTaskResultError(PypepperError, KeyError):
+    """No stored result for this task: no such task, or it has not produced one."""
+
+    def __str__(self) -> str:
+        # KeyError would print its message quoted, as it does a missing key.
+        return str(self.args[0]) if self.args else ""
 
 
 def utcnow() -> datetime:
@@ -70,6 +83,119 @@ class JobRecord:
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
+
+    # -- results by task name -----------------------------------------------------------
+    #
+    # The state keeps results by position ("workflow.task": ``state["results"]["0.1"]``),
+    # which stays right when names repeat; the accessors below map the names of
+    # ``payload["workflows"][w]["tasks"][t]["name"]`` onto those positions.
+
+    def _task_names(self) -> builtins.list[builtins.list[str]]:
+        """The task names of each workflow, from the payload."""
+        if self.payload is None:
+            raise NoTaskResultError(
+                f"job {self.id} was stored without its workflows (a task has no "
+                "executor_id), so its results cannot be looked up by task name"
+            )
+        return [
+            [str(task.get("name", "")) for task in workflow.get("tasks", [])]
+            for workflow in self.payload.get("workflows", [])
+        ]
+
+    def result(self, name: str, workflow: int | None = None) -> Any:
+        """The stored result of the task named ``name``.
+
+        Args:
+            name: the task's name.
+            workflow: the index of its workflow in the job; needed only when
+                tasks of several workflows have this name.
+
+        Returns:
+            What the task returned (as JSON stored it), possibly None.
+
+        Raises:
+            AmbiguousTaskNameError: (a ``LookupError``) ``name`` names tasks of
+                several workflows and ``workflow`` is not given, or several
+                tasks of the same workflow; the message names their positions.
+            NoTaskResultError: (a ``KeyError``) the job has no such task (or no
+                such workflow), or the task has not produced a result (not run
+                yet, failed, or skipped: the message says which); also when the
+                record holds no workflows (``payload`` is None).
+        """
+        names = self._task_names()
+        where = f"job {self.id}"
+        if workflow is not None:
+            if not 0 <= workflow < len(names):
+                raise NoTaskResultError(
+                    f"{where} has no workflow {workflow} (it has {len(names)})"
+                )
+            where = f"workflow {workflow} of {where}"
+        found = [
+            (w, t)
+            for w, tasks in enumerate(names)
+            if workflow is None or w == workflow
+            for t, task_name in enumerate(tasks)
+            if task_name == name
+        ]
+        if not found:
+            raise NoTaskResultError(f"{where} has no task named {name!r}")
+        if len(found) > 1:
+            places = ", ".join(f"{w}.{t}" for w, t in found)
+            same_workflow = len({w for w, _ in found}) == 1
+            hint = (
+                'read record.state["results"] by position' if same_workflow
+                else "pass workflow= to pick one"
+            )
+            raise AmbiguousTaskNameError(
+                f"task name {name!r} is ambiguous in {where}: tasks {places} "
+                f"(workflow.task) have it; {hint}"
+            )
+        w, t = found[0]
+        key = f"{w}.{t}"
+        results = self.state.get("results") or {}
+        if key in results:
+            return results[key]
+        task = f"task {name!r} ({key}) of job {self.id}"
+        if key in (self.state.get("skipped") or []):
+            raise NoTaskResultError(f"{task} has no result: it was skipped (optional, failed)")
+        error = (self.state.get("errors") or {}).get(key)
+        if error is not None:
+            raise NoTaskResultError(f"{task} has not produced a result: it failed ({error})")
+        raise NoTaskResultError(f"{task} has not produced a result yet")
+
+    def results_by_name(self) -> dict[str, Any]:
+        """The stored results, keyed by task name; tasks without a result are left out.
+
+        A name held by one task of the job is the key. A name held by tasks
+        of several workflows is never a key on its own (that would hide which
+        one it is): each such task is keyed ``"<workflow>.<name>"`` (e.g.
+        ``"1.fetch"``), or, if the name also repeats inside its workflow, by
+        its position ``"<workflow>.<task>"`` as in ``state["results"]``.
+
+        Raises:
+            NoTaskResultError: the record holds no workflows (``payload`` is None).
+        """
+        names = self._task_names()
+        results = self.state.get("results") or {}
+        count: dict[str, int] = {}
+        per_workflow: dict[tuple[int, str], int] = {}
+        for w, tasks in enumerate(names):
+            for task_name in tasks:
+                count[task_name] = count.get(task_name, 0) + 1
+                per_workflow[w, task_name] = per_workflow.get((w, task_name), 0) + 1
+        named: dict[str, Any] = {}
+        for w, tasks in enumerate(names):
+            for t, task_name in enumerate(tasks):
+                key = f"{w}.{t}"
+                if key not in results:
+                    continue
+                if count[task_name] == 1:
+                    named[task_name] = results[key]
+                elif per_workflow[w, task_name] == 1:
+                    named[f"{w}.{task_name}"] = results[key]
+                else:
+                    named[key] = results[key]
+        return named
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (for messages)."""
