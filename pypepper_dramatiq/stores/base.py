@@ -313,8 +313,22 @@ class IJobStore(abc.ABC):
         channel_id: str | None = None,
         category: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
+        before: tuple[datetime, str] | None = None,
     ) -> Sequence[JobRecord]:
-        """Records matching every given filter, oldest first."""
+        """Records matching every given filter, in ``(created, id)`` order.
+
+        Args:
+            status, channel_id, category: keep only rows with these values.
+            limit: at most this many rows (the first ones in the order).
+            newest_first: order by ``created`` then ``id`` descending; by default
+                ascending (oldest first).
+            before: a keyset cursor ``(created, id)``: keep only rows strictly
+                before it, i.e. created earlier, or at the same instant with a
+                smaller id. With ``newest_first``, the ``(created, id)`` of the
+                last row of a page gives the next (older) page, stable while
+                rows are added.
+        """
 
     @abc.abstractmethod
     def renew_leases(

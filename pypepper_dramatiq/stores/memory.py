@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from ..status import Status, may_overwrite
-from .base import IJobStore, JobRecord
+from .base import IJobStore, JobRecord, as_utc
 
 
 class MemoryJobStore(IJobStore):
@@ -75,8 +75,11 @@ class MemoryJobStore(IJobStore):
         channel_id: str | None = None,
         category: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
+        before: tuple[datetime, str] | None = None,
     ) -> Sequence[JobRecord]:
         wanted = Status(status) if status is not None else None
+        cursor = None if before is None else (as_utc(before[0]), before[1])
         with self._lock:
             rows = [
                 r
@@ -84,8 +87,9 @@ class MemoryJobStore(IJobStore):
                 if (wanted is None or r.status is wanted)
                 and (channel_id is None or r.channel_id == channel_id)
                 and (category is None or r.category == category)
+                and (cursor is None or (r.created, r.id) < cursor)
             ]
-        rows.sort(key=lambda r: (r.created, r.id))
+        rows.sort(key=lambda r: (r.created, r.id), reverse=newest_first)
         return rows if limit is None else rows[:limit]
 
     def renew_leases(

@@ -28,7 +28,17 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, create_engine, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    delete,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ColumnElement, Select
@@ -505,8 +515,20 @@ class SqlJobStore(IJobStore):
         channel_id: str | None = None,
         category: str | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
+        before: tuple[datetime, str] | None = None,
     ) -> Sequence[JobRecord]:
-        query = select(jobs).order_by(jobs.c.created, jobs.c.id)
+        # Both columns in one direction, and the cursor as one row comparison, so
+        # that a status (or channel and status) filter reads the (status,
+        # created, id) index in order, backwards for newest first, starting at
+        # the cursor: a page costs its own rows, however deep it is.
+        if newest_first:
+            query = select(jobs).order_by(jobs.c.created.desc(), jobs.c.id.desc())
+        else:
+            query = select(jobs).order_by(jobs.c.created, jobs.c.id)
+        if before is not None:
+            # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
+            query = query.where(tuple_(jobs.c.created, jobs.c.id) < (before[0], before[1]))
         if status is not None:
             query = query.where(jobs.c.status == Status(status).value)
         if channel_id is not None:

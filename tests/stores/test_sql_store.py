@@ -12,7 +12,7 @@ from alembic.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from services import PostgresServer, free_port
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.schema import CreateTable
@@ -303,3 +303,51 @@ def test_listing_by_status_reads_an_index(pg_store: SqlJobStore) -> None:
         )
     assert "ix_scheduler_jobs_status_created" in plan
     assert "Sort" not in plan  # read in order from the index, not sorted afterwards
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("filters", "index"),
+    [
+        ({"status": "Failed"}, "ix_scheduler_jobs_status_created"),
+        ({"status": "Failed", "channel_id": "c"}, "ix_scheduler_jobs_channel_status_created"),
+    ],
+)
+def test_a_newest_first_page_after_a_cursor_reads_an_index_backwards(
+    pg_store: SqlJobStore, filters: dict[str, str], index: str
+) -> None:
+    statuses = ["Scheduled", "InProgress", "Completed", "Failed"]
+    with pg_store.engine.connect() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated,"
+                " state) SELECT 'j' || n, 'c', (CAST(:statuses AS text[]))[1 + n % 4], 1,"
+                " now() - n * interval '1 second', now(), '{}' FROM generate_series(1, 4000) n"
+            ),
+            {"statuses": statuses},
+        )
+        connection.execute(text("ANALYZE scheduler_jobs"))
+    # The statement the store itself sends, caught on its way to the driver.
+    sent: list[tuple[str, object]] = []
+
+    def catch(_conn: object, _cursor: object, statement: str, parameters: object,
+              *_: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            sent.append((statement, parameters))
+
+    event.listen(pg_store.engine, "before_cursor_execute", catch)
+    try:
+        first = pg_store.list(newest_first=True, limit=100, **filters)
+        cursor = (first[-1].created, first[-1].id)
+        second = pg_store.list(newest_first=True, limit=100, before=cursor, **filters)
+    finally:
+        event.remove(pg_store.engine, "before_cursor_execute", catch)
+    assert len(first) == len(second) == 100 and second[0].created < first[-1].created
+    statement, parameters = sent[-1]
+    with pg_store.engine.connect() as connection:
+        plan = "\n".join(
+            str(row[0])
+            for row in connection.exec_driver_sql(f"EXPLAIN {statement}", parameters)  # type: ignore[arg-type]
+        )
+    assert index in plan and "Backward" in plan, plan
+    assert "Sort" not in plan, plan  # read in order from the index, not sorted afterwards

@@ -243,6 +243,68 @@ class TestJobStoreContract:
         assert ids(channel_id="nowhere") == []
         assert all(isinstance(r, JobRecord) for r in store.list())
 
+    def _seed_for_paging(self, store: IJobStore) -> None:
+        """Seven rows: "a".."g", two pairs created at the same instant (id breaks the tie)."""
+        rows = [
+            ("a", 0, Status.FAILED, "mail"),
+            ("b", 1, Status.COMPLETED, "mail"),
+            ("c", 1, Status.FAILED, "report"),
+            ("d", 2, Status.FAILED, "mail"),
+            ("e", 3, Status.SCHEDULED, None),
+            ("f", 3, Status.FAILED, "mail"),
+            ("g", 4, Status.FAILED, "mail"),
+        ]
+        for job_id, minutes, status, category in rows:
+            assert store.put(job(job_id, created=T0 + timedelta(minutes=minutes),
+                                 status=status, category=category))
+
+    def test_list_newest_first(self, store: IJobStore) -> None:
+        self._seed_for_paging(store)
+
+        def ids(**options: Any) -> list[str]:
+            return [r.id for r in store.list(newest_first=True, **options)]
+
+        assert ids() == ["g", "f", "e", "d", "c", "b", "a"]
+        assert ids(limit=3) == ["g", "f", "e"]
+        assert ids(status=Status.FAILED) == ["g", "f", "d", "c", "a"]
+        assert ids(category="mail", limit=2) == ["g", "f"]
+        assert [r.id for r in store.list()] == ["a", "b", "c", "d", "e", "f", "g"]  # default
+
+    def test_list_before_a_cursor_pages_without_gaps_or_repeats(self, store: IJobStore) -> None:
+        self._seed_for_paging(store)
+        pages: list[list[str]] = []
+        cursor: tuple[datetime, str] | None = None
+        while True:
+            page = store.list(status=Status.FAILED, newest_first=True, before=cursor, limit=2)
+            if not page:
+                break
+            pages.append([r.id for r in page])
+            cursor = (page[-1].created, page[-1].id)
+        assert pages == [["g", "f"], ["d", "c"], ["a"]]
+
+        # A row created meanwhile does not shift later pages (it is newer than the cursor).
+        assert store.put(job("h", created=T0 + timedelta(minutes=9), status=Status.FAILED))
+        page = store.list(status=Status.FAILED, newest_first=True, limit=2,
+                          before=(T0 + timedelta(minutes=3), "f"))
+        assert [r.id for r in page] == ["d", "c"]
+
+    def test_list_before_is_strict_and_breaks_ties_by_id(self, store: IJobStore) -> None:
+        self._seed_for_paging(store)
+        same_instant = T0 + timedelta(minutes=3)  # "e" and "f"
+
+        def ids(**options: Any) -> list[str]:
+            return [r.id for r in store.list(**options)]
+
+        assert ids(newest_first=True, before=(same_instant, "f")) == ["e", "d", "c", "b", "a"]
+        assert ids(newest_first=True, before=(same_instant, "e")) == ["d", "c", "b", "a"]
+        assert ids(newest_first=True, before=(same_instant, "zzz"), limit=2) == ["f", "e"]
+        assert ids(before=(same_instant, "f")) == ["a", "b", "c", "d", "e"]  # oldest first too
+        assert ids(before=(T0, "a")) == []
+        # The same instant in another zone is the same cursor.
+        plus_two = timezone(timedelta(hours=2))
+        assert ids(newest_first=True, before=(same_instant.astimezone(plus_two), "f"),
+                   limit=1) == ["e"]
+
     # -- JSON ------------------------------------------------------------------------------
 
     def test_payload_and_state_round_trip(self, store: IJobStore) -> None:
