@@ -1,19 +1,62 @@
-"""``pypepper-dramatiq``: operate the job store from the shell."""
+"""``pypepper-dramatiq``: operate the job store and the channels from the shell.
+
+Commands:
+
+* ``migrate``: bring the database schema to this package's version.
+* ``jobs``: list stored jobs, newest first, a page at a time (``--before``).
+* ``show JOB_ID``: one job's stored snapshot as JSON.
+* ``cancel JOB_ID``: cancel a stored job.
+* ``channels [list|stop|resume|resize]``: the channels kept in Redis.
+
+Exit status: 0 done, 1 the job or channel named is not there (or the job has
+ended), 2 bad usage or a store or Redis that cannot be used.
+"""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import InvalidTransitionError, PypepperError, UnknownJobError
 from .status import Status
-from .stores.base import IJobStore
+from .stores.base import IJobStore, JobRecord
 
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
 URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
+
+PROG = "pypepper-dramatiq"
+
+#: Longest error shown in a row of the ``jobs`` table (``show`` has it whole).
+ERROR_WIDTH = 40
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+_CHANNEL_ACTIONS = ("list", "stop", "resume", "resize")
+
+_CHANNELS_HELP = """\
+actions:
+  list               every channel known in Redis: jobs waiting, bound (0 =
+                     unbounded), stop flag (the default action)
+  stop NAME          refuse new jobs on NAME, in every process, until resumed;
+                     queued jobs still run. An unknown NAME is created stopped
+                     (to stop a channel before its producers start).
+  resume NAME        accept jobs on NAME again; an unknown NAME is an error
+                     (exit 1), as there is no stop to lift
+  resize NAME N      set NAME's bound to N jobs waiting (0 = unbounded) for
+                     every process; jobs already waiting stay. An unknown
+                     NAME is created with that bound.
+
+A bound given in code or YAML (setup(channels={NAME: N})) is written again
+when a process starts; resize lasts until then.
+"""
 
 
 def _add_uri(command: argparse.ArgumentParser) -> None:
@@ -35,16 +78,57 @@ def _limit(text: str) -> int:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# -- the jobs cursor ----------------------------------------------------------------------
+
+
+def encode_cursor(created: datetime, job_id: str) -> str:
+    """An opaque ``--before`` value for the page after the row ``(created, job_id)``."""
+    raw = f"{created.astimezone(timezone.utc).isoformat()}|{job_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> tuple[datetime, str]:
+    """The ``(created, id)`` a cursor of :func:`encode_cursor` holds.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not such a cursor.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        created, job_id = raw.split("|", 1)
+        when = datetime.fromisoformat(created)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        when, job_id = None, ""
+    if when is None or when.tzinfo is None or not job_id:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a cursor printed by '{PROG} jobs' (after 'next page:')"
+        )
+    return when, job_id
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
-        prog="pypepper-dramatiq", description="Operate the job store from the shell."
+        prog=PROG, description="Operate the job store and the channels from the shell."
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+
     migrate = commands.add_parser("migrate", help="upgrade the database schema to this version")
     _add_uri(migrate)
+
     show = commands.add_parser("show", help="print one job's stored snapshot as JSON")
     show.add_argument("job_id")
     _add_uri(show)
+    show.add_argument(
+        "--json", action="store_true",
+        help="one line of JSON, as 'jobs --json' prints (default: indented JSON)",
+    )
+
     cancel = commands.add_parser("cancel", help="cancel a stored job by id")
     cancel.add_argument("job_id")
     _add_uri(cancel)
@@ -53,12 +137,77 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="redis://... of the workers: running tasks see the cancel at once "
         f"(without it, at their next lease renewal); default: ${BROKER_ENV}",
     )
-    jobs = commands.add_parser("jobs", help="list stored jobs as JSON lines")
+
+    jobs = commands.add_parser(
+        "jobs", help="list stored jobs, newest first",
+        description="List stored jobs, newest first, --limit at a time. When more "
+        "match, the cursor of the next page is printed on stderr "
+        "('next page: --before CURSOR'): pass it to get the older jobs.",
+    )
     _add_uri(jobs)
     jobs.add_argument("--status", choices=[status.value for status in Status])
     jobs.add_argument("--channel")
-    jobs.add_argument("--limit", type=_limit, default=100)
+    jobs.add_argument("--category")
+    jobs.add_argument("--limit", type=_limit, default=100, help="jobs per page (100)")
+    jobs.add_argument(
+        "--before", type=decode_cursor, metavar="CURSOR",
+        help="the page after the one that printed this cursor",
+    )
+    jobs.add_argument(
+        "--json", action="store_true",
+        help="JSON lines, one whole stored record per line (for scripts); default: a table",
+    )
+
+    channels = commands.add_parser(
+        "channels", help="list, stop, resume or resize the channels kept in Redis",
+        description="The channels' bounds and stop flags, as kept in Redis for every "
+        "process.", epilog=_CHANNELS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    channels.add_argument(
+        "action", nargs="?", default="list", choices=_CHANNEL_ACTIONS,
+        help="what to do (list by default; see below)",
+    )
+    channels.add_argument("name", nargs="?", metavar="NAME", help="the channel")
+    channels.add_argument("size", nargs="?", metavar="N", help="the bound, for resize")
+    broker_url = os.environ.get(BROKER_ENV) or None
+    channels.add_argument(
+        "--broker-url", required=broker_url is None, default=broker_url,
+        help=f"redis://... of the producers and workers (Redis >= 6); "
+        f"default: ${BROKER_ENV}",
+    )
+    channels.add_argument(
+        "--json", action="store_true", help="list as JSON lines (default: a table)"
+    )
+    return parser
+
+
+def _check_channel_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The NAME and N an action needs, and no more; argparse's usage error otherwise."""
+    usage = {"list": "list", "stop": "stop NAME", "resume": "resume NAME",
+             "resize": "resize NAME N"}[args.action]
+    wanted = {"list": 0, "stop": 1, "resume": 1, "resize": 2}[args.action]
+    given = [value for value in (args.name, args.size) if value is not None]
+    if len(given) != wanted:
+        parser.error(f"channels {args.action} takes {wanted or 'no'} argument(s): "
+                     f"channels {usage}")
+    if args.name is not None and not args.name:
+        parser.error("channels: NAME must not be empty")
+    if args.action == "resize":
+        try:
+            size = int(args.size)
+        except ValueError:
+            size = -1
+        if size < 0:
+            parser.error(f"channels resize: N must be a whole number >= 0, got {args.size!r}")
+        args.size = size
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "channels":
+        _check_channel_arguments(parser, args)
+        return _channels(args)
 
     try:
         if args.command == "migrate":
@@ -73,22 +222,74 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "cancel":
                 return _cancel(store, args.job_id, args.broker_url)
             if args.command == "show":
-                record = store.get(args.job_id)
-                if record is None:
-                    print(f"pypepper-dramatiq: no job {args.job_id}", file=sys.stderr)
-                    return 1
-                print(json.dumps(record.to_dict(), indent=2))
-                return 0
-            for record in store.list(
-                status=args.status, channel_id=args.channel, limit=args.limit
-            ):
-                print(json.dumps(record.to_dict()))
-            return 0
+                return _show(store, args.job_id, one_line=args.json)
+            return _jobs(store, args)
         finally:
             store.close()
     except (PypepperError, ValueError) as exc:
-        print(f"pypepper-dramatiq: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
+
+
+def _error(message: str) -> None:
+    print(f"{PROG}: {message}", file=sys.stderr)
+
+
+# -- jobs, show, cancel ----------------------------------------------------------------------
+
+
+def _show(store: IJobStore, job_id: str, *, one_line: bool) -> int:
+    record = store.get(job_id)
+    if record is None:
+        _error(str(UnknownJobError(job_id)))  # the words of 'cancel' for the same case
+        return 1
+    print(json.dumps(record.to_dict(), indent=None if one_line else 2))
+    return 0
+
+
+def _jobs(store: IJobStore, args: argparse.Namespace) -> int:
+    # One row more than a page tells whether there is a next page, without a count.
+    found = store.list(
+        status=args.status, channel_id=args.channel, category=args.category,
+        limit=args.limit + 1, newest_first=True, before=args.before,
+    )
+    page = list(found[: args.limit])
+    if args.json:
+        for record in page:
+            print(json.dumps(record.to_dict()))
+    elif page:
+        _print_table(
+            ("ID", "STATUS", "CHANNEL", "CATEGORY", "CREATED", "UPDATED", "ERROR"),
+            [_job_row(record) for record in page],
+        )
+    else:
+        print("no stored job matches", file=sys.stderr)
+    if len(found) > args.limit:
+        last = page[-1]
+        print(f"next page: --before {encode_cursor(last.created, last.id)}", file=sys.stderr)
+    return 0
+
+
+def _job_row(record: JobRecord) -> tuple[str, ...]:
+    error = (record.error or "").strip().splitlines()
+    shown = error[0] if error else ""
+    if len(shown) > ERROR_WIDTH or len(error) > 1:
+        shown = shown[: ERROR_WIDTH - 3] + "..."
+    return (
+        record.id, record.status.value, record.channel_id, record.category or "-",
+        _when(record.created), _when(record.updated), shown,
+    )
+
+
+def _when(value: datetime) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(cells[i]) for cells in (header, *rows)) for i in range(len(header))]
+    for cells in (header, *rows):
+        padded = (cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+        print("  ".join(padded).rstrip())
 
 
 def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
@@ -103,7 +304,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
     set_job_store(store)
     try:
         if not Job.cancel_saved(job_id):
-            print(f"pypepper-dramatiq: job {job_id} kept changing; try again", file=sys.stderr)
+            _error(f"job {job_id} kept changing; try again")
             return 1
         told = "workers see it at their next lease renewal"
         if client is not None:
@@ -113,15 +314,120 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
         print(f"job {job_id} cancelled ({told})")
         return 0
     except UnknownJobError as exc:
-        print(f"pypepper-dramatiq: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 1
     except InvalidTransitionError as exc:
-        print(f"pypepper-dramatiq: job {job_id} has ended: {exc}", file=sys.stderr)
+        _error(f"job {job_id} has ended: {exc}")
         return 1
     finally:
         reset_job_store()
         if client is not None:
             client.close()
+
+
+# -- channels ------------------------------------------------------------------------------
+
+
+def _masked(url: str) -> str:
+    """``url`` with its password hidden."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _channels(args: argparse.Namespace) -> int:
+    import redis
+
+    url: str = args.broker_url
+    if urlsplit(url).scheme.lower() not in _REDIS_SCHEMES:
+        _error(f"--broker-url {_masked(url)!r}: expected a redis://, rediss:// or unix:// URL")
+        return 2
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
+    except ValueError as exc:
+        _error(f"--broker-url {_masked(url)!r}: {exc}")
+        return 2
+    try:
+        if args.action == "list":
+            return _list_channels(client, as_json=args.json)
+        return _change_channel(client, args.action, args.name, args.size)
+    except (redis.RedisError, PypepperError) as exc:
+        _error(f"Redis at {_masked(url)} cannot be used: {exc}")
+        return 2
+    finally:
+        client.close()
+
+
+def _known_channels(client: Any) -> list[str]:
+    """Every channel with a key in Redis: its hash, or its set of waiting jobs."""
+    from .gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
+
+    names: set[str] = set()
+    for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*", count=500, _type="hash"):
+        names.add(key.decode()[len(CHANNEL_KEY_PREFIX):])
+    # A channel's hash always exists once a process used it; the sets are looked at
+    # too, in case the hash was deleted by hand while jobs waited.
+    for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*{WAITING_SUFFIX}", count=500,
+                                _type="set"):
+        names.add(key.decode()[len(CHANNEL_KEY_PREFIX):-len(WAITING_SUFFIX)])
+    return sorted(names)
+
+
+def _list_channels(client: Any, *, as_json: bool) -> int:
+    from .gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
+
+    names = _known_channels(client)
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.scard(f"{CHANNEL_KEY_PREFIX}{name}{WAITING_SUFFIX}")
+        pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped")
+    answers = pipe.execute() if names else []
+    rows = []
+    for i, name in enumerate(names):
+        waiting, (maxsize, stopped) = answers[2 * i], answers[2 * i + 1]
+        rows.append({"channel": name, "waiting": int(waiting), "maxsize": int(maxsize or 0),
+                     "stopped": stopped in (b"1", "1")})
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+    elif rows:
+        _print_table(
+            ("CHANNEL", "WAITING", "BOUND", "STOPPED"),
+            [(str(r["channel"]), str(r["waiting"]), str(r["maxsize"] or "unbounded"),
+              "yes" if r["stopped"] else "no") for r in rows],
+        )
+    else:
+        print("no channel is known in Redis", file=sys.stderr)
+    return 0
+
+
+def _change_channel(client: Any, action: str, name: str, size: int | None) -> int:
+    from .gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX, RedisGate
+
+    key = f"{CHANNEL_KEY_PREFIX}{name}"
+    known = bool(client.exists(key, f"{key}{WAITING_SUFFIX}"))
+    if action == "resume" and not known:
+        _error(f"no channel {name!r} is known in Redis; nothing to resume")
+        return 1
+    gate = RedisGate(client, name)  # no bound given: the stored one is kept
+    if not known:
+        print(f"channel {name} was not known in Redis: created", file=sys.stderr)
+    if action == "stop":
+        gate.request_stop()
+        print(f"channel {name} stopped: new jobs are refused until "
+              f"'{PROG} channels resume {name}'; queued jobs still run")
+    elif action == "resume":
+        gate.resume()
+        print(f"channel {name} resumed")
+    else:
+        assert size is not None  # checked with the arguments
+        before = gate.resize(size)
+        bound = f"{size}" if size else "0 (unbounded)"
+        print(f"channel {name}: bound {before} -> {bound}" if before != size
+              else f"channel {name}: bound {bound}, unchanged")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

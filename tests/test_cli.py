@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import redis
 
+import pypepper_dramatiq
 from pypepper_dramatiq.cancellation import CANCEL_CHANNEL
-from pypepper_dramatiq.cli import BROKER_ENV, URI_ENV, main
+from pypepper_dramatiq.cli import BROKER_ENV, URI_ENV, decode_cursor, encode_cursor, main
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore, head_revision, schema_revision
 
 pytestmark = pytest.mark.postgres
+
+T0 = datetime(2024, 1, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def test_migrate_brings_an_empty_database_to_head(
@@ -34,16 +39,131 @@ def test_show_and_jobs_print_stored_records(
     assert main(["show", "job-a", "--uri", postgres_uri]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["id"] == "job-a" and shown["status"] == "Failed" and shown["error"] == "boom"
-    assert main(["jobs", "--uri", postgres_uri, "--status", "Completed"]) == 0
+    assert main(["jobs", "--uri", postgres_uri, "--status", "Completed", "--json"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["job-b"]
 
 
-def test_show_of_an_unknown_job_fails(
+@pytest.mark.parametrize("command", ["show", "cancel"])
+def test_show_and_cancel_of_an_unknown_job_say_the_same(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    assert main([command, "no-such-job", "--uri", postgres_uri]) == 1
+    assert capsys.readouterr().err == "pypepper-dramatiq: no job 'no-such-job' is stored\n"
+
+
+def test_show_json_prints_the_record_on_one_line(
     pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["show", "no-such-job", "--uri", postgres_uri]) == 1
-    assert "no-such-job" in capsys.readouterr().err
+    assert pg_store.put(JobRecord(id="job-j", channel_id="c", status=Status.SCHEDULED))
+    assert main(["show", "job-j", "--uri", postgres_uri, "--json"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["id"] == "job-j"
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"pypepper-dramatiq {pypepper_dramatiq.__version__}"
+
+
+# -- jobs: newest first, a page at a time --------------------------------------------------
+
+
+def put_jobs(store: SqlJobStore, count: int, **fields: object) -> list[str]:
+    """``count`` jobs created a second apart (job-000 oldest); their ids, oldest first."""
+    ids = []
+    for n in range(count):
+        job_id = f"job-{n:03d}"
+        created = T0 + timedelta(seconds=n)
+        assert store.put(JobRecord(id=job_id, created=created, updated=created,
+                                   **fields))  # type: ignore[arg-type]
+        ids.append(job_id)
+    return ids
+
+
+def jobs_page(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[list[str], str | None]:
+    """Run ``jobs --json`` + argv: the ids printed and the next-page cursor, if any."""
+    assert main(["jobs", "--json", *argv]) == 0
+    out, err = capsys.readouterr()
+    ids = [json.loads(line)["id"] for line in out.splitlines()]
+    match = re.search(r"next page: --before (\S+)", err)
+    return ids, match.group(1) if match else None
+
+
+def test_jobs_pages_newest_first_through_every_job(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = put_jobs(pg_store, 150, channel_id="c", status=Status.COMPLETED)
+
+    first, cursor = jobs_page(["--uri", postgres_uri], capsys)  # --limit 100 by default
+    assert first == ids[::-1][:100]  # the newest is shown, first
+    assert cursor is not None
+    second, last_cursor = jobs_page(["--uri", postgres_uri, "--before", cursor], capsys)
+    assert second == ids[::-1][100:]
+    assert last_cursor is None  # the last page says no more
+
+    exact, more = jobs_page(["--uri", postgres_uri, "--limit", "150"], capsys)
+    assert len(exact) == 150 and more is None  # a full last page is not "more"
+
+
+def test_jobs_filters_by_category_status_and_channel(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    put_jobs(pg_store, 3, channel_id="c", category="mail", status=Status.FAILED)
+    assert pg_store.put(JobRecord(id="other", channel_id="d", category="report",
+                                  status=Status.FAILED))
+
+    assert jobs_page(["--uri", postgres_uri, "--category", "mail", "--limit", "2",
+                      "--status", "Failed", "--channel", "c"], capsys)[0] == ["job-002", "job-001"]
+    assert jobs_page(["--uri", postgres_uri, "--category", "report"], capsys) == (["other"], None)
+
+
+def test_jobs_prints_a_compact_table_by_default(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    long_error = "ValueError: " + "x" * 200 + "\nTraceback follows"
+    assert pg_store.put(JobRecord(id="job-t", channel_id="etl", category="nightly",
+                                  status=Status.FAILED, error=long_error,
+                                  created=T0, updated=T0 + timedelta(minutes=1)))
+    assert pg_store.put(JobRecord(id="job-u", channel_id="etl", status=Status.SCHEDULED,
+                                  created=T0 - timedelta(days=1), updated=T0))
+
+    assert main(["jobs", "--uri", postgres_uri]) == 0
+    header, newest, older = capsys.readouterr().out.splitlines()
+
+    assert header.split() == ["ID", "STATUS", "CHANNEL", "CATEGORY", "CREATED", "UPDATED",
+                              "ERROR"]
+    assert newest.split()[:7] == ["job-t", "Failed", "etl", "nightly", "2024-01-01",
+                                  "12:00:00Z", "2024-01-01"]
+    assert newest.endswith("...") and "x" * 50 not in newest and "Traceback" not in newest
+    assert older.split() == ["job-u", "Scheduled", "etl", "-", "2023-12-31", "12:00:00Z",
+                             "2024-01-01", "12:00:00Z"]
+
+
+def test_jobs_with_nothing_to_list_says_so(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["jobs", "--uri", postgres_uri, "--status", "Failed"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "no stored job matches" in err
+
+
+@pytest.mark.parametrize("cursor", ["nonsense!", "bm8tYmFy", encode_cursor(T0, "x")[:-3]])
+def test_a_cursor_the_command_did_not_print_is_refused(
+    cursor: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["jobs", "--uri", "postgresql+psycopg://u@127.0.0.1:1/db", "--before", cursor])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "not a cursor" in err and "unavailable" not in err
+
+
+def test_a_cursor_round_trips() -> None:
+    created = T0 + timedelta(microseconds=123456)
+    assert decode_cursor(encode_cursor(created, "job|with|bars")) == (created, "job|with|bars")
 
 
 def test_an_unreachable_store_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,170 @@
+"""``pypepper-dramatiq channels``: the channels' bounds and stop flags, in a real Redis."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from pypepper_dramatiq.cli import BROKER_ENV, main
+from pypepper_dramatiq.gates import RedisGate
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def names(client: redis.Redis) -> Iterator[list[str]]:
+    """Fresh channel names for a test; their keys are removed after it."""
+    made: list[str] = []
+
+    def fresh() -> str:
+        name = f"cli-{uuid.uuid4().hex[:10]}"
+        made.append(name)
+        return name
+
+    yield [fresh() for _ in range(3)]
+    for name in made:
+        RedisGate(client, name).reset()
+
+
+def listed(redis_url: str, capsys: pytest.CaptureFixture[str]) -> dict[str, dict[str, object]]:
+    assert main(["channels", "--broker-url", redis_url, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return {str(row.pop("channel")): row for row in rows}
+
+
+def test_list_shows_waiting_bound_and_stop_of_every_channel(
+    redis_url: str, client: redis.Redis, names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    bounded, stopped, untouched = names
+    gate = RedisGate(client, bounded, 3)
+    assert gate.admit("a") == gate.admit("b") == "ok"
+    RedisGate(client, stopped).request_stop()
+    RedisGate(client, untouched)  # used by a producer only: no bound ever given
+
+    rows = listed(redis_url, capsys)
+
+    assert rows[bounded] == {"waiting": 2, "maxsize": 3, "stopped": False}
+    assert rows[stopped] == {"waiting": 0, "maxsize": 0, "stopped": True}
+    assert rows[untouched] == {"waiting": 0, "maxsize": 0, "stopped": False}
+    assert not any(name.endswith(":waiting") for name in rows)  # sets are not channels
+
+    assert main(["channels", "list", "--broker-url", redis_url]) == 0  # the table
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["CHANNEL", "WAITING", "BOUND", "STOPPED"]
+    assert [line.split() for line in lines if line.startswith(bounded)] == [
+        [bounded, "2", "3", "no"]
+    ]
+    assert [line.split() for line in lines if line.startswith(stopped)] == [
+        [stopped, "0", "unbounded", "yes"]
+    ]
+
+
+def test_stop_resume_and_resize_change_what_every_process_admits(
+    redis_url: str, client: redis.Redis, names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = names[0]
+    gate = RedisGate(client, name, 2)  # as a producer process sees the channel
+
+    assert main(["channels", "stop", name, "--broker-url", redis_url]) == 0
+    assert "stopped" in capsys.readouterr().out
+    assert gate.admit("a") == "stopped"
+
+    assert main(["channels", "resume", name, "--broker-url", redis_url]) == 0
+    assert capsys.readouterr().out == f"channel {name} resumed\n"
+    assert [gate.admit(j) for j in ("a", "b", "c")] == ["ok", "ok", "full"]
+
+    assert main(["channels", "resize", name, "5", "--broker-url", redis_url]) == 0
+    assert capsys.readouterr().out == f"channel {name}: bound 2 -> 5\n"
+    assert [gate.admit(j) for j in ("c", "d", "e", "f")] == ["ok", "ok", "ok", "full"]
+    assert listed(redis_url, capsys)[name] == {"waiting": 5, "maxsize": 5, "stopped": False}
+
+    assert main(["channels", "resize", name, "0", "--broker-url", redis_url]) == 0
+    assert "bound 5 -> 0 (unbounded)" in capsys.readouterr().out
+    assert gate.admit("f") == "ok"
+
+
+def test_unknown_channels_stop_and_resize_create_them_resume_fails(
+    redis_url: str, client: redis.Redis, names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    to_resume, to_stop, to_resize = names
+
+    assert main(["channels", "resume", to_resume, "--broker-url", redis_url]) == 1
+    assert f"no channel '{to_resume}' is known in Redis" in capsys.readouterr().err
+    assert client.exists(f"pypepper:channel:{to_resume}") == 0  # not created
+
+    assert main(["channels", "stop", to_stop, "--broker-url", redis_url]) == 0
+    assert "was not known in Redis: created" in capsys.readouterr().err
+    assert RedisGate(client, to_stop).admit("a") == "stopped"  # stopped before any producer
+
+    assert main(["channels", "resize", to_resize, "1", "--broker-url", redis_url]) == 0
+    assert "created" in capsys.readouterr().err
+    producer = RedisGate(client, to_resize)
+    assert [producer.admit(j) for j in ("a", "b")] == ["ok", "full"]
+
+
+def test_the_broker_url_may_come_from_the_environment(
+    redis_url: str, client: redis.Redis, names: list[str],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(BROKER_ENV, redis_url)
+    assert main(["channels", "stop", names[0]]) == 0
+    assert RedisGate(client, names[0]).stopped
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://localhost:6379/0", "expected a redis://"),
+        ("redis://:hunter2@127.0.0.1:1/0", "cannot be used"),  # nothing listens on port 1
+    ],
+)
+@pytest.mark.parametrize("argv", [[], ["stop", "x"], ["resize", "x", "3"]])
+def test_a_url_that_is_not_redis_or_a_redis_that_is_down_exits_2(
+    url: str, said: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["channels", *argv, "--broker-url", url]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and said in err and err.startswith("pypepper-dramatiq: ")
+    assert "hunter2" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["stop"], "channels stop NAME"),
+        (["resume"], "channels resume NAME"),
+        (["resize", "x"], "channels resize NAME N"),
+        (["resize", "x", "-1"], "whole number >= 0, got '-1'"),
+        (["resize", "x", "many"], "got 'many'"),
+        (["list", "x"], "channels list takes no argument"),
+        (["pause", "x"], "invalid choice: 'pause'"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["channels", *argv, "--broker-url", "redis://127.0.0.1:1/0"])
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_without_a_broker_url_nor_environment_the_usage_names_the_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(BROKER_ENV, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["channels"])
+    assert exited.value.code == 2
+    assert "--broker-url" in capsys.readouterr().err
