@@ -211,7 +211,11 @@ class Channel:
         return job
 
     def __repr__(self) -> str:
-        return f"Channel({self.id!r}, maxsize={self.maxsize})"
+        try:
+            maxsize: object = self.maxsize
+        except BrokerUnavailableError:  # a repr (in a log, a traceback) must not raise
+            maxsize = "?"
+        return f"Channel({self.id!r}, maxsize={maxsize})"
 
 
 def _fail_stored(record: JobRecord, error: str) -> None:

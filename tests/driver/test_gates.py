@@ -14,6 +14,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from pypepper_dramatiq import (
+    Channel,
     ChannelFullError,
     ChannelManager,
     ChannelStoppedError,
@@ -445,3 +446,15 @@ def test_manager_resize_and_resume_reach_every_process(redis_broker: RedisBroker
     manager.resize(channel_id, 0)
     job.scheduled()
     assert job.status is Status.SCHEDULED
+
+
+@pytest.mark.redis
+def test_a_channel_repr_does_not_raise_when_redis_is_gone(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    channel_id = unique_channel()
+    channel = Channel(channel_id, gate=RedisGate(client, channel_id, 3))
+    assert repr(channel) == f"Channel({channel_id!r}, maxsize=3)"
+    RedisGate(client, channel_id).reset()
+    channel.gate.client = redis.Redis(host="127.0.0.1", port=1)  # type: ignore[attr-defined]
+    assert repr(channel) == f"Channel({channel_id!r}, maxsize=?)"
+    client.close()
