@@ -12,6 +12,7 @@ the worker.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -143,3 +144,32 @@ def flaky_plain(key: str, failures: int = 2) -> int:
         raise RuntimeError(f"plain actor call {calls} fails on purpose")
     r.set(f"plain-done:{key}", calls)
     return calls
+
+
+@workflow_task(name="it.async_probe")
+async def async_probe(
+    task: Task, context: Context, *, sleep: float = 0.0, slow_runs: int = 0, value: Any = None
+) -> Any:
+    """An ``async def`` task: awaits ``sleep`` seconds on its first ``slow_runs`` runs.
+
+    Keys written, for job ``J`` and task name ``N``: ``runs:J:N`` (INCR per
+    execution), ``ends:J:N`` (a time per run that returned), and
+    ``interrupted:J:N`` with the name of the exception that stopped an await
+    (``CancelledError`` when the step's supervisor cancelled it).
+
+    Args:
+        sleep: seconds to ``await asyncio.sleep`` on a slow run.
+        slow_runs: how many of the first runs are slow (the later ones return at once).
+        value: the result.
+    """
+    r = counters()
+    job, name = context.job_id, task.name
+    run = int(r.incr(trace_key("runs", job, name)))
+    if run <= slow_runs:
+        try:
+            await asyncio.sleep(sleep)
+        except BaseException as exc:
+            r.set(trace_key("interrupted", job, name), f"{time.time()!r} {type(exc).__name__}")
+            raise
+    r.rpush(trace_key("ends", job, name), repr(time.time()))
+    return value
