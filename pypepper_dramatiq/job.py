@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -120,6 +121,23 @@ class Job:
 
         dispatch(self)
 
+    async def scheduled_async(self, *args: Any, **kwargs: Any) -> None:
+        """:meth:`scheduled` for async code (``await job.scheduled_async()``).
+
+        Runs :meth:`scheduled` with the same arguments on a worker thread
+        (``asyncio.to_thread``), so the store write and the broker call do not
+        block the event loop. That thread runs no event loop, so the sync-only
+        guard of :meth:`scheduled` passes there.
+
+        Cancelling the awaiting coroutine does not stop a dispatch already
+        under way: the job may still end up queued and stored Scheduled.
+
+        Raises:
+            The errors of :meth:`scheduled`, unchanged (ChannelFullError,
+            ChannelStoppedError, InvalidTransitionError, StoreNotConfiguredError...).
+        """
+        await asyncio.to_thread(self.scheduled, *args, **kwargs)
+
     def cancel(self) -> bool:
         """CANCEL, set the cancel event, persist Cancelled; True once persisted.
 
@@ -160,7 +178,12 @@ class Job:
                 return True
             if record.status not in (Status.SCHEDULED, Status.IN_PROGRESS):
                 raise InvalidTransitionError(CANCEL.value, record.status.value)
-            if store.advance(record.evolve(status=Status.CANCELLED, updated=utcnow())):
+            # A cancelled job has no step to lease (the running attempt's worker
+            # notices: its renewal no longer finds its lease).
+            cancelled = record.evolve(
+                status=Status.CANCELLED, updated=utcnow(), lease_owner=None, lease_expires=None
+            )
+            if store.advance(cancelled):
                 logger.info("job %s cancelled", job_id,
                             extra={"action": "cancel", "job_id": job_id})
                 _tell_running_here(job_id)
@@ -200,8 +223,9 @@ class Job:
     def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
         """:meth:`save`, retried; never raises for store failures.
 
-        A write skipped because the row already holds our status counts as
-        done (the row is adopted, not rewritten). A write skipped for a stale
+        A write skipped because the row already holds our status (or, for a
+        Scheduled write, a later one: a worker healed the row and went on)
+        counts as done (the row's version is adopted, not rewritten). A write skipped for a stale
         version is retried on the stored version (and its stored progress)
         only when the stored status may be overwritten by ours.
         """
@@ -210,9 +234,14 @@ class Job:
                 if self.save():
                     return True
                 durable = get_job_store().get(self.id)
-                if durable is not None and durable.status is self.status:
+                if durable is not None and (
+                    durable.status is self.status
+                    or (self.status is Status.SCHEDULED and durable.status.rank > self.status.rank)
+                ):
                     # Someone stored this status already (a worker healing the
-                    # row): writing it again would only bump the version under them.
+                    # row), or a worker healed the row and started the job: our
+                    # Scheduled write would only bump the version under them, or
+                    # be refused. Either way the schedule is on record.
                     self._adopt_version(durable)
                     return True
                 if (

@@ -524,6 +524,7 @@ def test_cancel_during_a_task_ends_the_job_cancelled(
     assert calls(f"{key}:saw-cancel") == 1
     assert calls(f"{prefix}after") == 0
     assert record.status is Status.CANCELLED
+    assert record.lease_owner is None and record.lease_expires is None  # like other ends
 
 
 
@@ -579,3 +580,45 @@ def test_dramatiq_cancel_keeps_the_progress_workers_stored(
     assert record.status is Status.CANCELLED
     assert record.state.get("results") == {"0.0": {"n": 1}}
     assert record.state.get("attempts", {}).get("0.0") == 1
+    assert record.lease_owner is None and record.lease_expires is None
+
+
+# -- attempt history ------------------------------------------------------------------------
+
+
+def test_every_attempt_is_kept_in_the_history_with_its_traceback(
+    driver: Driver, prefix: str
+) -> None:
+    key = f"{prefix}h"
+    job = make_job([
+        flaky.options(retry_count=2).task(name="a", key=key, fail_first=2, result="ok"),
+    ])
+
+    (record,) = run(driver, job)
+
+    assert record.status is Status.COMPLETED
+    entries = record.state["history"]["0.0"]
+    assert [e["outcome"] for e in entries] == ["failed", "failed", "succeeded"]
+    assert [e["attempt"] for e in entries] == [0, 1, 2]
+    first = entries[0]
+    assert first["error_type"] == "RuntimeError"
+    assert first["message"] == f"{key}: planned failure 1"
+    assert "Traceback" in first["traceback"] and "planned failure" in first["traceback"]
+    assert "raise RuntimeError" in first["traceback"]  # the raising line is kept
+    for entry in entries:
+        assert entry["worker"]
+        assert entry["started"] <= entry["ended"]
+    assert "error_type" not in entries[2] and "traceback" not in entries[2]
+
+
+def test_the_history_of_a_task_is_bounded(driver: Driver, prefix: str) -> None:
+    key = f"{prefix}b"
+    job = make_job([flaky.options(retry_count=14).task(name="a", key=key, fail_first=-1)])
+
+    (record,) = run(driver, job)
+
+    assert record.status is Status.FAILED
+    entries = record.state["history"]["0.0"]
+    assert len(entries) == 10
+    assert [e["attempt"] for e in entries] == [0, *range(6, 15)]  # the first and the latest
+    assert record.state["history_dropped"] == {"0.0": 5}
