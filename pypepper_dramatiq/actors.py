@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import dramatiq
+from dramatiq.asyncio import async_to_sync
 from dramatiq.broker import Broker
 from dramatiq.middleware import Interrupt, Shutdown
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
+from . import history
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
-from .errors import describe, is_retriable
+from .errors import UnknownExecutorError, is_retriable
 from .executor import IExecutor, executor_registry
 from .inflight import InFlight, StepCancelled
 from .messages import STEP_ACTOR
 from .steps import Claim, Outcome
+from .stores.base import utcnow
 from .task import Task
 
 R = TypeVar("R")
+
+logger = logging.getLogger(__name__)
 
 #: What the middleware hands the step actor, per worker thread.
 current = threading.local()
@@ -31,12 +39,30 @@ current = threading.local()
 #: Marks an attempt cut short by worker shutdown: the step is handed back, not counted.
 HANDED_BACK = Outcome(False, error="handed back on worker shutdown")
 
+#: Stands for "nothing returned yet" (None is a result like any other).
+_NOTHING: Any = object()
+
 
 def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
-    """Run the claimed task once in this thread; never raises."""
+    """Run the claimed task once in this thread; never raises.
+
+    An interrupt (worker shutdown, a forced cancel, a time limit) that lands
+    after the task's function returned does not undo the attempt: Python
+    delivers such an interrupt only when the thread runs Python code again,
+    which for a task blocked in C (``time.sleep``, a socket read) can be
+    after its work finished. The returned value is then recorded as usual.
+    """
+    started = utcnow()
     running = inflight.start(claim.record.id)
+    result = _NOTHING
     try:
-        task = Task.from_dict(claim.task)
+        try:
+            task = Task.from_dict(claim.task)
+        except UnknownExecutorError as exc:
+            # Maybe a rolling deploy: the middleware decides whether to wait for a
+            # worker that knows the task or to fail it (unknown_task_grace).
+            return replace(Outcome.failure(exc, retriable=False, started=started),
+                           unknown_task=True)
         task.context = Context(
             {
                 CANCEL_EVENT_KEY: running.cancel_event,
@@ -47,52 +73,96 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
         )
         result = task.executor.execute(task, task.context)
         inflight.finish(claim.record.id)
-        return Outcome(True, result)
-    except TimeLimitExceeded:
-        timeout = claim.task.get("round_timeout", 0)
-        return Outcome(False, error=f"TaskTimeoutError: exceeded round_timeout={timeout:g}s")
-    except StepCancelled:
-        return Outcome(False, error="cancelled: the task was interrupted after the grace period")
-    except Shutdown:
-        return HANDED_BACK
+        return Outcome(True, result, started=started, ended=utcnow())
     except Interrupt as exc:
-        return Outcome(False, error=describe(exc))
+        if running.interrupted_at is not None:
+            logger.info(
+                "job %s: task stopped %.1fs after the interrupt was sent", claim.record.id,
+                time.monotonic() - running.interrupted_at,
+                extra={"action": "interrupt_landed", "job_id": claim.record.id},
+            )
+        if result is not _NOTHING:  # landed after the function returned
+            return Outcome(True, result, started=started, ended=utcnow())
+        if isinstance(exc, Shutdown):
+            return HANDED_BACK
+        if isinstance(exc, TimeLimitExceeded):
+            timeout = claim.task.get("round_timeout", 0)
+            return Outcome.failure(
+                exc, kind=history.TIMED_OUT, started=started,
+                error=f"TaskTimeoutError: exceeded round_timeout={timeout:g}s",
+            )
+        if isinstance(exc, StepCancelled):
+            return Outcome.failure(
+                exc, kind=history.CANCELLED, started=started,
+                error="cancelled: the task was interrupted after the grace period",
+            )
+        return Outcome.failure(exc, started=started)
     except Exception as exc:
-        return Outcome(False, error=describe(exc), retriable=is_retriable(exc))
+        return Outcome.failure(exc, retriable=is_retriable(exc), started=started)
     finally:
         inflight.finish(claim.record.id)
 
 
 def _step(*args: Any, **kwargs: Any) -> None:
-    """Body of the step actor: the middleware claimed the step; run it."""
+    """Body of the step actor: run the step the middleware claimed, if it claimed one."""
     claim: Claim | None = getattr(current, "claim", None)
     inflight: InFlight | None = getattr(current, "inflight", None)
     if claim is None or inflight is None:
+        if getattr(current, "handled", False):
+            return  # the middleware dealt with this message (a duplicate, a deferral...)
         raise RuntimeError("the step actor runs only behind WorkflowMiddleware")
     current.outcome = run_attempt(claim, inflight)
 
 
+class _ActorsOnly:
+    """A view of a broker on which declaring an actor does not declare its queue.
+
+    The step actor has no queue of its own: its messages travel on the
+    channels' queues. Declaring the actor the usual way would add a queue
+    every worker then consumes (and a RabbitMQ server then creates).
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._broker, name)
+
+    def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
+        broker = self._broker
+        broker.emit_before("declare_actor", actor)
+        broker.actors[actor.actor_name] = actor
+        broker.emit_after("declare_actor", actor)
+
+
 def declare_step_actor(broker: Broker) -> dramatiq.Actor[Any, Any]:
-    """Register the step actor on ``broker`` (once)."""
+    """Register the step actor on ``broker`` (once), without declaring a queue."""
     try:
         existing: dramatiq.Actor[Any, Any] = broker.get_actor(STEP_ACTOR)
         return existing
     except dramatiq.errors.ActorNotFound:
         pass
-    return dramatiq.Actor(
+    actor: dramatiq.Actor[Any, Any] = dramatiq.Actor(
         _step,
-        broker=broker,
+        broker=_ActorsOnly(broker),  # type: ignore[arg-type]
         actor_name=STEP_ACTOR,
         queue_name="default",
         priority=0,
         # No Dramatiq retries (the rules retry), no Dramatiq time limit unless the
-        # task has a round_timeout, and on shutdown the attempt is handed back.
-        options={"max_retries": 0, "time_limit": float("inf"), "notify_shutdown": True},
+        # task has a round_timeout, and no immediate interrupt on shutdown: the
+        # middleware gives running attempts shutdown_grace, then hands them back.
+        options={"max_retries": 0, "time_limit": float("inf"), "notify_shutdown": False},
     )
+    actor.broker = broker
+    return actor
 
 
 class FunctionExecutor(IExecutor):
-    """Calls ``fn(task, context, **task.params)``."""
+    """Calls ``fn(task, context, **task.params)``; an ``async def`` ``fn`` is run to its end.
+
+    The coroutine is run by :func:`~pypepper_dramatiq.executor.run_awaitable`,
+    as for every executor.
+    """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
@@ -105,14 +175,41 @@ class ActorExecutor(IExecutor):
     """Runs a plain Dramatiq actor's function with the task's params as keyword arguments.
 
     The actor's own retries and time limit do not apply inside a workflow:
-    the task's retry table and ``round_timeout`` do.
+    the task's retry table and ``round_timeout`` do. An ``async def`` actor's
+    coroutine runs in the worker thread like any async task, so it needs no
+    AsyncIO middleware, and the job's cancel and ``round_timeout`` reach it.
     """
 
     def __init__(self, actor: dramatiq.Actor[Any, Any]) -> None:
         self.actor = actor
+        self.fn = _actor_function(actor)
 
     def execute(self, task: Task, context: Context) -> Any:
-        return self.actor.fn(**task.params)
+        return self.fn(**task.params)
+
+
+def _actor_function(actor: dramatiq.Actor[Any, Any]) -> Callable[..., Any]:
+    """The function an actor runs; for an ``async def`` actor, the coroutine function itself.
+
+    Dramatiq wraps an async actor's function to run it on the AsyncIO
+    middleware's shared loop thread (and fails without that middleware). A
+    step runs the coroutine on a loop of its own in the worker thread
+    instead, where the job's cancel event and the task's ``round_timeout``
+    are watched, so it unwraps Dramatiq's wrapper (and only that one).
+    """
+    fn: Callable[..., Any] = actor.fn
+    wrapped: Callable[..., Any] | None = getattr(fn, "__wrapped__", None)
+    if getattr(fn, "__code__", None) is _ASYNC_TO_SYNC_CODE and callable(wrapped):
+        return wrapped
+    return fn
+
+
+async def _never_called() -> None:
+    """Only used to find the code object of Dramatiq's async-to-sync wrapper."""
+
+
+#: The code shared by every wrapper ``dramatiq.asyncio.async_to_sync`` makes.
+_ASYNC_TO_SYNC_CODE = getattr(async_to_sync(_never_called), "__code__", None)
 
 
 _POLICY_KEYS = {
@@ -182,6 +279,10 @@ def workflow_task(
     ``round_times``, ``round_timeout``, ``round_timeout_join``, ``optional``).
     ``name`` is the registry id (default ``module.qualname``); it must be the
     same in the process that schedules and the one that runs.
+
+    ``fn`` may be ``async def``: each attempt runs the coroutine to its end on
+    an event loop of its own in the worker thread; a cancel of the job
+    cancels it, and ``round_timeout`` bounds it (``TaskTimeoutError``).
     """
     unknown = set(policy) - _POLICY_KEYS
     if unknown:
@@ -217,7 +318,8 @@ def actor_task(
     """A task that runs a plain ``@dramatiq.actor``'s function.
 
     ``options`` holds the retry table (as for :func:`workflow_task`) and the
-    actor's keyword arguments.
+    actor's keyword arguments. An ``async def`` actor runs as an async
+    workflow task does (see :func:`workflow_task`).
     """
     policy, params = _split(options)
     executor_id = f"actor:{actor.actor_name}"

@@ -29,7 +29,7 @@ _T = TypeVar("_T")
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
 _SCHEDULER_KEYS = (
     "broker", "channels", "jobStore", "leaseSeconds", "sweepInterval", "cancelGrace",
-    "dispatchSeconds",
+    "dispatchSeconds", "shutdownGrace", "unknownTaskGrace",
 )
 
 
@@ -75,6 +75,8 @@ def setup(
     sweep_interval: float = 5.0,
     cancel_grace: float = 10.0,
     dispatch_seconds: float | None = None,
+    shutdown_grace: float = 10.0,
+    unknown_task_grace: float = 300.0,
     heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
@@ -90,8 +92,8 @@ def setup(
         channels: channel ids (or id -> maxsize) to declare now, so that a
             ``dramatiq`` worker importing this module consumes them.
         migrate: upgrade the database schema first.
-        lease_seconds, sweep_interval, cancel_grace, dispatch_seconds: see
-            :class:`WorkflowMiddleware`.
+        lease_seconds, sweep_interval, cancel_grace, dispatch_seconds,
+        shutdown_grace, unknown_task_grace: see :class:`WorkflowMiddleware`.
         heartbeat_timeout_ms: the Redis broker's heartbeat timeout.
 
     Returns:
@@ -133,6 +135,10 @@ def setup(
         sweep_interval=_yaml_seconds(scheduler, "sweepInterval", sweep_interval),
         cancel_grace=_yaml_seconds(scheduler, "cancelGrace", cancel_grace, zero=True),
         dispatch_seconds=_yaml_seconds(scheduler, "dispatchSeconds", dispatch_seconds),
+        shutdown_grace=_yaml_seconds(scheduler, "shutdownGrace", shutdown_grace, zero=True),
+        unknown_task_grace=_yaml_seconds(
+            scheduler, "unknownTaskGrace", unknown_task_grace, zero=True
+        ),
     )
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)

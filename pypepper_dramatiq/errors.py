@@ -80,6 +80,25 @@ class NonRetriableError(PypepperError):
     """
 
 
+class ResultNotStorableError(NonRetriableError, TypeError):
+    """A task returned a value its job cannot store (not JSON); the attempt failed.
+
+    Not retried: another attempt of the same code would return the same kind
+    of value. Return JSON values (dicts, lists, strings, numbers, booleans,
+    None), or store large or binary outputs elsewhere and return a reference.
+    """
+
+    def __init__(self, task_name: str, value: object, reason: str) -> None:
+        kind = type(value).__module__ + "." + type(value).__qualname__
+        if kind.startswith("builtins."):
+            kind = kind[len("builtins."):]
+        super().__init__(
+            f"task {task_name!r} returned a {kind} that the job cannot store as JSON ({reason})"
+        )
+        self.task_name = task_name
+        self.type_name = kind
+
+
 class ExecutorError(PypepperError):
     """A task has no executor that can run it."""
 

@@ -33,6 +33,9 @@ class Running:
     cancel_seen: float | None = None
     running: bool = True
     interrupted: bool = False
+    #: When an interrupt was sent to its thread (monotonic); it lands only when
+    #: the thread next runs Python code, so a task blocked in C stops later.
+    interrupted_at: float | None = None
 
 
 class InFlight:
@@ -63,19 +66,42 @@ class InFlight:
         with self._lock:
             return [job_id for job_id, entry in self._steps.items() if entry.running]
 
+    def get(self, job_id: str) -> Running | None:
+        with self._lock:
+            return self._steps.get(job_id)
+
     def cancel(self, job_id: str) -> bool:
         """Set the cancel event of ``job_id``'s running attempt; True if one runs here."""
         with self._lock:
             entry = self._steps.get(job_id)
             if entry is None or not entry.running:
                 return False
-            if entry.cancel_seen is None:
+            first = entry.cancel_seen is None
+            if first:
                 entry.cancel_seen = time.monotonic()
             entry.cancel_event.set()
-        logger.info(
-            "job %s: cancel event set", job_id, extra={"action": "cancel_seen", "job_id": job_id}
-        )
+        if first:  # the lease keeper repeats it at every renewal: say it once
+            logger.info(
+                "job %s: cancel event set", job_id,
+                extra={"action": "cancel_seen", "job_id": job_id},
+            )
         return True
+
+    def interrupt_running(self, exc_type: type[BaseException]) -> list[str]:
+        """Send ``exc_type`` to the thread of every attempt still running here."""
+        sent = []
+        with self._lock:
+            for entry in self._steps.values():
+                if entry.running and not entry.interrupted:
+                    self._interrupt(entry, exc_type)
+                    sent.append(entry.job_id)
+        return sent
+
+    @staticmethod
+    def _interrupt(entry: Running, exc_type: type[BaseException]) -> None:
+        entry.interrupted = True
+        entry.interrupted_at = time.monotonic()
+        raise_thread_exception(entry.thread_id, exc_type)  # type: ignore[no-untyped-call]
 
     def interrupt_overdue(self, grace: float) -> list[str]:
         """Interrupt attempts still running ``grace`` seconds after their cancel."""
@@ -89,12 +115,12 @@ class InFlight:
                     and entry.cancel_seen is not None
                     and now - entry.cancel_seen >= grace
                 ):
-                    entry.interrupted = True
-                    raise_thread_exception(entry.thread_id, StepCancelled)  # type: ignore[no-untyped-call]
+                    self._interrupt(entry, StepCancelled)
                     interrupted.append(entry.job_id)
         for job_id in interrupted:
             logger.warning(
-                "job %s: task ignored its cancel for %.1fs; interrupted", job_id, grace,
+                "job %s: task ignored its cancel for %.1fs; interrupt sent (it lands when the "
+                "task next runs Python code: a call blocked in C finishes first)", job_id, grace,
                 extra={"action": "cancel_interrupt", "job_id": job_id},
             )
         return interrupted

@@ -25,11 +25,16 @@ class StepMessage:
     position: Position
     #: Present on the first message of a job: the worker heals a missing row from it.
     record: JobRecord | None = None
+    #: When a worker first found the step's task unknown (epoch seconds), while
+    #: the step waits for a worker that knows it (``unknown_task_grace``).
+    unknown_since: float | None = None
 
     def to_message(self, queue_name: str) -> dramatiq.Message[Any]:
         data: dict[str, Any] = {"job": self.job_id, "pos": self.position.to_list()}
         if self.record is not None:
             data["record"] = self.record.to_dict()
+        if self.unknown_since is not None:
+            data["unknown_since"] = self.unknown_since
         return dramatiq.Message(
             queue_name=queue_name,
             actor_name=STEP_ACTOR,
@@ -46,10 +51,12 @@ class StepMessage:
             raise MessageError(f"message {message.message_id} carries no {OPTION_KEY!r} option")
         try:
             record = data.get("record")
+            unknown_since = data.get("unknown_since")
             return cls(
                 job_id=str(data["job"]),
                 position=Position.from_list(data.get("pos") or [0, 0, 0, 0]),
                 record=JobRecord.from_dict(record) if record is not None else None,
+                unknown_since=None if unknown_since is None else float(unknown_since),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MessageError(

@@ -6,9 +6,9 @@ acknowledged unrun), and records the outcome and enqueues the next step
 after it. Messages of other actors pass through untouched.
 
 Failures in our hooks never fail open: Dramatiq logs and ignores ordinary
-exceptions from ``before_process_message``, so every path that must stop the
-actor raises :class:`~dramatiq.middleware.SkipMessage` (after deferring or
-dead-lettering the message on purpose).
+exceptions from ``before_process_message``, so the step actor runs a task only
+when this middleware handed it a claim; every other message returns unrun
+(after being deferred, passed on or dead-lettered on purpose).
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from dramatiq.broker import Broker
-from dramatiq.middleware import Middleware, SkipMessage
+from dramatiq.middleware import Middleware, Shutdown
 
 from . import actors
 from .cancellation import CancelListener, redis_client_of
@@ -29,10 +32,12 @@ from .config import seconds
 from .errors import MessageError, StoreError
 from .inflight import InFlight, LeaseKeeper
 from .messages import STEP_ACTOR, StepMessage
+from .outage import OutageLog
 from .recovery import RecoverySweeper
 from .rules import Action
 from .steps import Claim, Outcome, StepBook, StepSkipped
 from .store import get_job_store
+from .stores.base import utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,12 @@ class WorkflowMiddleware(Middleware):
             because the store was unreachable.
         dispatch_seconds: how long a step's message may wait in its queue
             before recovery sends it again (default: max(60, 2 * lease_seconds)).
+        shutdown_grace: on worker shutdown (SIGTERM), seconds running
+            attempts may take to finish (and be recorded) before they are
+            interrupted and handed back to another worker; 0 interrupts at once.
+        unknown_task_grace: how long a step whose task this worker does not
+            know (a rolling deploy: new code submitted it, old workers run) is
+            handed back for a worker that knows it, before it fails naming the id.
     """
 
     def __init__(
@@ -60,12 +71,16 @@ class WorkflowMiddleware(Middleware):
         cancel_grace: float = 10.0,
         defer_seconds: float = 2.0,
         dispatch_seconds: float | None = None,
+        shutdown_grace: float = 10.0,
+        unknown_task_grace: float = 300.0,
     ) -> None:
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
         self.lease_seconds = lease_seconds = seconds("lease_seconds", lease_seconds)
         self.sweep_interval = seconds("sweep_interval", sweep_interval)
         self.cancel_grace = seconds("cancel_grace", cancel_grace, zero=True)
         self.defer_seconds = seconds("defer_seconds", defer_seconds)
+        self.shutdown_grace = seconds("shutdown_grace", shutdown_grace, zero=True)
+        self.unknown_task_grace = seconds("unknown_task_grace", unknown_task_grace, zero=True)
         if dispatch_seconds is not None:
             dispatch_seconds = seconds("dispatch_seconds", dispatch_seconds)
         self.inflight = InFlight()
@@ -74,7 +89,10 @@ class WorkflowMiddleware(Middleware):
             get_job_store, self.owner, lease_seconds, dispatch_seconds=dispatch_seconds
         )
         self._threads: list[Any] = []
-        self._stopping = False
+        self._stopping = threading.Event()
+        self._shutdown_timer: threading.Timer | None = None
+        self._store_outage = OutageLog(self.logger, "job store (claiming steps)")
+        self._broker_outage = OutageLog(self.logger, "broker (enqueuing steps)")
 
     # -- process lifecycle -----------------------------------------------------
 
@@ -84,6 +102,11 @@ class WorkflowMiddleware(Middleware):
         self.book.owner = self.owner
 
     def after_worker_boot(self, broker: Broker, worker: Any) -> None:
+        if not manager.ids():
+            self.logger.warning(
+                "no channel is declared in this worker process, so it runs no workflow "
+                "jobs: pass the channels it serves to setup(channels=...)"
+            )
         self.start_background(broker)
 
     def start_background(self, broker: Broker) -> None:
@@ -107,9 +130,26 @@ class WorkflowMiddleware(Middleware):
     def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
         # From now on steps are handed back unrun, and the leases of steps
         # still finishing keep being renewed until the worker threads are done.
-        self._stopping = True
+        # Running attempts get shutdown_grace to finish and be recorded; then
+        # they are interrupted and handed back.
+        self._stopping.set()
+        timer = threading.Timer(self.shutdown_grace, self._interrupt_running)
+        timer.daemon = True
+        timer.start()
+        self._shutdown_timer = timer
+
+    def _interrupt_running(self) -> None:
+        for job_id in self.inflight.interrupt_running(Shutdown):
+            self.logger.info(
+                "job %s: still running %.1fs after shutdown began; interrupt sent (it lands "
+                "when the task next runs Python code), the step is then handed back",
+                job_id, self.shutdown_grace,
+                extra={"action": "shutdown_interrupt", "job_id": job_id},
+            )
 
     def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        if self._shutdown_timer is not None:
+            self._shutdown_timer.cancel()
         self.stop_background()
 
     def stop_background(self) -> None:
@@ -124,33 +164,24 @@ class WorkflowMiddleware(Middleware):
     def before_process_message(self, broker: Broker, message: Any) -> None:
         if message.actor_name != STEP_ACTOR:
             return
+        # Until a claim is made, the step actor returns without running
+        # anything: a message we acknowledge unrun is normal here (a duplicate,
+        # a stale redelivery), not worth Dramatiq's "was skipped" WARNING.
         actors.current.claim = None
+        actors.current.outcome = None
+        actors.current.handled = True
         try:
             step = StepMessage.from_message(message)
         except MessageError as exc:
             self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
             message.fail()
-            raise SkipMessage(str(exc)) from exc
-        if self._stopping:
+            return
+        if self._stopping.is_set():
             self._pass_on(broker, step, message)
-            raise SkipMessage(f"job {step.job_id}: worker stopping, step passed on")
-        try:
-            claim = self.book.claim(step)
-        except StepSkipped as exc:
-            self._left_channel(message, step)
-            if exc.dead:
-                self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
-                message.fail()
-            else:
-                self.logger.info("acknowledging message unrun: %s", exc)
-            raise SkipMessage(str(exc)) from exc
-        except StoreError as exc:
-            self._defer(broker, step, message, exc)
-            raise SkipMessage(f"job {step.job_id}: store unreachable, deferred") from exc
-        except Exception as exc:  # a bug: never run the actor past a failed claim
-            self.logger.exception("claim of job %s failed; dead-lettering", step.job_id)
-            message.fail()
-            raise SkipMessage(str(exc)) from exc
+            return
+        claim = self._claim(broker, step, message)
+        if claim is None:
+            return
         self._left_channel(message, step)
         timeout = float(claim.task.get("round_timeout", 0) or 0)
         if timeout > 0:
@@ -159,7 +190,44 @@ class WorkflowMiddleware(Middleware):
             message.options.pop("time_limit", None)
         actors.current.claim = claim
         actors.current.inflight = self.inflight
-        actors.current.outcome = None
+
+    def _claim(self, broker: Broker, step: StepMessage, message: Any) -> Claim | None:
+        """Claim the step; None when the message must not run here (already dealt with)."""
+        delay = self.defer_seconds
+        while True:
+            try:
+                claim = self.book.claim(step)
+            except StepSkipped as exc:
+                self._store_outage.ok()
+                self._left_channel(message, step)
+                if exc.dead:
+                    self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
+                    message.fail()
+                else:
+                    self.logger.debug("acknowledging message unrun: %s", exc)
+                return None
+            except StoreError as exc:
+                self._store_outage.failed(exc)
+                # The message may be the only copy of its job (its row could not
+                # be written either): it is acknowledged only once a copy is back
+                # in the broker, or once the store takes the claim.
+                if self._enqueue(broker, step.to_message(message.queue_name),
+                                 delay=self.defer_seconds, tries=1):
+                    self.logger.debug("message %s deferred %.1fs: %s",
+                                      message.message_id, self.defer_seconds, exc)
+                    return None
+                self._stopping.wait(delay)
+                delay = min(delay * 2, MAX_HOLD_BACKOFF)
+                if self._stopping.is_set():
+                    self._pass_on(broker, step, message)
+                    return None
+                continue
+            except Exception:  # a bug: never run the actor past a failed claim
+                self.logger.exception("claim of job %s failed; dead-lettering", step.job_id)
+                message.fail()
+                return None
+            self._store_outage.ok()
+            return claim
 
     def _left_channel(self, message: Any, step: StepMessage) -> None:
         """The job no longer waits in its channel (its first step was taken or dropped).
@@ -174,30 +242,38 @@ class WorkflowMiddleware(Middleware):
             _quietly(channel.gate.release, step.job_id)
 
     def _pass_on(self, broker: Broker, step: StepMessage, message: Any) -> None:
-        """Give an unclaimed step to another worker; dead-letter it if that fails."""
-        try:
-            broker.enqueue(step.to_message(message.queue_name))
-        except Exception:
-            self.logger.exception("message %s cannot be passed on; dead-lettering", message)
-            message.fail()
+        """Give an unclaimed step to another worker.
 
-    def _defer(self, broker: Broker, step: StepMessage, message: Any, exc: Exception) -> None:
-        """Put the step back with a delay; dead-letter the message if even that fails."""
-        try:
-            broker.enqueue(
-                step.to_message(message.queue_name), delay=int(self.defer_seconds * 1000)
-            )
-        except Exception:
-            self.logger.exception(
-                "store unreachable (%s) and message %s cannot be re-enqueued; dead-lettering",
-                exc, message.message_id,
-            )
-            message.fail()
-            return
-        self.logger.warning(
-            "store unreachable (%s); message %s deferred %.1fs", exc, message.message_id,
-            self.defer_seconds,
-        )
+        The message is acknowledged only once its copy is in the broker: while
+        the broker is down this thread keeps trying, and if the process ends
+        first, the unacknowledged message returns with the dead worker's.
+        """
+        self._enqueue(broker, step.to_message(message.queue_name), tries=None)
+        self.logger.debug("job %s: worker stopping, step passed on", step.job_id)
+
+    def _enqueue(
+        self, broker: Broker, message: Any, *, delay: float = 0.0, tries: int | None = 3
+    ) -> bool:
+        """Enqueue ``message``; True once the broker took it.
+
+        Tries ``tries`` times with a short backoff (None: until it works), so
+        that a blip of the broker costs a moment, not a recovery sweep.
+        """
+        backoff = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                broker.enqueue(message, delay=int(delay * 1000) or None)
+            except Exception as exc:
+                self._broker_outage.failed(exc)
+                if tries is not None and attempt >= tries:
+                    return False
+                time.sleep(backoff)
+                backoff = min(backoff * 2, MAX_HOLD_BACKOFF)
+                continue
+            self._broker_outage.ok()
+            return True
 
     def after_process_message(
         self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
@@ -207,14 +283,19 @@ class WorkflowMiddleware(Middleware):
         claim: Claim | None = getattr(actors.current, "claim", None)
         outcome: Outcome | None = getattr(actors.current, "outcome", None)
         actors.current.claim = actors.current.outcome = None
+        actors.current.handled = False
         if claim is None:
             return
         self.inflight.remove(claim.record.id)
         if outcome is None:
             outcome = Outcome(False, error=f"{type(exception).__name__}: {exception}")
         if outcome is actors.HANDED_BACK:
-            self._hand_back(broker, claim)
+            self._hand_back(broker, claim, StepMessage(claim.record.id, claim.position))
             return
+        if outcome.unknown_task:
+            waiting = self._wait_for_a_worker_that_knows(broker, claim, message, outcome)
+            if waiting:
+                return
         try:
             decision = self.book.record(claim, outcome)
         except StoreError as exc:
@@ -229,26 +310,70 @@ class WorkflowMiddleware(Middleware):
         next_message = StepMessage(claim.record.id, decision.position).to_message(
             message.queue_name
         )
+        if not self._enqueue(broker, next_message, delay=decision.delay):
+            self.logger.warning(
+                "job %s: next step %s not enqueued; recovery sends it when it is due",
+                claim.record.id, decision.position.key(),
+            )
+            self.book.due_now(claim.record.id, decision.position, decision.delay)
+
+    def _wait_for_a_worker_that_knows(
+        self, broker: Broker, claim: Claim, message: Any, outcome: Outcome
+    ) -> bool:
+        """Hand back a step whose task is unknown here, within ``unknown_task_grace``.
+
+        True if it was handed back (no attempt counted); False once the grace
+        has passed since a worker first found it unknown: it then fails.
+        """
+        step = StepMessage.from_message(message)
+        now = time.time()
+        since = step.unknown_since if step.unknown_since is not None else now
+        left = self.unknown_task_grace - (now - since)
+        if left <= 0:
+            return False
+        delay = min(UNKNOWN_TASK_RETRY_SECONDS, left)
+        self.logger.info(
+            "job %s: %s; handed back for a worker that knows it (%.0fs of unknown_task_grace "
+            "left)", claim.record.id, outcome.error, left,
+            extra={"action": "unknown_task", "job_id": claim.record.id},
+        )
+        self._hand_back(
+            broker, claim, StepMessage(claim.record.id, claim.position, unknown_since=since),
+            delay=delay,
+        )
+        return True
+
+    def _hand_back(
+        self, broker: Broker, claim: Claim, step: StepMessage, *, delay: float = 0.0
+    ) -> None:
+        """Let another worker run this step (after ``delay``); no attempt is counted.
+
+        The row is released with a lease expiry, so that if the message cannot
+        be enqueued the recovery sweep re-sends the step when it is due.
+        """
+        now = utcnow()
         try:
-            broker.enqueue(next_message, delay=int(decision.delay * 1000) or None)
-        except Exception as exc:
-            self.logger.error(
-                "job %s: next step not enqueued (%s); recovery sends it after the lease",
+            released = self.book.release(claim, until=now + timedelta(
+                seconds=delay + self.book.dispatch_seconds))
+        except StoreError as exc:
+            self.logger.warning(
+                "job %s: hand-back not stored (%s); the step runs again after its lease",
                 claim.record.id, exc,
             )
+            return
+        if not released:
+            return  # cancelled or taken over meanwhile: nothing to hand back
+        if not self._enqueue(broker, step.to_message(claim.record.channel_id), delay=delay):
+            self.logger.warning(
+                "job %s: handed-back step not enqueued; recovery sends it", claim.record.id
+            )
+            self.book.due_now(claim.record.id, claim.position, delay)
 
-    def _hand_back(self, broker: Broker, claim: Claim) -> None:
-        """Worker shutdown cut the attempt short: let another worker run it now."""
-        record = claim.record.evolve(lease_owner=None, lease_expires=None)
-        try:
-            if get_job_store().put(record):
-                broker.enqueue(
-                    StepMessage(record.id, claim.position).to_message(record.channel_id)
-                )
-                return
-        except Exception as exc:
-            self.logger.warning("job %s: hand-back failed (%s)", record.id, exc)
-        self.logger.warning("job %s: step left to lease recovery", record.id)
+
+#: Longest wait between two tries of a thread holding a message it cannot place yet.
+MAX_HOLD_BACKOFF = 5.0
+#: How often a step whose task is unknown here is offered again to the workers.
+UNKNOWN_TASK_RETRY_SECONDS = 1.0
 
 
 def _owner_id() -> str:

@@ -9,22 +9,23 @@ claim and is acknowledged without running user code.
 
 Row ``state`` keys: ``cursor`` (the position to run), ``results`` and
 ``errors`` by task key (``"workflow.task"``), ``attempts`` per task key,
-``skipped`` (optional tasks that failed for good).
+``skipped`` (optional tasks that failed for good), ``history`` (per task key,
+the bounded attempt history of :mod:`~pypepper_dramatiq.history`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, overload
 
-from . import rules
-from .errors import StoreError
+from . import history, rules
+from .errors import ResultNotStorableError, StoreError, describe
 from .messages import StepMessage
+from .results import check_storable
 from .rules import Position, RetryPolicy
 from .status import Status
 from .stores.base import IJobStore, JobRecord, utcnow
@@ -52,9 +53,58 @@ class Outcome:
 
     succeeded: bool
     result: Any = None
+    #: ``Type: message`` of a failure.
     error: str | None = None
     #: False when another attempt cannot help (see ``errors.is_retriable``).
     retriable: bool = True
+    #: The attempt-history outcome (``history.FAILED``, ``TIMED_OUT``, ...).
+    kind: str | None = None
+    #: The failure's traceback text, for the attempt history.
+    traceback: str | None = None
+    #: When the attempt started and ended (None: not known, e.g. a crashed actor).
+    started: datetime | None = None
+    ended: datetime | None = None
+    #: The task's executor id is not registered in this worker (a rolling deploy?).
+    unknown_task: bool = False
+
+    @classmethod
+    def failure(
+        cls,
+        exc: BaseException,
+        *,
+        retriable: bool = True,
+        kind: str = history.FAILED,
+        error: str | None = None,
+        started: datetime | None = None,
+    ) -> Outcome:
+        """A failed attempt that raised ``exc``."""
+        return cls(
+            False,
+            error=error or describe(exc),
+            retriable=retriable,
+            kind=kind,
+            traceback=history.traceback_text(exc),
+            started=started,
+            ended=utcnow(),
+        )
+
+    def history_entry(self, position: Position, worker: str, claimed: datetime) -> dict[str, Any]:
+        """This attempt as the job row's history stores it."""
+        error_type = message = None
+        if not self.succeeded and self.error:
+            error_type, _, message = self.error.partition(": ")
+            if not message:
+                error_type, message = None, self.error
+        return history.entry(
+            started=self.started or claimed,
+            ended=self.ended or utcnow(),
+            worker=worker,
+            outcome=self.kind or (history.SUCCEEDED if self.succeeded else history.FAILED),
+            error_type=error_type,
+            message=message,
+            traceback=self.traceback,
+            position=position.to_list(),
+        )
 
 
 @dataclass(frozen=True)
@@ -137,14 +187,6 @@ def policy_of(task: dict[str, Any]) -> RetryPolicy:
 def cursor_of(record: JobRecord) -> Position | None:
     cursor = record.state.get("cursor")
     return Position.from_list(cursor) if cursor else None
-
-
-def _json_safe(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value
 
 
 class StepBook:
@@ -288,17 +330,32 @@ class StepBook:
         """
         position = claim.position
         key = position.key()
-        state = dict(claim.record.state)
+        if outcome.succeeded:
+            try:
+                check_storable(str(claim.task.get("name", key)), outcome.result)
+            except ResultNotStorableError as exc:
+                outcome = Outcome.failure(exc, retriable=False, started=outcome.started)
+        state = history.appended(
+            claim.record.state, key,
+            outcome.history_entry(position, self.owner, claim.record.updated),
+        )
         results = dict(state.get("results") or {})
         errors = dict(state.get("errors") or {})
         attempts = dict(state.get("attempts") or {})
         skipped = list(state.get("skipped") or [])
         attempts[key] = int(attempts.get(key, 0)) + 1
         if outcome.succeeded:
-            results[key] = _json_safe(outcome.result)
+            results[key] = outcome.result
             errors.pop(key, None)
         else:
             errors[key] = outcome.error
+            logger.info(
+                "job %s: task %s attempt %d (round %d) failed: %s",
+                claim.record.id, claim.task.get("name", key), position.attempt + 1,
+                position.round + 1, outcome.error,
+                extra={"action": "attempt_failed", "job_id": claim.record.id,
+                       "position": position.to_list()},
+            )
         decision = rules.next_step(
             claim.plan, position, outcome.succeeded, retriable=outcome.retriable
         )
@@ -323,11 +380,46 @@ class StepBook:
         if not self._write(updated):
             current = self._store().get(claim.record.id)
             status = current.status.value if current else "gone"
-            _log("lost", claim.record.id, position, status)
+            # Losing to a cancel is the cancel working; anything else is worth a line.
+            expected = current is not None and current.status is Status.CANCELLED
+            _log("lost_to_cancel" if expected else "lost", claim.record.id, position, status)
             return None
         _log(decision.action.value, claim.record.id, decision.position or position,
              changes.get("error"))
         return decision
+
+    def release(self, claim: Claim, until: datetime) -> bool:
+        """Give up the claimed step unrun (no attempt counted); False if the row moved.
+
+        ``until`` is when recovery may send the step again if no message for
+        it comes through (the caller enqueues one).
+        """
+        released = claim.record.evolve(updated=utcnow(), lease_owner=None, lease_expires=until)
+        return self._store().advance(released)
+
+    def due_now(self, job_id: str, position: Position, delay: float = 0.0) -> bool:
+        """The message for ``position`` could not be enqueued: let recovery send it
+        when it is due (``delay`` seconds from now) instead of after ``dispatch_seconds``.
+
+        Only a row still at that position and free is touched; store failures
+        are logged (the lease expiry already written still recovers it, later).
+        """
+        try:
+            store = self._store()
+            record = store.get(job_id)
+            if (
+                record is None
+                or record.status is not Status.IN_PROGRESS
+                or cursor_of(record) != position
+                or record.lease_owner is not None
+            ):
+                return False
+            due = utcnow() + timedelta(seconds=delay)
+            return store.advance(record.evolve(lease_expires=due))
+        except StoreError as exc:
+            logger.warning("job %s: could not mark step %s due (%s); recovery sends it later",
+                           job_id, position.key(), exc)
+            return False
 
     def _write(self, record: JobRecord) -> bool:
         delay = 0.1
@@ -343,9 +435,10 @@ class StepBook:
         return False  # pragma: no cover - the loop returns or raises
 
 
-#: Like Dramatiq, nothing per message above DEBUG (a job's start and completion
-#: included); a failed job is a WARNING; a lost write or a healed row is INFO.
-_LEVELS = {"fail": logging.WARNING, "lost": logging.INFO, "heal": logging.INFO}
+#: Like Dramatiq, nothing per message above DEBUG (a job's start and completion,
+#: a row healed because the worker was faster than its producer, a write lost
+#: to a cancel); a failed job is a WARNING; a write lost to anything else is INFO.
+_LEVELS = {"fail": logging.WARNING, "lost": logging.INFO}
 
 
 def _log(action: str, job_id: str, position: Position, detail: str | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from . import history
 from .channel import Channel
 from .errors import (
     InvalidTransitionError,
@@ -18,6 +19,7 @@ from .job import Job
 from .status import Status
 from .store import get_job_store
 from .stores.base import JobRecord
+from .workflow import WorkflowResult
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ class Worker:
         job.share_cancel_event()
         error: str | None = None
         with job.running_here():
-            for workflow in job.workflows:
+            for index, workflow in enumerate(job.workflows):
                 if _cancelled(job):
                     break
                 try:
@@ -88,6 +90,7 @@ class Worker:
                     logger.exception("job %s: workflow raised", job.id)
                     error = describe(exc)
                     break
+                _keep_history(job, index, result)
                 if result.cancelled:
                     break
                 if not result.ok:
@@ -189,6 +192,15 @@ class Worker:
             job.adopt(durable)
             return
         logger.error("job %s ended %s but the snapshot did not persist", job.id, job.status)
+
+
+def _keep_history(job: Job, workflow: int, result: WorkflowResult) -> None:
+    """Add the workflow's attempts to the job's stored history (written with its end)."""
+    state = job.state
+    for outcome in result.outcomes:
+        for item in outcome.history:
+            state = history.appended(state, f"{workflow}.{outcome.index}", item)
+    job.state = state
 
 
 def _log(job: Job, action: str, detail: object = None) -> None:

@@ -156,3 +156,27 @@ def test_setup_refuses_a_yaml_key_it_does_not_know(
         setup(config_path=path, broker=StubBroker())
     assert "leaseSeconds" in str(raised.value) or "url" in str(raised.value)  # the known keys
     assert dramatiq.broker.global_broker is None
+
+
+def test_setup_declares_only_the_queues_of_declared_channels() -> None:
+    # The step actor travels on the channels' queues: no "default" queue of its
+    # own that every worker would then consume (and RabbitMQ would create).
+    bare = setup(broker=StubBroker())
+    assert bare.get_declared_queues() == set()
+    assert bare.get_actor(STEP_ACTOR).actor_name == STEP_ACTOR
+
+    broker = setup(broker=StubBroker(), channels=["etl", "reports"])
+    assert broker.get_declared_queues() == {"etl", "etl.DQ", "reports", "reports.DQ"}
+    assert broker.get_actor(STEP_ACTOR).broker is broker
+
+
+def test_setup_passes_the_shutdown_and_unknown_task_graces_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    path.write_text("scheduler:\n  shutdownGrace: 3\n  unknownTaskGrace: 0\n")
+    broker = setup(broker=StubBroker(), config_path=path)
+    middleware = next(m for m in broker.middleware if isinstance(m, WorkflowMiddleware))
+    assert (middleware.shutdown_grace, middleware.unknown_task_grace) == (3.0, 0.0)
+
+    path.write_text("scheduler:\n  shutdownGrace: soon\n")
+    with pytest.raises(ConfigError, match=r"scheduler\.shutdownGrace"):
+        setup(broker=StubBroker(), config_path=path)

@@ -17,6 +17,7 @@ from dramatiq.brokers.stub import StubBroker
 from pypepper_dramatiq import (
     INIT,
     SCHEDULE,
+    CallableExecutor,
     Context,
     Job,
     JobRecord,
@@ -25,6 +26,7 @@ from pypepper_dramatiq import (
     StoreUnavailableError,
     Task,
     Workflow,
+    executor_registry,
     get_job_store,
     set_job_store,
     workflow_task,
@@ -254,7 +256,8 @@ def test_failing_step_is_not_retried_by_dramatiq(
 def test_a_task_whose_executor_the_worker_does_not_know_fails_the_job_naming_it(
     stub_broker: StubBroker, stub_worker: dramatiq.Worker, key: str
 ) -> None:
-    # A producer deployed with a task the workers were not (yet) given.
+    # A producer deployed with a task the workers were not (yet) given; no grace.
+    workflow_middleware(stub_broker).unknown_task_grace = 0
     missing = f"tests.never-registered.{key}"
     job = Job(category="middleware", channel_id=CHANNEL)
     job.workflows.append(
@@ -297,3 +300,60 @@ def test_duplicate_of_a_finished_step_is_acknowledged_unrun(
     assert calls(key) == 1
     assert stub_broker.dead_letters == []
     assert get_job_store().get(job.id) == finished
+
+
+def _job_with_unknown_task(key: str, executor_id: str) -> Job:
+    job = Job(category="middleware", channel_id=CHANNEL)
+    job.workflows.append(Workflow([
+        Task(CHANNEL, "d", "f", "new-task", "t", "", [], None, executor_id=executor_id),
+        count.task(name="count", key=key),
+    ]))
+    return job
+
+
+def test_an_unknown_task_waits_for_a_worker_that_knows_it_without_burning_attempts(
+    stub_broker: StubBroker, stub_worker: dramatiq.Worker, key: str
+) -> None:
+    # Rolling deploy: new code submitted the job before the workers were upgraded.
+    workflow_middleware(stub_broker).unknown_task_grace = 30
+    executor_id = f"tests.deployed-later.{key}"
+    job = _job_with_unknown_task(key, executor_id)
+    job.scheduled()
+    time.sleep(1.5)  # handed back at least once meanwhile
+    record = get_job_store().get(job.id)
+    assert record is not None and record.status is Status.IN_PROGRESS
+    assert record.state.get("attempts", {}) == {}  # no attempt counted while waiting
+
+    executor_registry.register(executor_id, CallableExecutor(lambda task, context: "new"))
+    try:
+        wait_for(lambda: status_of(job) is Status.COMPLETED, "the job to complete")
+    finally:
+        executor_registry.unregister(executor_id)
+    drain(stub_broker, stub_worker)
+    record = get_job_store().get(job.id)
+    assert record is not None
+    assert record.state["attempts"] == {"0.0": 1, "0.1": 1}
+    assert record.state["results"]["0.0"] == "new"
+    assert calls(key) == 1
+
+
+def test_an_unknown_task_fails_after_the_grace_naming_the_id(
+    stub_broker: StubBroker, stub_worker: dramatiq.Worker, key: str
+) -> None:
+    grace = 1.0
+    workflow_middleware(stub_broker).unknown_task_grace = grace
+    executor_id = f"tests.never-deployed.{key}"
+    job = _job_with_unknown_task(key, executor_id)
+    started = time.monotonic()
+    job.scheduled()
+
+    wait_for(lambda: status_of(job) is Status.FAILED, "the job to fail")
+    failed_after = time.monotonic() - started
+    drain(stub_broker, stub_worker)
+
+    record = get_job_store().get(job.id)
+    assert record is not None and record.error is not None
+    assert "UnknownExecutorError" in record.error and executor_id in record.error
+    assert failed_after >= grace  # not before the grace ran out
+    assert record.state["attempts"] == {"0.0": 1}
+    assert calls(key) == 0

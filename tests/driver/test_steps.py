@@ -364,12 +364,37 @@ def test_optional_task_out_of_attempts_is_skipped(store: IJobStore) -> None:
     assert row.state["cursor"] == [0, 1, 0, 0]
 
 
-def test_result_that_is_not_json_is_stored_as_its_repr(store: IJobStore) -> None:
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [({1, 2}, "a set"), (float("nan"), "a float"), ({"text": "a\x00b"}, "a dict"),
+     (object(), "a object")],
+    ids=["set", "nan", "nul-in-text", "object"],
+)
+def test_a_result_the_row_cannot_store_fails_the_attempt_naming_task_and_type(
+    store: IJobStore, value: Any, kind: str
+) -> None:
+    # Never stored as something else (its repr): the caller would read a value
+    # the task never returned. Not retried: the same code returns the same type.
+    record, claim = in_progress(store, [task("a", retry_count=3), task("b")])
+
+    decision = book_on(store).record(claim, Outcome(True, value))
+
+    assert decision is not None and decision.action is Action.FAIL
+    row = row_of(store, record.id)
+    assert row.status is Status.FAILED
+    assert row.state["results"] == {}
+    assert row.error is not None
+    assert "ResultNotStorableError" in row.error and "'a'" in row.error and kind in row.error
+    assert row.state["attempts"] == {"0.0": 1}
+
+
+def test_json_values_are_stored_as_they_are(store: IJobStore) -> None:
     record, claim = in_progress(store, [task("a")])
+    value = {"rows": [1, 2.5, None, True, "é"], "nested": {"k": []}}
 
-    book_on(store).record(claim, Outcome(True, {1, 2}))
+    book_on(store).record(claim, Outcome(True, value))
 
-    assert row_of(store, record.id).state["results"] == {"0.0": repr({1, 2})}
+    assert row_of(store, record.id).state["results"] == {"0.0": value}
 
 
 def test_record_after_a_cancel_returns_none_and_keeps_cancelled(store: IJobStore) -> None:

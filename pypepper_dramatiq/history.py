@@ -1,0 +1,83 @@
+"""The attempt history a job row keeps for each task: what ran, where, and how it ended.
+
+Both drivers append one entry per attempt to ``state["history"][task_key]``
+(``task_key`` is ``"workflow.task"``), in the write that already records the
+attempt, so keeping it costs no extra round trip. The list is bounded: the
+first attempt of a task and its most recent ones are kept, older ones in
+between are dropped and counted in ``state["history_dropped"]``.
+"""
+
+from __future__ import annotations
+
+import traceback as traceback_module
+from datetime import datetime
+from typing import Any
+
+#: Entries kept per task: the first attempt and the latest ``HISTORY_LIMIT - 1``.
+HISTORY_LIMIT = 10
+#: Longest error message stored in an entry, in characters.
+MESSAGE_LIMIT = 1_000
+#: Longest traceback text stored in an entry (its end is kept: the raising frame).
+TRACEBACK_LIMIT = 4_000
+
+#: Outcomes an entry may record.
+SUCCEEDED, FAILED, TIMED_OUT, CANCELLED = "succeeded", "failed", "timed_out", "cancelled"
+
+
+def _clip(text: str, limit: int, *, keep_end: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    if keep_end:
+        return "..." + text[-(limit - 3):]
+    return text[: limit - 3] + "..."
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The formatted traceback of ``exc``, clipped to :data:`TRACEBACK_LIMIT`."""
+    text = "".join(traceback_module.format_exception(type(exc), exc, exc.__traceback__))
+    return _clip(text, TRACEBACK_LIMIT, keep_end=True)
+
+
+def entry(
+    *,
+    started: datetime,
+    ended: datetime,
+    worker: str | None,
+    outcome: str,
+    error_type: str | None = None,
+    message: str | None = None,
+    traceback: str | None = None,
+    position: list[int] | None = None,
+) -> dict[str, Any]:
+    """One attempt as stored (JSON-ready)."""
+    item: dict[str, Any] = {
+        "started": started.isoformat(),
+        "ended": ended.isoformat(),
+        "worker": worker,
+        "outcome": outcome,
+    }
+    if position is not None:
+        item["round"], item["attempt"] = position[2], position[3]
+    if error_type is not None:
+        item["error_type"] = error_type
+    if message is not None:
+        item["message"] = _clip(message, MESSAGE_LIMIT)
+    if traceback is not None:
+        item["traceback"] = _clip(traceback, TRACEBACK_LIMIT, keep_end=True)
+    return item
+
+
+def appended(state: dict[str, Any], key: str, item: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with ``item`` added to the history of task ``key`` (a new dict; bounded)."""
+    history = {k: list(v) for k, v in (state.get("history") or {}).items()}
+    entries = history.setdefault(key, [])
+    entries.append(item)
+    dropped = dict(state.get("history_dropped") or {})
+    if len(entries) > HISTORY_LIMIT:
+        # Keep the first attempt (how it all began) and the latest ones.
+        del entries[1]
+        dropped[key] = int(dropped.get(key, 0)) + 1
+    new = dict(state, history=history)
+    if dropped:
+        new["history_dropped"] = dropped
+    return new

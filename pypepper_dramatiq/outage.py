@@ -1,0 +1,75 @@
+"""Logging an outage of the store or the broker as an operator wants to read it.
+
+One WARNING when a service becomes unreachable, one line a minute while it
+stays so, one INFO when it is back: not a traceback at every retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+#: Seconds between the reminder lines of a lasting outage.
+REMINDER_SECONDS = 60.0
+
+
+class OutageLog:
+    """The state of one service as one part of a process sees it.
+
+    Args:
+        logger: where the lines go.
+        what: the service and who noticed, e.g. ``"job store (recovery sweep)"``.
+        reminder_seconds: seconds between the lines of a lasting outage.
+    """
+
+    def __init__(
+        self, logger: logging.Logger, what: str, reminder_seconds: float = REMINDER_SECONDS
+    ) -> None:
+        self.logger = logger
+        self.what = what
+        self.reminder_seconds = reminder_seconds
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._last_line = 0.0
+        self._failures = 0
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, exc: BaseException) -> None:
+        """A call to the service failed with ``exc``."""
+        now = time.monotonic()
+        with self._lock:
+            self._failures += 1
+            if self._since is None:
+                self._since, self._last_line = now, now
+                first = True
+            elif now - self._last_line >= self.reminder_seconds:
+                self._last_line = now
+                first = False
+            else:
+                return
+            since, failures = self._since, self._failures
+        if first:
+            self.logger.warning("%s unreachable: %s", self.what, exc,
+                                extra={"action": "outage", "service": self.what})
+        else:
+            self.logger.warning(
+                "%s still unreachable after %.0fs (%d failed calls): %s",
+                self.what, now - since, failures, exc,
+                extra={"action": "outage", "service": self.what},
+            )
+
+    def ok(self) -> None:
+        """A call to the service succeeded."""
+        if self._since is None:  # the common case, without the lock
+            return
+        with self._lock:
+            since, self._since = self._since, None
+            failures, self._failures = self._failures, 0
+        if since is not None:
+            self.logger.info("%s is back after %.1fs (%d failed calls)",
+                             self.what, time.monotonic() - since, failures,
+                             extra={"action": "outage_over", "service": self.what})
