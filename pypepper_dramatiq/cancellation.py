@@ -14,6 +14,7 @@ from typing import Any
 from .broker import get_broker
 from .gates import KEY_PREFIX
 from .inflight import InFlight
+from .outage import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class CancelListener(threading.Thread):
         self.reconnect_delay = reconnect_delay
         self.ready = threading.Event()
         self._stop_event = threading.Event()
+        self._outage = OutageLog(logger, "Redis (cancel listener)")
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -65,6 +67,7 @@ class CancelListener(threading.Thread):
                 pubsub = self.client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(CANCEL_CHANNEL)
                 self.ready.set()
+                self._outage.ok()
                 while not self._stop_event.is_set():
                     message = pubsub.get_message(timeout=0.5)
                     if message and message.get("type") == "message":
@@ -73,7 +76,7 @@ class CancelListener(threading.Thread):
                         self.inflight.cancel(job_id)
             except Exception as exc:
                 self.ready.clear()
-                logger.warning("cancel listener lost Redis (%s); reconnecting", exc)
+                self._outage.failed(exc)
                 self._stop_event.wait(self.reconnect_delay)
             finally:
                 if pubsub is not None:

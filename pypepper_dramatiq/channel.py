@@ -19,7 +19,6 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-import dramatiq
 from dramatiq.broker import Broker, Consumer
 
 from .broker import get_broker
@@ -27,6 +26,7 @@ from .config import count
 from .errors import BrokerUnavailableError, MessageError, StoreError
 from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import StepMessage
+from .outage import broker_unreachable
 from .rules import Position
 from .status import Status
 
@@ -128,7 +128,7 @@ class Channel:
                 self._local.pop(job.id, None)
                 with contextlib.suppress(BrokerUnavailableError):
                     self.gate.release(job.id)
-                if _is_connection_error(exc):
+                if broker_unreachable(exc):
                     raise BrokerUnavailableError(
                         f"the broker did not take job {job.id} for channel {self.id}: {exc}"
                     ) from exc
@@ -233,13 +233,6 @@ def _fail_stored(record: JobRecord, error: str) -> None:
         store.put(current.evolve(status=Status.FAILED, error=error, updated=utcnow()))
     except StoreError as exc:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    """A broker that could not be reached (Dramatiq's, redis-py's or the OS's word for it)."""
-    if isinstance(exc, dramatiq.errors.ConnectionError | OSError):
-        return True
-    return type(exc).__module__.startswith("redis.") and "Connection" in type(exc).__name__
 
 
 def _gate_for(broker: Broker, channel_id: str, maxsize: int | None) -> Gate:

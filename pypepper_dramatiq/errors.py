@@ -99,6 +99,22 @@ class ResultNotStorableError(NonRetriableError, TypeError):
         self.type_name = kind
 
 
+class TaskCancelledError(PypepperError):
+    """The job was cancelled while the task's coroutine ran; the coroutine was stopped."""
+
+
+class AmbiguousTaskNameError(PypepperError, LookupError):
+    """More than one task of the job has this name: say which workflow."""
+
+
+class NoTaskResultError(PypepperError, KeyError):
+    """No stored result for this task: no such task, or it has not produced one."""
+
+    def __str__(self) -> str:
+        # KeyError would print its message quoted, as it does a missing key.
+        return str(self.args[0]) if self.args else ""
+
+
 class ExecutorError(PypepperError):
     """A task has no executor that can run it."""
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import PypepperError, TaskTimeoutError, UnknownExecutorError
+from .errors import TaskCancelledError, TaskTimeoutError, UnknownExecutorError
 
 if TYPE_CHECKING:
     from .context import Context
@@ -41,10 +41,6 @@ ASYNC_CLEANUP_SECONDS = 5.0
 
 #: Marks an ``execute`` already wrapped by :meth:`IExecutor.__init_subclass__`.
 _RESOLVES_AWAITABLES = "_pypepper_resolves_awaitables"
-
-
-class TaskCancelledError(PypepperError):
-    """The job was cancelled while the task's coroutine ran; the coroutine was stopped."""
 
 
 class IExecutor(abc.ABC):

@@ -11,6 +11,8 @@ from datetime import timedelta
 from dramatiq.middleware import Interrupt
 from dramatiq.middleware.threading import raise_thread_exception
 
+from .errors import StoreUnavailableError
+from .outage import OutageLog
 from .status import Status
 from .store import get_job_store
 from .stores.base import utcnow
@@ -148,6 +150,7 @@ class LeaseKeeper(threading.Thread):
         self.cancel_grace = cancel_grace
         self.interval = interval if interval is not None else max(0.2, lease_seconds / 3)
         self._stop_event = threading.Event()
+        self._outage = OutageLog(logger, "job store (lease renewal)")
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -160,6 +163,9 @@ class LeaseKeeper(threading.Thread):
                 if time.monotonic() - last_renewal >= self.interval:
                     last_renewal = time.monotonic()
                     self.renew()
+                    self._outage.ok()
+            except StoreUnavailableError as exc:
+                self._outage.failed(exc)
             except Exception:
                 logger.exception("lease renewal failed; retrying")
 

@@ -10,6 +10,8 @@ import logging
 import threading
 import time
 
+import dramatiq
+
 #: Seconds between the reminder lines of a lasting outage.
 REMINDER_SECONDS = 60.0
 
@@ -57,7 +59,7 @@ class OutageLog:
                                 extra={"action": "outage", "service": self.what})
         else:
             self.logger.warning(
-                "%s still unreachable after %.0fs (%d failed calls): %s",
+                "%s still unreachable after %.1fs (%d failed calls): %s",
                 self.what, now - since, failures, exc,
                 extra={"action": "outage", "service": self.what},
             )
@@ -73,3 +75,13 @@ class OutageLog:
             self.logger.info("%s is back after %.1fs (%d failed calls)",
                              self.what, time.monotonic() - since, failures,
                              extra={"action": "outage_over", "service": self.what})
+
+
+def broker_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the broker could not be reached (Dramatiq's, redis-py's
+    or the OS's word for it), as opposed to a bug or a refusal."""
+    if isinstance(exc, dramatiq.errors.BrokerConnectionError | OSError):
+        return True
+    return type(exc).__module__.startswith("redis.") and (
+        "Connection" in type(exc).__name__ or "Timeout" in type(exc).__name__
+    )

@@ -24,8 +24,10 @@ from dramatiq.broker import Broker
 from dramatiq.common import current_millis, dq_name
 
 from .cancellation import redis_client_of
+from .errors import StoreError, StoreUnavailableError
 from .gates import KEY_PREFIX
 from .messages import StepMessage
+from .outage import OutageLog, broker_unreachable
 from .rules import Position
 from .steps import cursor_of
 from .store import get_job_store
@@ -76,17 +78,43 @@ class RecoverySweeper(threading.Thread):
         self.interval = interval
         self.batch = batch
         self._stop_event = threading.Event()
+        self._store_outage = OutageLog(logger, "job store (recovery sweep)")
+        self._broker_outage = OutageLog(logger, "broker (recovery sweep)")
 
     def stop(self) -> None:
         self._stop_event.set()
 
     def run(self) -> None:
         while not self._stop_event.wait(self.interval):
-            try:
-                if self.lead():
-                    self.sweep()
-            except Exception:
-                logger.exception("recovery sweep failed; retrying next interval")
+            self.run_once()
+
+    def run_once(self) -> None:
+        """One interval's work; an outage is logged once, not at every sweep."""
+        try:
+            leader = self.lead()
+        except Exception as exc:
+            self._report(exc, self._broker_outage)
+            return
+        self._broker_outage.ok()
+        if not leader:
+            return
+        try:
+            self.sweep()
+        except StoreError as exc:
+            self._report(exc, self._store_outage)
+            return
+        except Exception as exc:
+            self._report(exc, self._broker_outage)
+            return
+        self._store_outage.ok()
+        self._broker_outage.ok()
+
+    @staticmethod
+    def _report(exc: Exception, outage: OutageLog) -> None:
+        if isinstance(exc, StoreUnavailableError) or broker_unreachable(exc):
+            outage.failed(exc)
+        else:
+            logger.exception("recovery sweep failed; retrying next interval")
 
     def lead(self) -> bool:
         """Take or keep the sweeper lock; True if this process sweeps now."""

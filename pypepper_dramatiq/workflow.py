@@ -16,7 +16,7 @@ from typing import Any
 
 from . import history, rules
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY
-from .errors import TaskTimeoutError, describe, is_retriable
+from .errors import TaskCancelledError, TaskTimeoutError, describe, is_retriable
 from .stores.base import utcnow
 from .task import Task
 
@@ -193,7 +193,9 @@ def _history_entry(
     error = value if isinstance(value, BaseException) else RuntimeError(str(value))
     return history.entry(
         started=started, ended=utcnow(), worker=_WORKER,
-        outcome=history.TIMED_OUT if isinstance(error, TaskTimeoutError) else history.FAILED,
+        outcome=(history.TIMED_OUT if isinstance(error, TaskTimeoutError)
+                 else history.CANCELLED if isinstance(error, TaskCancelledError)
+                 else history.FAILED),
         error_type=type(error).__name__, message=str(error),
         traceback=history.traceback_text(error), position=position.to_list(),
     )

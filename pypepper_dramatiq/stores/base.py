@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import PypepperError
+from ..errors import AmbiguousTaskNameError, NoTaskResultError
 from ..status import Status
 
 #: Longest job id the stores accept.
@@ -21,18 +21,6 @@ def check_job_id(job_id: object) -> str:
     if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_ID_LENGTH:
         raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {job_id!r}")
     return job_id
-
-
-class AmbiguousTaskNameError(PypepperError, LookupError):
-    """More than one task of the job has this name: say which workflow."""
-
-
-class NoTaskResultError(PypepperError, KeyError):
-    """No stored result for this task: no such task, or it has not produced one."""
-
-    def __str__(self) -> str:
-        # KeyError would print its message quoted, as it does a missing key.
-        return str(self.args[0]) if self.args else ""
 
 
 def utcnow() -> datetime:

@@ -182,9 +182,25 @@ def head_revision() -> str:
     return head
 
 
+@contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic's INFO lines ("Context impl...", "Will assume transactional DDL") are
+    printed by every worker process at every start; we log one line of our own
+    when a migration changed something, and let only its warnings through."""
+    alembic_logger = logging.getLogger("alembic")
+    level = alembic_logger.level
+    if level < logging.WARNING:
+        alembic_logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        alembic_logger.setLevel(level)
+
+
 def _current(connection: Connection) -> str | None:
-    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-    return context.get_current_revision()
+    with _quiet_alembic():
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        return context.get_current_revision()
 
 
 def _upgrade(engine: Engine) -> str:
@@ -194,7 +210,8 @@ def _upgrade(engine: Engine) -> str:
             # the loser then finds the schema at head and does nothing.
             connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
         before = _current(connection)
-        command.upgrade(_config(connection), "head")
+        with _quiet_alembic():
+            command.upgrade(_config(connection), "head")
         after = _current(connection)
     if before != after:
         logger.info(

@@ -23,6 +23,7 @@ from pypepper_dramatiq import (
     Job,
     Status,
     Task,
+    TaskCancelledError,
     TaskTimeoutError,
     Worker,
     Workflow,
@@ -30,7 +31,7 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.context import CANCEL_EVENT_KEY
-from pypepper_dramatiq.executor import TaskCancelledError, run_awaitable
+from pypepper_dramatiq.executor import run_awaitable
 
 #: Upper bound for anything that should be prompt (a hang, not a speed check).
 PROMPT = 2.0

@@ -8,8 +8,17 @@ import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 
-from pypepper_dramatiq import Context, Job, Status, Task, Workflow, get_job_store, workflow_task
-from pypepper_dramatiq.stores.base import AmbiguousTaskNameError, JobRecord
+from pypepper_dramatiq import (
+    AmbiguousTaskNameError,
+    Context,
+    Job,
+    JobRecord,
+    Status,
+    Task,
+    Workflow,
+    get_job_store,
+    workflow_task,
+)
 
 from .conftest import CHANNEL
 

@@ -194,9 +194,15 @@ class Cluster:
         sweep_interval: float = 0.5,
         cancel_grace: float = 1,
         heartbeat_timeout_ms: int = 20_000,
+        shutdown_grace: float = 0,
+        unknown_task_grace: float = 300,
+        upgraded: bool = False,
         wait: bool = True,
     ) -> WorkerProcess:
         env = {
+            ENV["shutdown_grace"]: str(shutdown_grace),
+            ENV["unknown_task_grace"]: str(unknown_task_grace),
+            ENV["upgraded"]: "1" if upgraded else "0",
             ENV["heartbeat_timeout_ms"]: str(heartbeat_timeout_ms),
             ENV["redis_url"]: self.redis_url,
             ENV["store_uri"]: self.store_uri,

@@ -22,7 +22,8 @@ import dramatiq
 import redis
 from dramatiq.brokers.stub import StubBroker
 
-from pypepper_dramatiq import Context, Task, setup, workflow_task
+from pypepper_dramatiq import Context, Task, executor_registry, setup, workflow_task
+from pypepper_dramatiq.actors import FunctionExecutor
 
 #: Environment variables a worker reads, and their defaults.
 ENV = {
@@ -32,6 +33,10 @@ ENV = {
     "sweep_interval": "PYPEPPER_IT_SWEEP_INTERVAL",
     "cancel_grace": "PYPEPPER_IT_CANCEL_GRACE",
     "heartbeat_timeout_ms": "PYPEPPER_IT_HEARTBEAT_TIMEOUT_MS",
+    "shutdown_grace": "PYPEPPER_IT_SHUTDOWN_GRACE",
+    "unknown_task_grace": "PYPEPPER_IT_UNKNOWN_TASK_GRACE",
+    #: "1": this worker also knows :func:`deployed_later` (a worker already upgraded).
+    "upgraded": "PYPEPPER_IT_UPGRADED",
 }
 
 #: The channel every test job goes to.
@@ -50,6 +55,8 @@ if REDIS_URL and STORE_URI:
         sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),
         cancel_grace=float(os.environ.get(ENV["cancel_grace"], "1")),
         heartbeat_timeout_ms=int(os.environ.get(ENV["heartbeat_timeout_ms"], "20000")),
+        shutdown_grace=float(os.environ.get(ENV["shutdown_grace"], "0")),
+        unknown_task_grace=float(os.environ.get(ENV["unknown_task_grace"], "300")),
     )
 else:
     # Imported by the test process for its task definitions: the plain actors
@@ -84,6 +91,7 @@ def probe(
     poll_cancel: bool = False,
     value: Any = None,
     add_to: str | None = None,
+    block: bool = False,
 ) -> Any:
     """A task that reports what happens to it.
 
@@ -101,6 +109,8 @@ def probe(
         poll_cancel: return as soon as ``context.cancelled`` is set (else never look).
         value: the result (or the base of it, with ``add_to``).
         add_to: name of an earlier task whose result is added to ``value``.
+        block: sleep in one ``time.sleep`` call (blocked in C: an interrupt
+            lands only when it returns) instead of 10 ms slices.
     """
     r = counters()
     job, name = context.job_id, task.name
@@ -114,6 +124,8 @@ def probe(
     try:
         if fail_times and r.incr(trace_key("fails", job, name)) <= fail_times:
             raise RuntimeError(f"{name}: planned failure")
+        if block:
+            time.sleep(sleep)
         deadline = started + sleep
         while time.time() < deadline:
             if poll_cancel and context.cancelled:
@@ -173,3 +185,21 @@ async def async_probe(
             raise
     r.rpush(trace_key("ends", job, name), repr(time.time()))
     return value
+
+
+#: The executor id of a task only upgraded workers know (a rolling deploy).
+DEPLOYED_LATER = "it.deployed-later"
+
+
+def deployed_later(task: Task, context: Context, *, value: Any = None) -> Any:
+    """A task of the new release: counts its runs and pids like :func:`probe`."""
+    r = counters()
+    with r.pipeline() as pipe:
+        pipe.incr(trace_key("runs", context.job_id, task.name))
+        pipe.rpush(trace_key("pids", context.job_id, task.name), os.getpid())
+        pipe.execute()
+    return value
+
+
+if os.environ.get(ENV["upgraded"]) == "1":
+    executor_registry.register(DEPLOYED_LATER, FunctionExecutor(deployed_later))

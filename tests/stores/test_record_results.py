@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from pypepper_dramatiq import AmbiguousTaskNameError, JobRecord, NoTaskResultError
 from pypepper_dramatiq.errors import PypepperError
-from pypepper_dramatiq.stores.base import AmbiguousTaskNameError, JobRecord, NoTaskResultError
 
 
 def record(*workflows: list[str], **state: Any) -> JobRecord:
