@@ -9,6 +9,12 @@ With Redis, a channel's bound and stop flag are kept there for every process
 and outlive them: :meth:`Channel.resize` / :meth:`ChannelManager.resize`
 change the bound, :meth:`Channel.resume` / :meth:`ChannelManager.resume` lift a
 stop (also from the shell: ``pypepper-dramatiq channels``).
+
+Creating a channel does no Redis I/O, so ``setup(channels=...)`` succeeds
+while Redis is down: the channel's first call to Redis applies its bound
+(see :class:`~pypepper_dramatiq.gates.RedisGate`), or raises
+:class:`~pypepper_dramatiq.errors.BrokerUnavailableError` and is tried again
+by the next call.
 """
 
 from __future__ import annotations
@@ -48,15 +54,17 @@ class Channel:
         maxsize: how many jobs may wait at once (0 = unbounded), or None for
             "not given". With Redis the bound is shared and outlives processes:
             a given ``maxsize`` replaces the stored one (logged at INFO when it
-            changes), None keeps it (unbounded if none is stored). Without
-            Redis, None is 0.
+            changes) at the channel's first call to Redis, None keeps it
+            (unbounded if none is stored). Without Redis, None is 0.
         broker: the Dramatiq broker; the package's broker by default.
         gate: admission state; shared through Redis when the broker is Redis,
             process-local otherwise.
 
+    Creating a channel does not talk to Redis (a process starts while Redis is
+    down); its first admission, release or read does, or :meth:`connect`.
+
     Raises:
         ConfigError: ``maxsize`` is not a whole number >= 0.
-        BrokerUnavailableError: the broker is Redis and cannot be reached.
     """
 
     def __init__(
@@ -82,6 +90,14 @@ class Channel:
     def maxsize(self) -> int:
         """The bound (0 = unbounded); with Redis, as stored there now."""
         return self.gate.maxsize
+
+    def connect(self) -> None:
+        """Talk to Redis now: apply the bound given at creation (no-op without Redis).
+
+        Raises:
+            BrokerUnavailableError: Redis could not be reached; the next call tries again.
+        """
+        self.gate.connect()
 
     @property
     def stop(self) -> bool:
@@ -211,10 +227,13 @@ class Channel:
         return job
 
     def __repr__(self) -> str:
-        try:
-            maxsize: object = self.maxsize
-        except BrokerUnavailableError:  # a repr (in a log, a traceback) must not raise
-            maxsize = "?"
+        maxsize: object = "?"
+        # A repr (in a log line, a traceback) neither raises nor makes the
+        # channel's first call to Redis, which would apply its bound as a side
+        # effect: the bound is shown once some real call has reached Redis.
+        if self.gate.connected:
+            with contextlib.suppress(BrokerUnavailableError):
+                maxsize = self.maxsize
         return f"Channel({self.id!r}, maxsize={maxsize})"
 
 

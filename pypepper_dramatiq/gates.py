@@ -10,6 +10,11 @@ The bound and the stop flag of a :class:`RedisGate` outlive the processes that
 set them: a bound is changed by giving one explicitly (a ``maxsize`` when a
 process creates the gate, or :meth:`Gate.resize`), a stop is lifted by
 :meth:`Gate.resume`. ``pypepper-dramatiq channels`` does both from the shell.
+
+Creating a :class:`RedisGate` does no Redis I/O: the bound it was given is
+applied on its first call (or :meth:`RedisGate.connect`), so that a process
+whose Redis is down at start (a ``dramatiq`` worker importing a module that
+calls ``setup()``) starts anyway, like Dramatiq's own lazy connections.
 """
 
 from __future__ import annotations
@@ -87,6 +92,17 @@ class Gate(abc.ABC):
     @abc.abstractmethod
     def waiting(self) -> int:
         """How many jobs wait."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the gate made its first call to the server holding its state.
+
+        Always True for a process-local gate; see :attr:`RedisGate.connected`.
+        """
+        return True
+
+    def connect(self) -> None:  # noqa: B027 - a no-op unless the state lives elsewhere
+        """Reach the gate's state now instead of at its first call (no-op here)."""
 
 
 class LocalGate(Gate):
@@ -185,6 +201,21 @@ def _broker_errors(method: F) -> F:
     return cast(F, wrapper)
 
 
+def _connected_first(method: F) -> F:
+    """Apply the gate's pending bound (:meth:`RedisGate.connect`) before ``method``.
+
+    Also turns Redis errors into :class:`BrokerUnavailableError`, for both.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: RedisGate, *args: Any, **kwargs: Any) -> Any:
+        if not self._connected:  # the common case is one attribute read
+            self.connect()
+        return method(self, *args, **kwargs)
+
+    return cast(F, _broker_errors(wrapper))
+
+
 def _is_redis_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("redis.")
 
@@ -201,30 +232,60 @@ class RedisGate(Gate):
     channel with none stored is unbounded. The stop flag likewise stays set
     until :meth:`resume`.
 
+    Creating the gate does no Redis I/O (``register_script`` only hashes the
+    scripts): the given bound is written by the gate's first call (admit,
+    release, waiting, stopped, maxsize, resize, request_stop, resume) or by
+    :meth:`connect`. While Redis is down that first call raises
+    :class:`BrokerUnavailableError` and the next call tries again.
+
     Args:
         client: a ``redis.Redis`` client.
         channel_id: the channel's name.
         maxsize: the bound to store (0 = unbounded), or None to keep the stored one.
-
-    Raises:
-        BrokerUnavailableError: Redis could not be reached.
     """
 
-    @_broker_errors
     def __init__(self, client: Any, channel_id: str, maxsize: int | None = None) -> None:
         self.channel_id = channel_id
         self.client = client
         base = f"{CHANNEL_KEY_PREFIX}{channel_id}"
         self.meta_key = base
         self.waiting_key = f"{base}{WAITING_SUFFIX}"
+        # Script objects only: the SHA is computed here, the script is sent to
+        # Redis by its first call (EVALSHA, then SCRIPT LOAD if Redis lacks it).
         self._admit = client.register_script(_ADMIT)
         self._set_bound = client.register_script(_SET_BOUND)
-        if maxsize is None:
-            # Leaves a stored bound alone, but makes the channel's hash exist, so
-            # that ``pypepper-dramatiq channels`` lists channels nobody bounded.
-            client.hsetnx(self.meta_key, "maxsize", 0)
-        else:
-            self._store_bound(int(maxsize))
+        #: The bound to write on the first call; None: keep the stored one.
+        self._bound = None if maxsize is None else int(maxsize)
+        self._connected = False
+        self._connect_lock = threading.Lock()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the bound given at creation was applied in Redis (a call succeeded)."""
+        return self._connected
+
+    @_broker_errors
+    def connect(self) -> None:
+        """Apply the bound given at creation, once; later calls return at once.
+
+        Without a given bound the channel's hash is made to exist (the stored
+        bound is left alone), so that ``pypepper-dramatiq channels`` lists
+        channels nobody bounded. Every call of the gate does this first.
+
+        Raises:
+            BrokerUnavailableError: Redis could not be reached; the next call tries again.
+        """
+        # One thread applies the bound; the others wait for it rather than
+        # writing it again (which would log the change twice). Calls check the
+        # flag before coming here, so the lock is taken only until it worked.
+        with self._connect_lock:
+            if self._connected:
+                return
+            if self._bound is None:
+                self.client.hsetnx(self.meta_key, "maxsize", 0)
+            else:
+                self._store_bound(self._bound)
+            self._connected = True
 
     def _store_bound(self, maxsize: int) -> int:
         before = self._set_bound(keys=[self.meta_key], args=[maxsize])
@@ -233,46 +294,61 @@ class RedisGate(Gate):
         _log_bound_change(self.channel_id, int(before), maxsize)
         return int(before)
 
-    @_broker_errors
+    @_connected_first
     def admit(self, job_id: str) -> SendResult:
         result = self._admit(keys=[self.meta_key, self.waiting_key], args=[job_id])
         if isinstance(result, bytes):
             result = result.decode()
         return cast(SendResult, result)
 
-    @_broker_errors
+    @_connected_first
     def release(self, job_id: str) -> None:
         self.client.srem(self.waiting_key, job_id)
 
-    @_broker_errors
+    @_connected_first
     def request_stop(self) -> None:
         self.client.hset(self.meta_key, "stopped", "1")
 
-    @_broker_errors
+    @_connected_first
     def resume(self) -> None:
         self.client.hdel(self.meta_key, "stopped")
 
     @property
-    @_broker_errors
+    @_connected_first
     def stopped(self) -> bool:
         value = self.client.hget(self.meta_key, "stopped")
         return value in (b"1", "1")
 
     @property
-    @_broker_errors
+    @_connected_first
     def maxsize(self) -> int:
         """The bound stored in Redis now (one round trip: another process may resize it)."""
         return int(self.client.hget(self.meta_key, "maxsize") or 0)
 
     @_broker_errors
     def resize(self, maxsize: int) -> int:
-        return self._store_bound(int(maxsize))
+        maxsize = int(maxsize)
+        with self._connect_lock:
+            if not self._connected:
+                # A newer explicit bound: the one given at creation is never
+                # written (it would be logged as a change, then undone). If
+                # Redis is down, that one stays pending and this call raises.
+                before = self._store_bound(maxsize)
+                self._bound, self._connected = maxsize, True
+                return before
+        return self._store_bound(maxsize)
 
-    @_broker_errors
+    @_connected_first
     def waiting(self) -> int:
         return int(self.client.scard(self.waiting_key))
 
     @_broker_errors
     def reset(self) -> None:
-        """Forget the stop flag, the bound and the waiting set (tests, re-provisioning)."""
+        """Forget the stop flag, the bound and the waiting set (tests, re-provisioning).
+
+        A bound given at creation and not yet applied is forgotten too: the
+        channel stays as reset (open, unbounded, empty) until someone bounds it.
+        """
         self.client.delete(self.meta_key, self.waiting_key)
+        with self._connect_lock:
+            self._bound, self._connected = None, True

@@ -50,7 +50,7 @@ def test_list_shows_waiting_bound_and_stop_of_every_channel(
     gate = RedisGate(client, bounded, 3)
     assert gate.admit("a") == gate.admit("b") == "ok"
     RedisGate(client, stopped).request_stop()
-    RedisGate(client, untouched)  # used by a producer only: no bound ever given
+    RedisGate(client, untouched).waiting()  # used by a producer only: no bound ever given
 
     rows = listed(redis_url, capsys)
 

@@ -48,7 +48,11 @@ class LocalGates:
 
 
 class RedisGates:
-    """Gates in Redis: each peer has its own client, as another process would."""
+    """Gates in Redis: each peer has its own client, as another process would.
+
+    A gate is created and then connected, as a process that has started and
+    reached Redis: creating a gate alone does no I/O (see test_gates_lazy.py).
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -63,6 +67,7 @@ class RedisGates:
     def new(self, maxsize: int = 0) -> Gate:
         channel_id = unique_channel()
         gate = RedisGate(self.client(), channel_id, maxsize)
+        gate.connect()
         self._channels[id(gate)] = channel_id
         return gate
 
@@ -70,6 +75,7 @@ class RedisGates:
         """Another process's gate of the same channel (``maxsize`` None: no bound given)."""
         channel_id = self._channels[id(gate)]
         other = RedisGate(self.client(), channel_id, maxsize)
+        other.connect()
         self._channels[id(other)] = channel_id
         return other
 
@@ -334,6 +340,7 @@ def test_channels_of_two_processes_share_one_bound(redis_broker: RedisBroker) ->
     channel_id = unique_channel()
     other_process = ChannelManager()
     theirs = other_process.new(channel_id, maxsize=2)
+    theirs.connect()  # that process started: its bound is in Redis
     ours = manager.new(channel_id)  # no bound given: the stored one holds
     assert theirs is not ours
     assert isinstance(ours.gate, RedisGate)
@@ -392,10 +399,11 @@ def test_setup_with_a_new_bound_changes_the_stored_one(
 
     with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.gates"):
         setup(broker_url=redis_url, channels={small: 5})  # the issue: this used to admit 2
+        channel = manager.available(small)
+        # The channel's first call to Redis applies the bound setup() was given.
+        assert [channel.offer(Job(channel_id=small)) for _ in range(6)] == ["ok"] * 5 + ["full"]
 
     assert f"channel {small}: bound 2 -> 5" in caplog.text
-    channel = manager.available(small)
-    assert [channel.offer(Job(channel_id=small)) for _ in range(6)] == ["ok"] * 5 + ["full"]
 
     setup(broker_url=redis_url, channels=[small])  # list form: no bound given, 5 is kept
     assert manager.available(small).maxsize == 5
@@ -410,7 +418,7 @@ def test_yaml_null_bound_keeps_the_stored_one_and_code_may_not_undo_yaml(
     kept, given = unique_channel(), unique_channel()
     forget_channels.extend([kept, given])
     client = redis.Redis.from_url(redis_url)
-    RedisGate(client, kept, 4)  # another process bounded it earlier
+    RedisGate(client, kept, 4).connect()  # another process bounded it earlier
     client.close()
     config_path = tmp_path / "app.yaml"
     config_path.write_text(
@@ -453,6 +461,11 @@ def test_a_channel_repr_does_not_raise_when_redis_is_gone(redis_url: str) -> Non
     client = redis.Redis.from_url(redis_url)
     channel_id = unique_channel()
     channel = Channel(channel_id, gate=RedisGate(client, channel_id, 3))
+    # Before its first call the channel's bound is not known, and a repr does
+    # not make that call (it would apply the bound as a side effect).
+    assert repr(channel) == f"Channel({channel_id!r}, maxsize=?)"
+    assert not client.exists(f"pypepper:channel:{channel_id}")
+    channel.connect()
     assert repr(channel) == f"Channel({channel_id!r}, maxsize=3)"
     RedisGate(client, channel_id).reset()
     channel.gate.client = redis.Redis(host="127.0.0.1", port=1)  # type: ignore[attr-defined]
