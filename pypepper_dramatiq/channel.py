@@ -319,6 +319,64 @@ class ChannelManager:
     def ids(self) -> list[str]:
         return sorted(self._channels)
 
+    def connect_pending(self) -> list[str]:
+        """Make the first Redis call of every channel that has not made it yet.
+
+        That applies the bounds this process was given (see :meth:`Channel.connect`)
+        as soon as Redis answers, instead of at each channel's first job.
+
+        Returns:
+            The ids of the channels still not connected (Redis unreachable),
+            sorted; empty once every channel is.
+        """
+        with self._lock:
+            channels = list(self._channels.values())
+        pending = []
+        for channel in channels:
+            if channel.gate.connected:
+                continue
+            try:
+                channel.connect()
+            except BrokerUnavailableError as exc:
+                # Quiet on purpose: the parts of the process that need Redis
+                # log its outage; this only retries.
+                logger.debug("channel %s not connected yet: %s", channel.id, exc)
+                pending.append(channel.id)
+        return sorted(pending)
+
+
+class ChannelConnector(threading.Thread):
+    """Applies the bounds of a process's channels once Redis answers, then ends.
+
+    Meant for a worker process: its channels' first calls to Redis otherwise
+    come with its first job, so a bound it was given would wait until then.
+    Tries every ``interval`` seconds while Redis is down, logging nothing
+    above DEBUG.
+
+    Args:
+        channels: the channels to connect (the process's :data:`manager`).
+        interval: seconds between two tries.
+    """
+
+    def __init__(self, channels: ChannelManager, interval: float = 1.0) -> None:
+        super().__init__(name="pypepper-channels", daemon=True)
+        self.channels = channels
+        self.interval = interval
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                if not self.channels.connect_pending():
+                    return
+            except Exception:  # a bug, not an outage: say it once and give up
+                logger.exception("connecting the channels failed; each connects on first use")
+                return
+            self._stop_event.wait(self.interval)
+
 
 #: The process-wide channel manager.
 manager = ChannelManager()
