@@ -81,6 +81,12 @@ def setup(
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
 
+    Talks to no Redis: the Redis broker's connection pool connects on first
+    use, and each channel applies its bound on its first call to Redis (see
+    :class:`~pypepper_dramatiq.gates.RedisGate`). A ``dramatiq`` worker whose
+    module calls this starts while Redis is down, and Dramatiq's consumers
+    retry until it is up. (The job store, when given, is opened here.)
+
     Args:
         broker_url: ``redis://...``; without it (and without ``broker``) the
             in-memory stub broker is used.
@@ -147,7 +153,7 @@ def setup(
     declare_step_actor(broker)
     manager.clear()
     for channel_id, maxsize in declared.items():
-        manager.new(channel_id, maxsize)
+        manager.new(channel_id, maxsize)  # no Redis I/O: the bound waits for a first call
 
     if store_uri:
         configure_job_store(_backend_of(store_uri), uri=store_uri, migrate=migrate)
