@@ -14,7 +14,7 @@ from typing import Any
 from .broker import get_broker
 from .gates import KEY_PREFIX
 from .inflight import InFlight
-from .outage import OutageLog
+from .outage import REDIS, shared_outage
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class CancelListener(threading.Thread):
         self.reconnect_delay = reconnect_delay
         self.ready = threading.Event()
         self._stop_event = threading.Event()
-        self._outage = OutageLog(logger, "Redis (cancel listener)")
+        self._outage = shared_outage(REDIS)
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -31,7 +31,7 @@ from .broker import get_broker
 from .config import count
 from .errors import BrokerUnavailableError, MessageError, StoreError
 from .gates import Gate, LocalGate, RedisGate, SendResult
-from .messages import StepMessage
+from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .outage import broker_unreachable
 from .rules import Position
 from .status import Status
@@ -139,7 +139,7 @@ class Channel:
             self._local[job.id] = job
             try:
                 message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
-                self.broker.enqueue(message)
+                sent = self.broker.enqueue(message)
             except BaseException as exc:
                 self._local.pop(job.id, None)
                 with contextlib.suppress(BrokerUnavailableError):
@@ -149,6 +149,9 @@ class Channel:
                         f"the broker did not take job {job.id} for channel {self.id}: {exc}"
                     ) from exc
                 raise
+        # The Scheduled write records which message carries the job, so that
+        # recovery can tell a job waiting in a queue from one whose message is gone.
+        job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(sent)})
         self._wakeup.set()
         return "ok"
 

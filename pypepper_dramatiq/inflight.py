@@ -12,7 +12,7 @@ from dramatiq.middleware import Interrupt
 from dramatiq.middleware.threading import raise_thread_exception
 
 from .errors import StoreUnavailableError
-from .outage import OutageLog
+from .outage import JOB_STORE, shared_outage
 from .status import Status
 from .store import get_job_store
 from .stores.base import utcnow
@@ -150,7 +150,7 @@ class LeaseKeeper(threading.Thread):
         self.cancel_grace = cancel_grace
         self.interval = interval if interval is not None else max(0.2, lease_seconds / 3)
         self._stop_event = threading.Event()
-        self._outage = OutageLog(logger, "job store (lease renewal)")
+        self._outage = shared_outage(JOB_STORE)
 
     def stop(self) -> None:
         self._stop_event.set()

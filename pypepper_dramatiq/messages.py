@@ -15,6 +15,18 @@ from .stores.base import JobRecord
 STEP_ACTOR = "pypepper_dramatiq.step"
 #: Key of our data in a message's options.
 OPTION_KEY = "pypepper"
+#: Key, in a job row's state, of the broker message that carries its first step.
+DISPATCH_KEY = "dispatch"
+
+
+def dispatch_of(message: dramatiq.Message[Any]) -> dict[str, Any]:
+    """What a job row records of the message enqueued for its first step: its
+    queue and its id in the broker (Redis's id for this copy, when there is one),
+    so that recovery can tell whether the message still exists."""
+    return {
+        "queue": message.queue_name,
+        "message_id": message.options.get("redis_message_id"),
+    }
 
 
 @dataclass(frozen=True)

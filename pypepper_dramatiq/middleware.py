@@ -27,12 +27,13 @@ from dramatiq.middleware import Middleware, Shutdown
 
 from . import actors
 from .cancellation import CancelListener, redis_client_of
-from .channel import manager
+from .channel import ChannelConnector, manager
 from .config import seconds
 from .errors import MessageError, StoreError
 from .inflight import InFlight, LeaseKeeper
 from .messages import STEP_ACTOR, StepMessage
-from .outage import OutageLog
+from .orphans import AckKeeper
+from .outage import JOB_STORE, REDIS, shared_outage
 from .recovery import RecoverySweeper
 from .rules import Action
 from .steps import Claim, Outcome, StepBook, StepSkipped
@@ -91,8 +92,8 @@ class WorkflowMiddleware(Middleware):
         self._threads: list[Any] = []
         self._stopping = threading.Event()
         self._shutdown_timer: threading.Timer | None = None
-        self._store_outage = OutageLog(self.logger, "job store (claiming steps)")
-        self._broker_outage = OutageLog(self.logger, "broker (enqueuing steps)")
+        self._store_outage = shared_outage(JOB_STORE)
+        self._broker_outage = shared_outage(REDIS)
 
     # -- process lifecycle -----------------------------------------------------
 
@@ -107,10 +108,11 @@ class WorkflowMiddleware(Middleware):
                 "no channel is declared in this worker process, so it runs no workflow "
                 "jobs: pass the channels it serves to setup(channels=...)"
             )
-        self.start_background(broker)
+        self.start_background(broker, worker)
 
-    def start_background(self, broker: Broker) -> None:
-        """Start lease renewal, the cancel listener and the recovery sweeper."""
+    def start_background(self, broker: Broker, worker: Any = None) -> None:
+        """Start lease renewal, the cancel listener and the recovery sweeper (and, on
+        Redis with a worker, the check for stranded delayed messages)."""
         if self._threads:
             return
         threads: list[Any] = [
@@ -123,6 +125,9 @@ class WorkflowMiddleware(Middleware):
         client = redis_client_of(broker)
         if client is not None:
             threads.append(CancelListener(client, self.inflight))
+            threads.append(ChannelConnector(manager))
+            if worker is not None:
+                threads.append(AckKeeper(broker, worker, max(1.0, self.sweep_interval)))
         for thread in threads:
             thread.start()
         self._threads = threads

@@ -12,6 +12,8 @@ import time
 
 import dramatiq
 
+logger = logging.getLogger(__name__)
+
 #: Seconds between the reminder lines of a lasting outage.
 REMINDER_SECONDS = 60.0
 
@@ -75,6 +77,27 @@ class OutageLog:
             self.logger.info("%s is back after %.1fs (%d failed calls)",
                              self.what, time.monotonic() - since, failures,
                              extra={"action": "outage_over", "service": self.what})
+
+
+#: The services shared outage logs are kept for.
+REDIS, JOB_STORE = "Redis", "job store"
+
+_shared: dict[str, OutageLog] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_outage(service: str) -> OutageLog:
+    """The process's one :class:`OutageLog` for ``service`` ("Redis", "job store").
+
+    Several threads notice the same outage (the recovery sweep, the cancel
+    listener, the lease keeper...): the first to fail logs it, the others
+    only count, and the first to succeed says it is back.
+    """
+    with _shared_lock:
+        log = _shared.get(service)
+        if log is None:
+            log = _shared[service] = OutageLog(logger, service)
+        return log
 
 
 def broker_unreachable(exc: BaseException) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dramatiq.broker import Broker
@@ -26,12 +26,13 @@ from dramatiq.common import current_millis, dq_name
 from .cancellation import redis_client_of
 from .errors import StoreError, StoreUnavailableError
 from .gates import KEY_PREFIX
-from .messages import StepMessage
-from .outage import OutageLog, broker_unreachable
+from .messages import DISPATCH_KEY, StepMessage, dispatch_of
+from .outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
 from .rules import Position
+from .status import Status
 from .steps import cursor_of
 from .store import get_job_store
-from .stores.base import utcnow
+from .stores.base import JobRecord, utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +79,10 @@ class RecoverySweeper(threading.Thread):
         self.interval = interval
         self.batch = batch
         self._stop_event = threading.Event()
-        self._store_outage = OutageLog(logger, "job store (recovery sweep)")
-        self._broker_outage = OutageLog(logger, "broker (recovery sweep)")
+        #: Where the next look at Scheduled rows starts (created, id); None: the oldest.
+        self._scheduled_after: tuple[datetime, str] | None = None
+        self._store_outage = shared_outage(JOB_STORE)
+        self._broker_outage = shared_outage(REDIS)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -131,20 +134,86 @@ class RecoverySweeper(threading.Thread):
         return False
 
     def sweep(self) -> int:
-        """One pass; returns how many steps were re-enqueued."""
+        """One pass; returns how many steps were sent again."""
         for queue_name in sorted(self.broker.get_declared_queues()):
             requeue_dead_workers(self.broker, queue_name)
             requeue_dead_workers(self.broker, dq_name(queue_name))
         now = utcnow()
         until = now + timedelta(seconds=self.dispatch_seconds)
         recovered = get_job_store().recover_expired(now, until, self.batch)
+        failed: Exception | None = None
         for record in recovered:
             position = cursor_of(record) or Position()
-            if record.channel_id not in self.broker.get_declared_queues():
-                self.broker.declare_queue(record.channel_id)
-            self.broker.enqueue(StepMessage(record.id, position).to_message(record.channel_id))
+            try:
+                self._send(StepMessage(record.id, position), record.channel_id)
+            except Exception as exc:  # the row comes back after dispatch_seconds
+                failed = failed or exc
+                continue
             logger.warning(
                 "job %s: lease lapsed at %s; step re-enqueued", record.id, position.key(),
                 extra={"action": "recover", "job_id": record.id},
             )
-        return len(recovered)
+        resent = self.resend_lost_first_steps(now)
+        if failed is not None:
+            raise failed
+        return len(recovered) + resent
+
+    def _send(self, step: StepMessage, channel_id: str) -> Any:
+        if channel_id not in self.broker.get_declared_queues():
+            self.broker.declare_queue(channel_id)
+        return self.broker.enqueue(step.to_message(channel_id))
+
+    def resend_lost_first_steps(self, now: datetime) -> int:
+        """Send again the first message of Scheduled jobs whose message is gone.
+
+        A Scheduled row waits for its first message. If that message is no
+        longer in the broker (a Redis that lost data, a message dropped by a
+        fault no other part repairs), nothing would ever start the job. Each
+        pass looks at the next ``batch`` Scheduled rows (oldest first, wrapping
+        around), and for those unchanged for ``dispatch_seconds``, asks Redis
+        whether the message the producer recorded still exists (waiting, delayed
+        or held by a worker); if not, it sends a new one and records it.
+        """
+        client = redis_client_of(self.broker)
+        if client is None:
+            return 0
+        store = get_job_store()
+        rows = list(store.list(status=Status.SCHEDULED, limit=self.batch,
+                               after=self._scheduled_after))
+        self._scheduled_after = (rows[-1].created, rows[-1].id) if len(rows) >= self.batch else None
+        cutoff = now - timedelta(seconds=self.dispatch_seconds)
+        stale = [r for r in rows if r.updated < cutoff]
+        if not stale:
+            return 0
+        resent = 0
+        for record, alive in zip(stale, self._alive(client, stale), strict=True):
+            if alive:
+                continue
+            sent = self._send(StepMessage(record.id, Position(), record), record.channel_id)
+            # Compare-and-set: a row claimed meanwhile keeps its own state.
+            store.advance(record.evolve(
+                updated=now, state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
+            ))
+            resent += 1
+            logger.warning(
+                "job %s: Scheduled for %.0fs and its message is gone from the broker; sent again",
+                record.id, (now - record.updated).total_seconds(),
+                extra={"action": "resend_first_step", "job_id": record.id},
+            )
+        return resent
+
+    def _alive(self, client: Any, records: list[JobRecord]) -> list[bool]:
+        """Whether each record's recorded first message is still stored in Redis."""
+        namespace = getattr(self.broker, "namespace", "dramatiq")
+        with client.pipeline(transaction=False) as pipe:
+            for record in records:
+                queue, message_id = _recorded_message(record)
+                pipe.hexists(f"{namespace}:{queue}.msgs", message_id or "")
+                pipe.hexists(f"{namespace}:{dq_name(queue)}.msgs", message_id or "")
+            answers = pipe.execute()
+        return [bool(answers[2 * i] or answers[2 * i + 1]) for i in range(len(records))]
+
+
+def _recorded_message(record: JobRecord) -> tuple[str, str | None]:
+    dispatch = record.state.get(DISPATCH_KEY) or {}
+    return str(dispatch.get("queue") or record.channel_id), dispatch.get("message_id")

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pymysql
 from sqlalchemy.engine import URL
 
 
@@ -375,12 +374,18 @@ class MariaDBServer:
             "--auth-root-authentication-method=normal", "--skip-test-db",
         ], cwd=self._workdir)
 
-    def _connect(self) -> pymysql.Connection:
+    def _connect(self) -> Any:
+        # PyMySQL is imported here, not at the top: the benchmarks import this
+        # module for PostgreSQL and Redis, and their extra does not install it.
+        import pymysql
+
         return pymysql.connect(
             host="127.0.0.1", port=self.port, user="root", connect_timeout=5, autocommit=True
         )
 
     def _accepts_connections(self) -> bool:
+        import pymysql
+
         try:
             self._connect().close()
         except pymysql.Error:
@@ -388,6 +393,8 @@ class MariaDBServer:
         return True
 
     def _admin(self, *statements: str) -> None:
+        import pymysql
+
         try:
             conn = self._connect()
         except pymysql.Error as exc:

@@ -34,3 +34,16 @@ def test_every_scenario_of_the_quick_benchmark_runs(tmp_path: Path) -> None:
     assert len(targets) >= 5
     assert all(isinstance(t["value"], (int, float)) and math.isfinite(t["value"]) for t in targets)
     assert "| target |" in run.stdout  # the table was printed
+
+
+@pytest.mark.timeout(120)
+def test_the_benchmark_needs_no_mysql_driver() -> None:
+    # `pip install -e '.[bench]'` installs no PyMySQL: the benchmark must not import it.
+    code = (
+        "import sys; sys.modules['pymysql'] = None\n"
+        "import bench.env, bench.harness, bench.scenarios, bench.report\n"
+        "print('ok')"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=100, check=False)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]

@@ -303,6 +303,7 @@ class IJobStore(abc.ABC):
         limit: int | None = None,
         newest_first: bool = False,
         before: tuple[datetime, str] | None = None,
+        after: tuple[datetime, str] | None = None,
     ) -> Sequence[JobRecord]:
         """Records matching every given filter, in ``(created, id)`` order.
 
@@ -316,6 +317,8 @@ class IJobStore(abc.ABC):
                 smaller id. With ``newest_first``, the ``(created, id)`` of the
                 last row of a page gives the next (older) page, stable while
                 rows are added.
+            after: the other way: keep only rows strictly after ``(created,
+                id)`` (oldest first, the last row of a page gives the next page).
         """
 
     @abc.abstractmethod

@@ -77,9 +77,11 @@ class MemoryJobStore(IJobStore):
         limit: int | None = None,
         newest_first: bool = False,
         before: tuple[datetime, str] | None = None,
+        after: tuple[datetime, str] | None = None,
     ) -> Sequence[JobRecord]:
         wanted = Status(status) if status is not None else None
         cursor = None if before is None else (as_utc(before[0]), before[1])
+        since = None if after is None else (as_utc(after[0]), after[1])
         with self._lock:
             rows = [
                 r
@@ -88,6 +90,7 @@ class MemoryJobStore(IJobStore):
                 and (channel_id is None or r.channel_id == channel_id)
                 and (category is None or r.category == category)
                 and (cursor is None or (r.created, r.id) < cursor)
+                and (since is None or (r.created, r.id) > since)
             ]
         rows.sort(key=lambda r: (r.created, r.id), reverse=newest_first)
         return rows if limit is None else rows[:limit]

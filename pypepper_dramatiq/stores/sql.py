@@ -534,6 +534,7 @@ class SqlJobStore(IJobStore):
         limit: int | None = None,
         newest_first: bool = False,
         before: tuple[datetime, str] | None = None,
+        after: tuple[datetime, str] | None = None,
     ) -> Sequence[JobRecord]:
         # Both columns in one direction, and the cursor as one row comparison, so
         # that a status (or channel and status) filter reads the (status,
@@ -546,6 +547,8 @@ class SqlJobStore(IJobStore):
         if before is not None:
             # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
             query = query.where(tuple_(jobs.c.created, jobs.c.id) < (before[0], before[1]))
+        if after is not None:
+            query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
         if status is not None:
             query = query.where(jobs.c.status == Status(status).value)
         if channel_id is not None:

@@ -57,7 +57,7 @@ def test_the_recovery_sweep_logs_a_store_outage_once_without_tracebacks(
             sweeper.run_once()
         set_job_store(MemoryJobStore())
         sweeper.run_once()
-    lines = [r for r in caplog.records if r.name == "pypepper_dramatiq.recovery"]
+    lines = [r for r in caplog.records if r.name == "pypepper_dramatiq.outage"]
     assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO], caplog.text
     assert not any(r.exc_info for r in lines)
 

@@ -32,9 +32,21 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop(kill=True)
 
 
-def test_setup_against_an_unreachable_redis_names_the_channel() -> None:
-    with pytest.raises(BrokerUnavailableError, match="channel orders"):
-        setup(broker_url="redis://127.0.0.1:1/0", channels=["orders"])
+def test_setup_against_an_unreachable_redis_returns_and_scheduling_names_the_channel() -> None:
+    # A worker may start before Redis (as a plain Dramatiq worker does); a
+    # producer learns of the outage when it sends, as a typed error.
+    setup(broker_url="redis://127.0.0.1:1/0", channels=["orders"])
+    job = Job(category="t", channel_id="orders")
+    job.workflows.append(
+        Workflow([Task("orders", "d", "f", "t", "t", "", [], CallableExecutor(lambda t, c: 1))])
+    )
+    try:
+        with pytest.raises(BrokerUnavailableError, match="channel orders"):
+            job.scheduled()
+        assert job.status is Status.UNKNOWN
+    finally:
+        get_broker().close()
+        manager.clear()
 
 
 def test_scheduling_while_redis_is_down_queues_and_saves_nothing(own_redis: RedisServer) -> None:

@@ -197,9 +197,11 @@ class Cluster:
         shutdown_grace: float = 0,
         unknown_task_grace: float = 300,
         upgraded: bool = False,
+        debug_steps: bool = False,
         wait: bool = True,
     ) -> WorkerProcess:
         env = {
+            ENV["debug_steps"]: "1" if debug_steps else "0",
             ENV["shutdown_grace"]: str(shutdown_grace),
             ENV["unknown_task_grace"]: str(unknown_task_grace),
             ENV["upgraded"]: "1" if upgraded else "0",

@@ -139,7 +139,7 @@ def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
 def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     cluster: Cluster,
 ) -> None:
-    cluster.start_worker()
+    cluster.start_worker(debug_steps=True)
     job = cluster.schedule(probe.task(name="poll", sleep=30, poll_cancel=True),
                            probe.task(name="never"))
     wait_for(lambda: cluster.stamp("running", job, "poll"), 30, "the task to start")
@@ -153,7 +153,8 @@ def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     report("cancel", latency_s=f"{latency:.3f}")
     assert latency < 1.0
     # The task returned normally: recording its outcome must lose to the cancel.
-    wait_for(lambda: f"job {job.id} lost at 0.0" in cluster.logs(), 10, "the outcome write")
+    wait_for(lambda: f"job {job.id} lost_to_cancel at 0.0" in cluster.logs(), 10,
+             "the outcome write")
     record = cluster.saved(job)
     assert record.status is Status.CANCELLED, record
     assert cluster.runs(job, "never") == 0

@@ -81,7 +81,7 @@ def test_a_worker_started_while_redis_is_down_waits_then_runs_jobs(
     # (they retry every 0.5-1 s), no traceback, nothing above WARNING.
     outages = Counter(match.group(2) for match in OUTAGE_LINE.finditer(down_log))
     assert outages, f"no outage was logged:\n{down_log[-3000:]}"
-    assert set(outages.values()) == {1}, outages
+    assert sum(outages.values()) == 1, outages  # one line per process, whoever noticed first
     assert all("Redis" in what or "broker" in what for what in outages), outages
     assert not [line for line in ours(down_log) if "[ERROR]" in line or "[CRITICAL]" in line]
     assert tracebacks_after_ours(down_log) == []

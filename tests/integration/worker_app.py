@@ -13,6 +13,7 @@ the worker.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -37,6 +38,8 @@ ENV = {
     "unknown_task_grace": "PYPEPPER_IT_UNKNOWN_TASK_GRACE",
     #: "1": this worker also knows :func:`deployed_later` (a worker already upgraded).
     "upgraded": "PYPEPPER_IT_UPGRADED",
+    #: "1": log each step's bookkeeping (claims, records, lost writes) at DEBUG.
+    "debug_steps": "PYPEPPER_IT_DEBUG_STEPS",
 }
 
 #: The channel every test job goes to.
@@ -44,6 +47,9 @@ CHANNEL = "it"
 
 REDIS_URL = os.environ.get(ENV["redis_url"])
 STORE_URI = os.environ.get(ENV["store_uri"])
+
+if os.environ.get(ENV["debug_steps"]) == "1":
+    logging.getLogger("pypepper_dramatiq.steps").setLevel(logging.DEBUG)
 
 if REDIS_URL and STORE_URI:
     broker = setup(

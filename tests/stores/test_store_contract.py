@@ -305,6 +305,19 @@ class TestJobStoreContract:
         assert ids(newest_first=True, before=(same_instant.astimezone(plus_two), "f"),
                    limit=1) == ["e"]
 
+    def test_list_after_pages_oldest_first_and_is_strict(self, store: IJobStore) -> None:
+        self._seed_for_paging(store)
+        same_instant = T0 + timedelta(minutes=3)  # "e" and "f"
+
+        def ids(**options: Any) -> list[str]:
+            return [r.id for r in store.list(**options)]
+
+        assert ids(after=(same_instant, "e")) == ["f", "g"]
+        assert ids(after=(T0, "a"), limit=2) == ["b", "c"]
+        assert ids(after=(T0 - timedelta(days=1), "z")) == ["a", "b", "c", "d", "e", "f", "g"]
+        assert ids(after=(same_instant, "f"), status=Status.FAILED) == ["g"]
+        assert ids(after=(T0 + timedelta(minutes=4), "g")) == []
+
     # -- JSON ------------------------------------------------------------------------------
 
     def test_payload_and_state_round_trip(self, store: IJobStore) -> None:
