@@ -29,7 +29,7 @@ _T = TypeVar("_T")
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
 _SCHEDULER_KEYS = (
     "broker", "channels", "jobStore", "leaseSeconds", "sweepInterval", "cancelGrace",
-    "dispatchSeconds", "shutdownGrace", "unknownTaskGrace",
+    "dispatchSeconds", "shutdownGrace", "unknownTaskGrace", "deferSeconds",
 )
 
 
@@ -77,6 +77,7 @@ def setup(
     dispatch_seconds: float | None = None,
     shutdown_grace: float = 10.0,
     unknown_task_grace: float = 300.0,
+    defer_seconds: float = 2.0,
     heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
@@ -99,7 +100,8 @@ def setup(
             ``dramatiq`` worker importing this module consumes them.
         migrate: upgrade the database schema first.
         lease_seconds, sweep_interval, cancel_grace, dispatch_seconds,
-        shutdown_grace, unknown_task_grace: see :class:`WorkflowMiddleware`.
+        shutdown_grace, unknown_task_grace, defer_seconds: see
+            :class:`WorkflowMiddleware`.
         heartbeat_timeout_ms: the Redis broker's heartbeat timeout.
 
     Returns:
@@ -145,6 +147,7 @@ def setup(
         unknown_task_grace=_yaml_seconds(
             scheduler, "unknownTaskGrace", unknown_task_grace, zero=True
         ),
+        defer_seconds=_yaml_seconds(scheduler, "deferSeconds", defer_seconds),
     )
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)

@@ -193,25 +193,31 @@ class Cluster:
         lease_seconds: float = 5,
         sweep_interval: float = 0.5,
         cancel_grace: float = 1,
+        dispatch_seconds: float | None = None,
         heartbeat_timeout_ms: int = 20_000,
         shutdown_grace: float = 0,
         unknown_task_grace: float = 300,
         upgraded: bool = False,
         debug_steps: bool = False,
+        defer_seconds: float = 2,
+        store_uri: str | None = None,
         wait: bool = True,
     ) -> WorkerProcess:
         env = {
+            ENV["defer_seconds"]: str(defer_seconds),
             ENV["debug_steps"]: "1" if debug_steps else "0",
             ENV["shutdown_grace"]: str(shutdown_grace),
             ENV["unknown_task_grace"]: str(unknown_task_grace),
             ENV["upgraded"]: "1" if upgraded else "0",
             ENV["heartbeat_timeout_ms"]: str(heartbeat_timeout_ms),
             ENV["redis_url"]: self.redis_url,
-            ENV["store_uri"]: self.store_uri,
+            ENV["store_uri"]: store_uri or self.store_uri,
             ENV["lease_seconds"]: str(lease_seconds),
             ENV["sweep_interval"]: str(sweep_interval),
             ENV["cancel_grace"]: str(cancel_grace),
         }
+        if dispatch_seconds is not None:
+            env[ENV["dispatch_seconds"]] = str(dispatch_seconds)
         log = self.tmp_path / f"worker-{len(self.workers)}.log"
         worker = WorkerProcess(log, env, processes=processes, threads=threads)
         self.workers.append(worker)

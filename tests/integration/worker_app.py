@@ -13,11 +13,13 @@ the worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dramatiq
 import redis
@@ -33,6 +35,8 @@ ENV = {
     "lease_seconds": "PYPEPPER_IT_LEASE_SECONDS",
     "sweep_interval": "PYPEPPER_IT_SWEEP_INTERVAL",
     "cancel_grace": "PYPEPPER_IT_CANCEL_GRACE",
+    #: seconds a step's message may wait in its queue before recovery sends it again.
+    "dispatch_seconds": "PYPEPPER_IT_DISPATCH_SECONDS",
     "heartbeat_timeout_ms": "PYPEPPER_IT_HEARTBEAT_TIMEOUT_MS",
     "shutdown_grace": "PYPEPPER_IT_SHUTDOWN_GRACE",
     "unknown_task_grace": "PYPEPPER_IT_UNKNOWN_TASK_GRACE",
@@ -40,6 +44,7 @@ ENV = {
     "upgraded": "PYPEPPER_IT_UPGRADED",
     #: "1": log each step's bookkeeping (claims, records, lost writes) at DEBUG.
     "debug_steps": "PYPEPPER_IT_DEBUG_STEPS",
+    "defer_seconds": "PYPEPPER_IT_DEFER_SECONDS",
 }
 
 #: The channel every test job goes to.
@@ -60,9 +65,14 @@ if REDIS_URL and STORE_URI:
         lease_seconds=float(os.environ.get(ENV["lease_seconds"], "5")),
         sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),
         cancel_grace=float(os.environ.get(ENV["cancel_grace"], "1")),
+        dispatch_seconds=(
+            float(os.environ[ENV["dispatch_seconds"]])
+            if os.environ.get(ENV["dispatch_seconds"]) else None
+        ),
         heartbeat_timeout_ms=int(os.environ.get(ENV["heartbeat_timeout_ms"], "20000")),
         shutdown_grace=float(os.environ.get(ENV["shutdown_grace"], "0")),
         unknown_task_grace=float(os.environ.get(ENV["unknown_task_grace"], "300")),
+        defer_seconds=float(os.environ.get(ENV["defer_seconds"], "2")),
     )
 else:
     # Imported by the test process for its task definitions: the plain actors
@@ -87,6 +97,26 @@ def trace_key(kind: str, job_id: str | None, name: str) -> str:
     return f"{kind}:{job_id}:{name}"
 
 
+#: How long a ``patient`` probe retries a trace write while Redis is unreachable.
+PATIENCE_SECONDS = 60.0
+
+_T = TypeVar("_T")
+
+
+def _traced(patient: bool, write: Callable[[], _T]) -> _T:
+    """``write()``; with ``patient``, retried while Redis is unreachable (a restart)."""
+    if not patient:
+        return write()
+    deadline = time.monotonic() + PATIENCE_SECONDS
+    while True:
+        try:
+            return write()
+        except (redis.ConnectionError, redis.TimeoutError):  # incl. BusyLoadingError
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 @workflow_task(name="it.probe")
 def probe(
     task: Task,
@@ -98,6 +128,7 @@ def probe(
     value: Any = None,
     add_to: str | None = None,
     block: bool = False,
+    patient: bool = False,
 ) -> Any:
     """A task that reports what happens to it.
 
@@ -117,33 +148,45 @@ def probe(
         add_to: name of an earlier task whose result is added to ``value``.
         block: sleep in one ``time.sleep`` call (blocked in C: an interrupt
             lands only when it returns) instead of 10 ms slices.
+        patient: while Redis is unreachable (a restart), retry each trace write
+            for up to :data:`PATIENCE_SECONDS` instead of failing the task.
     """
     r = counters()
     job, name = context.job_id, task.name
     started = time.time()
-    with r.pipeline() as pipe:
-        pipe.incr(trace_key("runs", job, name))
-        pipe.rpush(trace_key("pids", job, name), os.getpid())
-        pipe.rpush(trace_key("starts", job, name), repr(started))
-        pipe.set(trace_key("running", job, name), repr(started))
-        pipe.execute()
+
+    def trace_start() -> None:
+        with r.pipeline() as pipe:
+            pipe.incr(trace_key("runs", job, name))
+            pipe.rpush(trace_key("pids", job, name), os.getpid())
+            pipe.rpush(trace_key("starts", job, name), repr(started))
+            pipe.set(trace_key("running", job, name), repr(started))
+            pipe.execute()
+
+    _traced(patient, trace_start)
     try:
-        if fail_times and r.incr(trace_key("fails", job, name)) <= fail_times:
+        if fail_times and _traced(
+            patient, lambda: r.incr(trace_key("fails", job, name))
+        ) <= fail_times:
             raise RuntimeError(f"{name}: planned failure")
         if block:
             time.sleep(sleep)
         deadline = started + sleep
         while time.time() < deadline:
             if poll_cancel and context.cancelled:
-                r.set(trace_key("cancel_seen", job, name), repr(time.time()))
+                seen = repr(time.time())
+                _traced(patient, functools.partial(
+                    r.set, trace_key("cancel_seen", job, name), seen))
                 return "noticed the cancel"
             time.sleep(0.01)
     except BaseException as exc:
         if not isinstance(exc, RuntimeError):
-            r.set(trace_key("interrupted", job, name), f"{time.time()!r} {type(exc).__name__}")
+            why = f"{time.time()!r} {type(exc).__name__}"
+            _traced(patient, lambda: r.set(trace_key("interrupted", job, name), why))
         raise
     finally:
-        r.rpush(trace_key("ends", job, name), repr(time.time()))
+        ended = repr(time.time())
+        _traced(patient, lambda: r.rpush(trace_key("ends", job, name), ended))
     if add_to is not None:
         return context.results[add_to] + value
     return value
@@ -209,3 +252,24 @@ def deployed_later(task: Task, context: Context, *, value: Any = None) -> Any:
 
 if os.environ.get(ENV["upgraded"]) == "1":
     executor_registry.register(DEPLOYED_LATER, FunctionExecutor(deployed_later))
+
+
+@workflow_task(name="it.quiet-sleeper")
+def quiet_sleeper(
+    task: Task, context: Context, *, sleep: float = 0.0, value: Any = None, trace_end: bool = True
+) -> Any:
+    """Counts its starts and finished runs in Redis, and touches nothing while it sleeps
+    or when interrupted: for tests that stop Redis while it runs. Without
+    ``trace_end`` it does not record its end either (read the row's history)."""
+    r = counters()
+    with r.pipeline() as pipe:
+        pipe.incr(trace_key("runs", context.job_id, task.name))
+        pipe.set(trace_key("running", context.job_id, task.name), repr(time.time()))
+        pipe.execute()
+    deadline = time.time() + sleep
+    while time.time() < deadline:
+        time.sleep(0.01)
+    if trace_end:
+        _traced(True, lambda: r.rpush(trace_key("ends", context.job_id, task.name),
+                                      repr(time.time())))
+    return value
