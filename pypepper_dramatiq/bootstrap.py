@@ -63,6 +63,22 @@ def _backend_of(uri: str) -> str:
     raise ConfigError(f"store_uri {scheme!r}: expected a postgresql:// or mysql:// URI")
 
 
+def _redis_broker(url: str, heartbeat_timeout_ms: int) -> Broker:
+    """Dramatiq's Redis broker; an install without the ``redis`` extra is told which one."""
+    try:
+        # Imported here: the Redis client is an extra, and the embedded default needs none.
+        from dramatiq.brokers.redis import RedisBroker
+    except ImportError as exc:
+        raise ConfigError(
+            f"broker_url {url!r} needs the Redis client, which is not installed ({exc}); "
+            "install it with: pip install 'pypepper-dramatiq[redis]'"
+        ) from exc
+    broker: Broker = RedisBroker(  # type: ignore[no-untyped-call]
+        url=url, heartbeat_timeout=heartbeat_timeout_ms
+    )
+    return broker
+
+
 def setup(
     broker_url: str | None = None,
     store_uri: str | None = None,
@@ -131,11 +147,7 @@ def setup(
                 raise ConfigError(
                     f"broker_url {broker_url!r}: expected a redis://, rediss:// or unix:// URL"
                 )
-            from dramatiq.brokers.redis import RedisBroker
-
-            broker = RedisBroker(  # type: ignore[no-untyped-call]
-                url=broker_url, heartbeat_timeout=heartbeat_timeout_ms
-            )
+            broker = _redis_broker(broker_url, heartbeat_timeout_ms)
         else:
             broker = StubBroker()
     middleware = WorkflowMiddleware(

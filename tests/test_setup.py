@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -180,3 +182,19 @@ def test_setup_passes_the_shutdown_and_unknown_task_graces_from_yaml(tmp_path: P
     path.write_text("scheduler:\n  shutdownGrace: soon\n")
     with pytest.raises(ConfigError, match=r"scheduler\.shutdownGrace"):
         setup(broker=StubBroker(), config_path=path)
+
+
+def test_a_redis_url_without_the_redis_extra_names_the_pip_command() -> None:
+    # A plain `pip install pypepper-dramatiq` has no Redis client: say which extra.
+    code = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from pypepper_dramatiq import ConfigError, setup\n"
+        "try:\n"
+        "    setup(broker_url='redis://localhost:6379/0')\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "pip install 'pypepper-dramatiq[redis]'" in run.stdout
