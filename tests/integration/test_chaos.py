@@ -1,0 +1,484 @@
+"""Chaos (issue 9): random SIGKILLs of workers and one restart of each server, under load.
+
+Jobs of several kinds (one task, chains passing results, tasks that fail then
+succeed, a task that fails for good, an optional task that fails, jobs
+cancelled while running or queued) are submitted in waves while, at seeded
+random moments, a worker's process group is SIGKILLed (and replaced), Redis is
+stopped and started again (SIGTERM: its append-only file is flushed), and
+PostgreSQL is stopped ("fast") and started again. Then every accepted job must
+end with its expected status and results, no task whose success was recorded
+may have run again, nothing may be left Scheduled or InProgress, and the
+channel's waiting set must be empty.
+
+The default size is what ``.ci/run`` runs (about a minute); ``PYPEPPER_CHAOS_LONG=1``
+runs the long one (a few minutes). ``PYPEPPER_CHAOS_SEED=<n>`` replays a seed
+(the seed is printed; the fault timing still depends on the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from services import PostgresServer, RedisServer
+
+from pypepper_dramatiq import Job, Status, Task, Workflow
+from pypepper_dramatiq.errors import (
+    BrokerUnavailableError,
+    InvalidTransitionError,
+    StoreError,
+    UnknownJobError,
+)
+from pypepper_dramatiq.gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
+from pypepper_dramatiq.stores.base import JobRecord
+
+from .harness import Cluster, WorkerProcess
+from .worker_app import CHANNEL, probe
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+
+LONG = os.environ.get("PYPEPPER_CHAOS_LONG") == "1"
+
+
+@dataclass(frozen=True)
+class Size:
+    jobs: int
+    waves: int
+    kills: int
+    #: Worker CLIs kept running (each ``--processes 1``).
+    workers: int
+    threads: int
+    #: Seconds over which waves, kills and the two outages are spread.
+    chaos_seconds: float
+    #: Seconds each server stays down.
+    outage_seconds: float = 2.0
+
+
+DEFAULT_SIZE = Size(jobs=60, waves=6, kills=4, workers=2, threads=3, chaos_seconds=20)
+LONG_SIZE = Size(jobs=900, waves=60, kills=60, workers=3, threads=4, chaos_seconds=200)
+SIZE = LONG_SIZE if LONG else DEFAULT_SIZE
+
+LEASE = 3.0
+SWEEP = 0.5
+#: How long a step message may wait in a queue before recovery sends it again.
+DISPATCH = 5.0
+#: Messages prefetched by a killed worker come back after this.
+HEARTBEAT_MS = 5_000
+#: An execution that ended this long before a fault may not have been recorded yet.
+MARGIN_BEFORE = 1.0
+#: ... nor one that ended this long after a server came back (reconnects, retries).
+MARGIN_AFTER = 3.0
+#: When a job to cancel "while running" is cancelled anyway if it has not started.
+CANCEL_AFTER_S = 8.0
+
+WAITING_KEY = f"{CHANNEL_KEY_PREFIX}{CHANNEL}{WAITING_SUFFIX}"
+
+
+def report(title: str, **figures: object) -> None:
+    """Print one line of figures (visible with ``pytest -s``)."""
+    print(f"\n[{title}] " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+@dataclass
+class Planned:
+    """One submitted job and what must become of it."""
+
+    kind: str
+    job: Job
+    names: tuple[str, ...]
+    expected: Status
+    #: Exact expected ``state["results"]`` (None: not checked, e.g. cancelled jobs).
+    results: dict[str, Any] | None
+    #: Task names that must never run.
+    never: tuple[str, ...] = ()
+    #: Task keys expected in ``state["skipped"]``.
+    skipped: tuple[str, ...] = ()
+    #: "running": cancel once it runs; "queued": cancel right after submitting.
+    cancel: str | None = None
+    submitted_at: float = 0.0
+    cancelled_at: float | None = None
+
+
+def build(kind: str, i: int, rng: random.Random) -> tuple[list[Task], dict[str, Any]]:
+    """The tasks of a job of ``kind`` and the :class:`Planned` fields describing its end."""
+
+    def nap() -> float:
+        return round(rng.uniform(0.1, 1.0), 2)
+
+    p = dict(patient=True)  # trace writes wait out the Redis restart
+    if kind == "one":
+        return [probe.task(name="only", value=i, sleep=nap(), **p)], dict(
+            expected=Status.COMPLETED, results={"0.0": i})
+    if kind == "chain":
+        return [
+            probe.task(name="a", value=i, sleep=nap(), **p),
+            probe.task(name="b", value=10, add_to="a", sleep=nap(), **p),
+            probe.task(name="c", value=100, add_to="b", sleep=nap(), **p),
+        ], dict(expected=Status.COMPLETED, results={"0.0": i, "0.1": i + 10, "0.2": i + 110})
+    if kind == "flaky":
+        return [
+            probe.options(retry_count=3, retry_delay=0.3).task(
+                name="flaky", fail_times=2, value=i, sleep=nap() / 2, **p),
+            probe.task(name="after", value=1, add_to="flaky", **p),
+        ], dict(expected=Status.COMPLETED, results={"0.0": i, "0.1": i + 1})
+    if kind == "doomed":
+        return [
+            probe.task(name="pre", value=i, sleep=nap(), **p),
+            probe.options(retry_count=1).task(name="doomed", fail_times=1000, **p),
+            probe.task(name="never", **p),
+        ], dict(expected=Status.FAILED, results={"0.0": i}, never=("never",))
+    if kind == "optional":
+        return [
+            probe.options(optional=True, retry_count=1).task(name="opt", fail_times=1000, **p),
+            probe.task(name="after", value=i, sleep=nap(), **p),
+        ], dict(expected=Status.COMPLETED, results={"0.1": i}, skipped=("0.0",))
+    if kind in ("cancel_running", "cancel_queued"):
+        return [
+            probe.task(name="poll", sleep=30, poll_cancel=True, **p),
+            probe.task(name="never", **p),
+        ], dict(expected=Status.CANCELLED, results=None, never=("never",),
+                cancel=kind.removeprefix("cancel_"))
+    raise AssertionError(kind)
+
+
+KINDS = {"one": 20, "chain": 25, "flaky": 15, "doomed": 10, "optional": 10,
+         "cancel_running": 10, "cancel_queued": 10}
+
+
+@dataclass
+class Chaos:
+    """What the test did, and when (wall-clock ``time.time()``)."""
+
+    cluster: Cluster
+    rng: random.Random
+    accepted: list[Planned] = field(default_factory=list)
+    #: Jobs whose ``scheduled()`` raised BrokerUnavailableError: they must never run.
+    refused: list[Planned] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    #: (start, end) of each SIGKILL and of each outage, by kind.
+    kills: list[tuple[float, float]] = field(default_factory=list)
+    outages: dict[str, tuple[float, float]] = field(default_factory=dict)
+    killed: list[WorkerProcess] = field(default_factory=list)
+    replacements_due: int = 0
+    submitted: int = 0
+
+    def worker(self) -> WorkerProcess:
+        return self.cluster.start_worker(
+            processes=1, threads=SIZE.threads, lease_seconds=LEASE, sweep_interval=SWEEP,
+            dispatch_seconds=DISPATCH, heartbeat_timeout_ms=HEARTBEAT_MS, shutdown_grace=0,
+            wait=False,
+        )
+
+    def live(self) -> list[WorkerProcess]:
+        return [w for w in self.cluster.workers if w not in self.killed]
+
+    # -- submissions and cancels
+
+    def submit(self, count: int) -> None:
+        for _ in range(count):
+            i = self.submitted
+            self.submitted += 1
+            kind = self.rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+            tasks, spec = build(kind, i, self.rng)
+            job = Job(category="chaos", channel_id=CHANNEL)
+            job.workflows.append(Workflow(tasks))
+            planned = Planned(kind, job, tuple(t.name for t in tasks), **spec)
+            planned.submitted_at = time.time()
+            try:
+                job.scheduled()
+            except BrokerUnavailableError:
+                self.refused.append(planned)
+                continue
+            except Exception as exc:
+                self.unexpected.append(f"job {i} ({kind}): scheduled() raised {exc!r}")
+                continue
+            self.accepted.append(planned)
+            if planned.cancel == "queued":
+                self.try_cancel(planned)
+
+    def try_cancel(self, planned: Planned) -> None:
+        """Cancel ``planned`` now if its row can take it; else a later call tries again."""
+        try:
+            done = Job.cancel_saved(planned.job.id)
+        except (UnknownJobError, StoreError):
+            return  # not healed yet (PostgreSQL was down at submission), or PostgreSQL is down
+        except InvalidTransitionError as exc:
+            self.unexpected.append(f"{planned.kind} job {planned.job.id}: cancel refused: {exc}")
+            planned.cancelled_at = time.time()  # do not try again
+            return
+        if done:
+            planned.cancelled_at = time.time()
+
+    def cancels_due(self) -> None:
+        now = time.time()
+        for planned in self.accepted:
+            if planned.cancel is None or planned.cancelled_at is not None:
+                continue
+            if planned.cancel == "running" and now - planned.submitted_at < CANCEL_AFTER_S:
+                try:
+                    if self.cluster.stamp("running", planned.job, "poll") is None:
+                        continue
+                except Exception:  # Redis is down: look again later
+                    continue
+            self.try_cancel(planned)
+
+    # -- faults
+
+    def kill_one(self) -> None:
+        live = self.live()
+        if not live:
+            return
+        victim = self.rng.choice(live)
+        started = time.time()
+        victim.kill()
+        self.kills.append((started, time.time()))
+        self.killed.append(victim)
+        self.replacements_due += 1
+
+    def replace(self, postgres_up: bool) -> None:
+        # A worker's setup() migrates its database at import: start it once PostgreSQL is up.
+        while self.replacements_due and postgres_up:
+            self.worker()
+            self.replacements_due -= 1
+
+    # -- traces
+
+    def windows(self, planned: Planned) -> list[tuple[float, float]]:
+        """Periods in which an execution may have ended without its outcome being recorded."""
+        spans = [(start - MARGIN_BEFORE, end) for start, end in self.kills]
+        spans += [(down - MARGIN_BEFORE, up + MARGIN_AFTER) for down, up in self.outages.values()]
+        if planned.cancelled_at is not None:
+            spans.append((planned.cancelled_at - MARGIN_BEFORE, float("inf")))
+        return spans
+
+
+def _timestamp(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def plan_faults(rng: random.Random) -> list[tuple[float, str]]:
+    """(seconds from the start, action) for waves, kills and the two outages, in order."""
+    events = [(w * SIZE.chaos_seconds / SIZE.waves, "wave") for w in range(SIZE.waves)]
+    events += [(rng.uniform(1.0, SIZE.chaos_seconds), "kill") for _ in range(SIZE.kills)]
+    # The two outages at random moments that do not overlap (easier to read a failure).
+    span = SIZE.chaos_seconds - SIZE.outage_seconds - 1.0
+    while True:
+        redis_at, postgres_at = rng.uniform(1.0, span), rng.uniform(1.0, span)
+        if abs(redis_at - postgres_at) > SIZE.outage_seconds + 2.0:
+            break
+    events += [(redis_at, "redis_down"), (redis_at + SIZE.outage_seconds, "redis_up")]
+    events += [(postgres_at, "postgres_down"), (postgres_at + SIZE.outage_seconds, "postgres_up")]
+    return sorted(events)
+
+
+@pytest.mark.timeout(1800 if LONG else 400)
+def test_chaos_every_job_ends_as_expected_and_no_finished_task_reruns(
+    own_redis: RedisServer, own_postgres: PostgresServer, tmp_path: Path
+) -> None:
+    seed = int(os.environ.get("PYPEPPER_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
+    print(f"\n[chaos] seed={seed} (replay: PYPEPPER_CHAOS_SEED={seed}"
+          f"{' PYPEPPER_CHAOS_LONG=1' if LONG else ''}), size={SIZE}")
+    rng = random.Random(seed)
+    began = time.time()
+    cluster = Cluster(own_redis.url, own_postgres.uri, tmp_path)
+    chaos = Chaos(cluster, rng)
+    try:
+        run_chaos(chaos, own_redis, own_postgres)
+        check_outcomes(chaos, seed, began)
+    finally:
+        cluster.close()
+
+
+def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer) -> None:
+    cluster = chaos.cluster
+    for _ in range(SIZE.workers):
+        chaos.worker()
+    for worker in cluster.workers:
+        worker.wait_ready()
+    per_wave = [SIZE.jobs // SIZE.waves + (w < SIZE.jobs % SIZE.waves) for w in range(SIZE.waves)]
+    events = plan_faults(chaos.rng)
+    postgres_up = True
+    down_at: dict[str, float] = {}
+    start = time.monotonic()
+    for at, action in events:
+        while time.monotonic() - start < at:
+            chaos.cancels_due()
+            chaos.replace(postgres_up)
+            time.sleep(0.1)
+        if action == "wave":
+            chaos.submit(per_wave.pop(0))
+        elif action == "kill":
+            chaos.kill_one()
+        elif action == "redis_down":
+            down_at["redis"] = time.time()
+            cluster.redis.close()
+            own_redis.stop()  # SIGTERM: Redis flushes its append-only file and exits
+        elif action == "redis_up":
+            own_redis.start()
+            chaos.outages["redis"] = (down_at["redis"], time.time())
+        elif action == "postgres_down":
+            down_at["postgres"] = time.time()
+            # "fast" cuts every connection but keeps what was committed.
+            own_postgres.stop(mode="fast")
+            postgres_up = False
+        elif action == "postgres_up":
+            own_postgres.start()
+            postgres_up = True
+            chaos.outages["postgres"] = (down_at["postgres"], time.time())
+        chaos.replace(postgres_up)
+    chaos.replace(postgres_up)
+    assert not per_wave and len(chaos.outages) == 2
+
+
+def wait_for_ends(chaos: Chaos, timeout: float) -> dict[str, JobRecord]:
+    """Every accepted job's terminal row (cancels still due are sent meanwhile)."""
+    records: dict[str, JobRecord] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        chaos.cancels_due()
+        for planned in chaos.accepted:
+            job_id = planned.job.id
+            if job_id in records:
+                continue
+            try:
+                record = Job.get_saved(job_id)
+            except StoreError:
+                break
+            if record is not None and record.status.is_terminal:
+                records[job_id] = record
+        if len(records) == len(chaos.accepted) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.3)
+
+
+def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
+    cluster = chaos.cluster
+    chaos_ended = time.time()
+    bound = LEASE + SWEEP + DISPATCH + HEARTBEAT_MS / 1000 + 30 + 0.1 * SIZE.jobs
+    records = wait_for_ends(chaos, bound)
+    all_ended = time.time()
+    problems: list[str] = list(chaos.unexpected)
+
+    # 3. nothing stuck
+    for planned in chaos.accepted:
+        if planned.job.id not in records:
+            record = Job.get_saved(planned.job.id)
+            problems.append(
+                f"stuck {planned.kind} job {planned.job.id}: "
+                f"{(record.status.value, record.state.get('cursor'), record.lease_owner, record.lease_expires) if record else 'no row'}"  # noqa: E501
+            )
+
+    # 4. every job left the channel's waiting set (a cancelled job's first message may
+    # still be queued when its row is already Cancelled: give the workers a moment)
+    waiting: set[bytes] = set()
+    deadline = time.monotonic() + LEASE + DISPATCH + HEARTBEAT_MS / 1000 + 10
+    while time.monotonic() < deadline:
+        waiting = cluster.redis.smembers(WAITING_KEY)
+        if not waiting:
+            break
+        time.sleep(0.3)
+    if waiting:
+        problems.append(f"channel waiting set not empty: {sorted(w.decode() for w in waiting)}")
+
+    # 1. expected status and results
+    statuses: dict[str, int] = {}
+    for planned in chaos.accepted:
+        record = records.get(planned.job.id)
+        if record is None:
+            continue
+        statuses[record.status.value] = statuses.get(record.status.value, 0) + 1
+        where = f"{planned.kind} job {planned.job.id}"
+        if record.status is not planned.expected:
+            problems.append(f"{where}: {record.status.value}, expected "
+                            f"{planned.expected.value} (error {record.error!r})")
+            continue
+        results = record.state.get("results") or {}
+        if planned.results is not None and results != planned.results:
+            problems.append(f"{where}: results {results}, expected {planned.results}")
+        skipped = tuple(record.state.get("skipped") or ())
+        if skipped != planned.skipped:
+            problems.append(f"{where}: skipped {skipped}, expected {planned.skipped}")
+
+    # 2. no finished task ran again; reruns only of attempts in flight at a fault
+    reruns = {"killed": 0, "at_fault": 0}
+    longest_pause = 0.0
+    for planned in chaos.accepted:
+        record = records.get(planned.job.id)
+        if record is None:
+            continue
+        attempts = record.state.get("attempts") or {}
+        history = record.state.get("history") or {}
+        windows = chaos.windows(planned)
+        previous_ends: list[float] = []
+        for t, name in enumerate(planned.names):
+            key = f"0.{t}"
+            where = f"{planned.kind} job {planned.job.id} task {name}"
+            starts = cluster.times("starts", planned.job, name)
+            ends = cluster.times("ends", planned.job, name)
+            if name in planned.never and starts:
+                problems.append(f"{where}: ran {len(starts)} time(s), must never run")
+            recorded = int(attempts.get(key, 0))
+            extra = len(starts) - recorded
+            unended = len(starts) - len(ends)
+            at_fault = sum(any(lo <= e <= hi for lo, hi in windows) for e in ends)
+            if extra < 0:
+                problems.append(f"{where}: {recorded} attempts recorded, {len(starts)} ran")
+            elif extra > unended + at_fault:
+                problems.append(
+                    f"{where}: ran {len(starts)} times for {recorded} recorded attempts; only "
+                    f"{unended} killed mid-run and {at_fault} ended at a fault "
+                    f"(starts {starts}, ends {ends})"
+                )
+            if extra > 0:
+                reruns["killed"] += min(extra, unended)
+                reruns["at_fault"] += max(0, extra - unended)
+            for entry in history.get(key, []):
+                if entry.get("outcome") != "succeeded":
+                    continue
+                finished = _timestamp(entry["ended"])
+                later = [s for s in starts if s > finished]
+                if later:
+                    problems.append(f"{where}: succeeded (ended {finished}) but started again "
+                                    f"at {later}")
+            if starts and previous_ends:
+                first = min(starts)
+                before = [e for e in previous_ends if e <= first]
+                if before:
+                    longest_pause = max(longest_pause, first - max(before))
+            previous_ends = ends
+
+    # A job refused with BrokerUnavailableError never runs and has no row.
+    for planned in chaos.refused:
+        ran = {n: cluster.runs(planned.job, n) for n in planned.names}
+        if any(ran.values()):
+            problems.append(f"refused {planned.kind} job {planned.job.id} ran: {ran}")
+        if Job.get_saved(planned.job.id) is not None:
+            problems.append(f"refused {planned.kind} job {planned.job.id} has a row")
+
+    # Workers not killed by the test are still up (none died with a server).
+    for worker in chaos.live():
+        if worker.proc.poll() is not None:
+            problems.append(f"worker {worker.log_path.name} exited {worker.proc.returncode}")
+
+    outages = {k: f"{up - down:.1f}s" for k, (down, up) in chaos.outages.items()}
+    report(
+        "chaos", seed=seed, jobs_accepted=len(chaos.accepted), jobs_refused=len(chaos.refused),
+        statuses=statuses, kills=len(chaos.kills), restarts=outages,
+        reruns_killed_mid_run=reruns["killed"], reruns_at_fault=reruns["at_fault"],
+        longest_pause_between_steps_s=f"{longest_pause:.1f}",
+        chaos_s=f"{chaos_ended - began:.0f}", all_ended_after_s=f"{all_ended - chaos_ended:.0f}",
+        problems=len(problems),
+    )
+    assert not problems, (
+        f"chaos seed {seed} (PYPEPPER_CHAOS_SEED={seed}): {len(problems)} problem(s):\n"
+        + "\n".join(problems[:40])
+        + f"\nkills at {[round(k[0] - began, 1) for k in chaos.kills]} s, outages "
+        + f"{ {k: (round(d - began, 1), round(u - began, 1)) for k, (d, u) in chaos.outages.items()} }"  # noqa: E501
+        + f"\n{cluster.logs()}"
+    )
