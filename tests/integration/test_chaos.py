@@ -77,6 +77,9 @@ MARGIN_AFTER = 3.0
 #: When a job to cancel "while running" is cancelled anyway if it has not started.
 CANCEL_AFTER_S = 8.0
 
+#: Jobs submitted in the middle of each outage.
+OUTAGE_WAVE = 3
+
 WAITING_KEY = f"{CHANNEL_KEY_PREFIX}{CHANNEL}{WAITING_SUFFIX}"
 
 
@@ -272,8 +275,10 @@ def plan_faults(rng: random.Random) -> list[tuple[float, str]]:
         redis_at, postgres_at = rng.uniform(1.0, span), rng.uniform(1.0, span)
         if abs(redis_at - postgres_at) > SIZE.outage_seconds + 2.0:
             break
-    events += [(redis_at, "redis_down"), (redis_at + SIZE.outage_seconds, "redis_up")]
-    events += [(postgres_at, "postgres_down"), (postgres_at + SIZE.outage_seconds, "postgres_up")]
+    for at, server in ((redis_at, "redis"), (postgres_at, "postgres")):
+        events += [(at, f"{server}_down"), (at + SIZE.outage_seconds, f"{server}_up")]
+        # A few submissions while the server is down: refused (Redis), or queued rowless.
+        events.append((at + SIZE.outage_seconds / 2, "outage_wave"))
     return sorted(events)
 
 
@@ -313,6 +318,8 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
             time.sleep(0.1)
         if action == "wave":
             chaos.submit(per_wave.pop(0))
+        elif action == "outage_wave":
+            chaos.submit(OUTAGE_WAVE)
         elif action == "kill":
             chaos.kill_one()
         elif action == "redis_down":
@@ -406,7 +413,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
             problems.append(f"{where}: skipped {skipped}, expected {planned.skipped}")
 
     # 2. no finished task ran again; reruns only of attempts in flight at a fault
-    reruns = {"killed": 0, "at_fault": 0}
+    reruns = {"killed": 0, "at_fault": 0, "cancelled": 0}
     longest_pause = 0.0
     for planned in chaos.accepted:
         record = records.get(planned.job.id)
@@ -437,7 +444,8 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
                 )
             if extra > 0:
                 reruns["killed"] += min(extra, unended)
-                reruns["at_fault"] += max(0, extra - unended)
+                cause = "cancelled" if planned.cancelled_at is not None else "at_fault"
+                reruns[cause] += max(0, extra - unended)
             for entry in history.get(key, []):
                 if entry.get("outcome") != "succeeded":
                     continue
@@ -470,7 +478,8 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     report(
         "chaos", seed=seed, jobs_accepted=len(chaos.accepted), jobs_refused=len(chaos.refused),
         statuses=statuses, kills=len(chaos.kills), restarts=outages,
-        reruns_killed_mid_run=reruns["killed"], reruns_at_fault=reruns["at_fault"],
+        reruns_killed_mid_run=reruns["killed"], reruns_ended_at_fault=reruns["at_fault"],
+        unrecorded_by_cancel=reruns["cancelled"],
         longest_pause_between_steps_s=f"{longest_pause:.1f}",
         chaos_s=f"{chaos_ended - began:.0f}", all_ended_after_s=f"{all_ended - chaos_ended:.0f}",
         problems=len(problems),
