@@ -158,3 +158,32 @@ def test_a_blip_of_redis_between_two_steps_costs_no_dispatch_seconds(
     assert records[job.id].state["results"] == {"0.0": 1, "0.1": 2}
     assert pause < 3 + 0.5 + 5 + 3.5  # lease + sweep + 5 s, plus the outage itself
     _one_clean_run(cluster, job, "second")
+
+
+def test_messages_a_killed_worker_had_prefetched_come_back_within_the_heartbeat_timeout(
+    cluster_on_own_servers: Cluster,
+) -> None:
+    # A one-thread worker runs one job and holds the next ones prefetched; once
+    # it is SIGKILLed they wait for the broker's heartbeat timeout (configurable:
+    # setup(heartbeat_timeout_ms=...)), and our sweep, not Dramatiq's random
+    # maintenance, brings them back.
+    cluster = cluster_on_own_servers
+    heartbeat_ms, sweep = 3000, 0.5
+    crashed = cluster.start_worker(threads=1, heartbeat_timeout_ms=heartbeat_ms,
+                                   sweep_interval=sweep)
+    running = cluster.schedule(probe.task(name="long", sleep=30, value=1))
+    wait_for(lambda: cluster.stamp("running", running, "long"), 30, "the long task to start")
+    waiting = [cluster.schedule(probe.task(name="queued", value=1))]  # prefetch: 2 a thread
+    wait_for(lambda: _queued(cluster) == 0, 10, "the worker to prefetch the queued job")
+
+    crashed.kill()
+    killed_at = time.time()
+    cluster.start_worker(threads=2, heartbeat_timeout_ms=heartbeat_ms, sweep_interval=sweep)
+    cluster.wait_status(waiting, timeout=60)
+
+    came_back_after = max(cluster.times("starts", job, "queued")[0] for job in waiting) - killed_at
+    print(f"\n[prefetched-after-sigkill] heartbeat_timeout_s={heartbeat_ms / 1000:g} "
+          f"sweep_interval_s={sweep:g} started_after_kill_s={came_back_after:.2f}")
+    assert came_back_after < heartbeat_ms / 1000 + sweep + 5
+    for job in waiting:
+        _one_clean_run(cluster, job, "queued")
