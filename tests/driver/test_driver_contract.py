@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 import uuid
@@ -587,14 +588,19 @@ def test_dramatiq_cancel_keeps_the_progress_workers_stored(
 
 
 def test_every_attempt_is_kept_in_the_history_with_its_traceback(
-    driver: Driver, prefix: str
+    driver: Driver, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     key = f"{prefix}h"
     job = make_job([
         flaky.options(retry_count=2).task(name="a", key=key, fail_first=2, result="ok"),
     ])
 
-    (record,) = run(driver, job)
+    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq"):
+        (record,) = run(driver, job)
+
+    failed_lines = [r.getMessage() for r in caplog.records
+                    if getattr(r, "action", None) == "attempt_failed"]
+    assert len(failed_lines) == 2 and all(job.id in line for line in failed_lines)
 
     assert record.status is Status.COMPLETED
     entries = record.state["history"]["0.0"]
