@@ -19,6 +19,7 @@ SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 
+@pytest.mark.bench
 @pytest.mark.timeout(600)
 def test_every_scenario_of_the_quick_benchmark_runs(tmp_path: Path) -> None:
     output = tmp_path / "quick.json"
