@@ -21,7 +21,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from . import history
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
-from .errors import TaskCancelledError, TaskTimeoutError, UnknownExecutorError, is_retriable
+from .errors import UnknownExecutorError, is_retriable
 from .executor import IExecutor, executor_registry
 from .inflight import InFlight, StepCancelled
 from .messages import STEP_ACTOR
@@ -98,10 +98,8 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
             )
         return Outcome.failure(exc, started=started)
     except Exception as exc:
-        kind = (history.TIMED_OUT if isinstance(exc, TaskTimeoutError)
-                else history.CANCELLED if isinstance(exc, TaskCancelledError)
-                else history.FAILED)
-        return Outcome.failure(exc, retriable=is_retriable(exc), kind=kind, started=started)
+        return Outcome.failure(exc, retriable=is_retriable(exc), kind=history.kind_of(exc),
+                               started=started)
     finally:
         inflight.finish(claim.record.id)
 

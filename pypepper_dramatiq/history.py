@@ -13,6 +13,8 @@ import traceback as traceback_module
 from datetime import datetime
 from typing import Any
 
+from .errors import TaskCancelledError, TaskTimeoutError
+
 #: Entries kept per task: the first attempt and the latest ``HISTORY_LIMIT - 1``.
 HISTORY_LIMIT = 10
 #: Longest error message stored in an entry, in characters.
@@ -22,6 +24,15 @@ TRACEBACK_LIMIT = 4_000
 
 #: Outcomes an entry may record.
 SUCCEEDED, FAILED, TIMED_OUT, CANCELLED = "succeeded", "failed", "timed_out", "cancelled"
+
+
+def kind_of(exc: BaseException) -> str:
+    """The outcome an attempt that raised ``exc`` is recorded with."""
+    if isinstance(exc, TaskTimeoutError):
+        return TIMED_OUT
+    if isinstance(exc, TaskCancelledError):
+        return CANCELLED
+    return FAILED
 
 
 def _clip(text: str, limit: int, *, keep_end: bool = False) -> str:

@@ -265,6 +265,13 @@ class Job:
             self.updated = record.updated
             self.state = dict(record.state)
 
+    def follow_progress(self, record: JobRecord) -> None:
+        """Take the stored row's version, progress and error (not its status):
+        the row was written by the engine running this job here."""
+        with self._lock:
+            self._adopt_version(record)
+            self.error = record.error
+
     def adopt(self, record: JobRecord) -> None:
         """Take the stored status and version (follow the durable row)."""
         with self._lock:

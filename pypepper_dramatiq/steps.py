@@ -135,6 +135,28 @@ class Claim:
         return named
 
 
+class OutcomeNotRecorded(StoreError):
+    """The store failed the write that records an outcome (after retries).
+
+    Carries what the rules decided and the row as it would have been written
+    (its version unchanged), so that a driver that runs the next step itself
+    can go on and let a later write carry this one's progress.
+    """
+
+    def __init__(self, cause: StoreError, decision: rules.Step, record: JobRecord) -> None:
+        super().__init__(str(cause))
+        self.decision = decision
+        self.record = record
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An outcome as written: what the rules decided next, and the row as it now is."""
+
+    decision: rules.Step
+    record: JobRecord
+
+
 class Policies(Sequence[RetryPolicy]):
     """One workflow's retry tables, each built from its stored task when first read.
 
@@ -201,6 +223,9 @@ class StepBook:
         dispatch_seconds: how long the next step's message may wait in its
             queue (after its delay) before recovery sends it again; longer
             than a lease, since a message may wait behind a backlog.
+        holds_steps: the caller runs the next step itself, in this thread (the
+            in-process driver): the recorded row keeps it, owned by ``owner``
+            with no expiry, so that no recovery sweep sends it elsewhere.
     """
 
     def __init__(
@@ -210,9 +235,12 @@ class StepBook:
         lease_seconds: float,
         write_attempts: int = 5,
         dispatch_seconds: float | None = None,
+        *,
+        holds_steps: bool = False,
     ) -> None:
         self._store = store
         self.owner = owner
+        self.holds_steps = holds_steps
         self.lease_seconds = lease_seconds
         self.write_attempts = write_attempts
         self.dispatch_seconds = (
@@ -328,6 +356,11 @@ class StepBook:
         Returns None when the write lost to another writer (the job was
         cancelled, or the step was taken over): nothing more to do here.
         """
+        recorded = self.record_outcome(claim, outcome)
+        return None if recorded is None else recorded.decision
+
+    def record_outcome(self, claim: Claim, outcome: Outcome) -> Recorded | None:
+        """:meth:`record`, also returning the row as written (None: the write lost)."""
         position = claim.position
         key = position.key()
         if outcome.succeeded:
@@ -367,9 +400,12 @@ class StepBook:
         if decision.action is rules.Action.RUN:
             assert decision.position is not None
             state["cursor"] = decision.position.to_list()
-            changes["lease_expires"] = now + timedelta(
-                seconds=decision.delay + self.dispatch_seconds
-            )
+            if self.holds_steps:
+                changes["lease_owner"] = self.owner
+            else:
+                changes["lease_expires"] = now + timedelta(
+                    seconds=decision.delay + self.dispatch_seconds
+                )
         elif decision.action is rules.Action.COMPLETE:
             changes["status"] = Status.COMPLETED
         else:
@@ -377,7 +413,11 @@ class StepBook:
             changes["status"] = Status.FAILED
             changes["error"] = f"task {name} failed: {outcome.error}"
         updated = claim.record.evolve(state=state, **changes)
-        if not self._write(updated):
+        try:
+            written = self._write(updated)
+        except StoreError as exc:
+            raise OutcomeNotRecorded(exc, decision, updated) from exc
+        if not written:
             current = self._store().get(claim.record.id)
             status = current.status.value if current else "gone"
             # Losing to a cancel is the cancel working; anything else is worth a line.
@@ -386,7 +426,7 @@ class StepBook:
             return None
         _log(decision.action.value, claim.record.id, decision.position or position,
              changes.get("error"))
-        return decision
+        return Recorded(decision, updated.evolve(version=updated.version + 1))
 
     def release(self, claim: Claim, until: datetime) -> bool:
         """Give up the claimed step unrun (no attempt counted); False if the row moved.

@@ -106,9 +106,15 @@ class Task:
         return self._executor
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form; needs an ``executor_id``."""
+        """JSON form (as stored with its job); needs an ``executor_id``."""
         if self.executor_id is None:
             raise UnknownExecutorError(None, f"task {self.name!r}")
+        return self.spec()
+
+    def spec(self) -> dict[str, Any]:
+        """The stored form of this task, also without an ``executor_id`` (then
+        ``executor_id`` is None): what the engine reads of a task (name, retry
+        table, ``round_timeout``), whichever driver runs it."""
         return {
             "channel_id": self.channel_id,
             "dag_id": self.dag_id,

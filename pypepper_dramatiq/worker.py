@@ -1,11 +1,19 @@
-"""The in-process driver: takes jobs from a channel and runs their workflows here."""
+"""The in-process driver: takes jobs from a channel and runs their steps here.
+
+The steps go through the same engine as the Dramatiq driver's
+(:mod:`~pypepper_dramatiq.rules` decides, :class:`~pypepper_dramatiq.steps.StepBook`
+records), in the worker's thread: a retry delay is a wait on the job's cancel
+event, and ``round_timeout`` is enforced by the workflow's attempt pool.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 
-from . import history
+from . import history, rules, steps
 from .channel import Channel
 from .errors import (
     InvalidTransitionError,
@@ -13,13 +21,15 @@ from .errors import (
     JobRequeuedError,
     StoreError,
     describe,
+    is_retriable,
 )
 from .events import COMPLETE, FAIL, RUN
 from .job import Job
 from .status import Status
 from .store import get_job_store
-from .stores.base import JobRecord
-from .workflow import WorkflowResult
+from .stores.base import JobRecord, utcnow
+from .task import Task
+from .workflow import Workflow
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +81,7 @@ class Worker:
             raise deferred
 
     async def process(self, job: Job) -> None:
-        """Carry one job through RUN, its workflows, and COMPLETE or FAIL."""
+        """Carry one job through RUN, its steps, and COMPLETE or FAIL."""
         if job.is_cancelled:
             self._settle_cancelled(job)
             return
@@ -79,24 +89,78 @@ class Worker:
             return
         _log(job, "start")
         job.share_cancel_event()
-        error: str | None = None
         with job.running_here():
-            for index, workflow in enumerate(job.workflows):
-                if _cancelled(job):
-                    break
-                try:
-                    result = await asyncio.to_thread(workflow.run)
-                except Exception as exc:  # a bug outside the executors: fail the job
-                    logger.exception("job %s: workflow raised", job.id)
-                    error = describe(exc)
-                    break
-                _keep_history(job, index, result)
-                if result.cancelled:
-                    break
-                if not result.ok:
-                    error = result.error
-                    break
-        self._finish(job, error)
+            try:
+                ended = await asyncio.to_thread(self._run_steps, job)
+            except steps.OutcomeNotRecorded as exc:
+                # The work is done; only its last write failed: keep the ending
+                # the rules decided and retry the snapshot (never re-run).
+                logger.warning("job %s: its end could not be recorded: %s", job.id, exc)
+                job.follow_progress(exc.record.evolve(version=job.version))
+                self._finish(job, exc.record.error)
+                return
+            except Exception as exc:  # a bug outside the executors
+                logger.exception("job %s: its steps could not run to the end", job.id)
+                self._finish(job, describe(exc))
+                return
+        if ended is None:  # cancelled, or the row moved on: follow it
+            self._finish(job, None)
+            return
+        self._ended(job, ended)
+
+    def _run_steps(self, job: Job) -> JobRecord | None:
+        """Run the job's steps in this thread through the shared engine.
+
+        Each attempt is recorded in the job row as the Dramatiq driver records
+        it (:class:`~pypepper_dramatiq.steps.StepBook`: results, attempts,
+        history, cursor, the rules' decision), so a job's stored state does not
+        depend on who ran it. Returns the row once the engine wrote its end
+        (Completed or Failed); None when it stopped without (a cancel, or a
+        write that lost to another writer).
+        """
+        tasks = [[task.spec() for task in workflow.get_tasks()] for workflow in job.workflows]
+        step = rules.first_step(steps.plan_of(tasks), cancelled=job.is_cancelled)
+        if step.action is not rules.Action.RUN:
+            return None  # nothing to run (or cancelled): the end is written by _finish
+        book = steps.StepBook(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE,
+                              holds_steps=True)
+        record = job.to_record()
+        while True:
+            position = step.position
+            assert position is not None
+            if step.delay > 0:
+                job.cancel_event.wait(step.delay)
+            if job.is_cancelled:
+                return None
+            workflow = job.workflows[position.workflow]
+            task = workflow.get_tasks()[position.task]
+            outcome = _attempt(workflow, task)
+            try:
+                recorded = book.record_outcome(steps.Claim(record, position, tasks), outcome)
+            except steps.OutcomeNotRecorded as exc:
+                if exc.decision.action is not rules.Action.RUN:
+                    raise
+                # Go on: the next write carries this step's progress (same version).
+                logger.warning("job %s: outcome of %s not recorded yet (%s); going on",
+                               job.id, position.key(), exc)
+                recorded = steps.Recorded(exc.decision, exc.record)
+            if recorded is None:
+                return None
+            if outcome.succeeded:
+                job.context.results[task.name] = outcome.result
+            step, record = recorded.decision, recorded.record
+            if step.action is not rules.Action.RUN:
+                return record
+
+    def _ended(self, job: Job, ended: JobRecord) -> None:
+        """The engine wrote the end: the state machine follows it (no other write)."""
+        try:
+            job.apply_event(COMPLETE if ended.status is Status.COMPLETED else FAIL)
+        except InvalidTransitionError:
+            if not _cancelled(job):
+                raise
+        job.follow_progress(ended)
+        _log(job, "end", job.status)
 
     # -- steps --------------------------------------------------------------
 
@@ -194,13 +258,22 @@ class Worker:
         logger.error("job %s ended %s but the snapshot did not persist", job.id, job.status)
 
 
-def _keep_history(job: Job, workflow: int, result: WorkflowResult) -> None:
-    """Add the workflow's attempts to the job's stored history (written with its end)."""
-    state = job.state
-    for outcome in result.outcomes:
-        for item in outcome.history:
-            state = history.appended(state, f"{workflow}.{outcome.index}", item)
-    job.state = state
+#: Who holds the steps an in-process Worker runs, as the job row names it.
+_IN_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:in-process"
+#: Unused by the in-process driver (it holds its steps without expiry), but the
+#: ledger needs one.
+_IN_PROCESS_LEASE = 30.0
+
+
+def _attempt(workflow: Workflow, task: Task) -> steps.Outcome:
+    """One attempt in this thread, under the workflow's ``round_timeout`` pool."""
+    started = utcnow()
+    succeeded, value = workflow.attempt(task)
+    if succeeded:
+        return steps.Outcome(True, value, started=started, ended=utcnow())
+    error = value if isinstance(value, BaseException) else RuntimeError(str(value))
+    return steps.Outcome.failure(error, retriable=is_retriable(error),
+                                 kind=history.kind_of(error), started=started)
 
 
 def _log(job: Job, action: str, detail: object = None) -> None:

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from . import history, rules
+from . import rules
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY
-from .errors import TaskCancelledError, TaskTimeoutError, describe, is_retriable
-from .stores.base import utcnow
+from .errors import TaskTimeoutError, describe, is_retriable
 from .task import Task
 
 logger = logging.getLogger(__name__)
@@ -36,10 +32,6 @@ class TaskOutcome:
     attempts: int
     result: Any = None
     error: str | None = None
-    #: Its attempts as the job row's history stores them (see :mod:`history`).
-    history: list[dict[str, Any]] = field(default_factory=list)
-    #: Its index in the workflow.
-    index: int = 0
 
 
 @dataclass
@@ -116,11 +108,8 @@ class Workflow:
                     step = rules.CANCEL
                     break
             task = self._tasks[position.task]
-            started = utcnow()
-            succeeded, value = self._attempt(task)
-            outcome = outcomes.setdefault(
-                position.task, TaskOutcome(task.name, False, 0, index=position.task)
-            )
+            succeeded, value = self.attempt(task)
+            outcome = outcomes.setdefault(position.task, TaskOutcome(task.name, False, 0))
             outcome.attempts += 1
             outcome.succeeded = succeeded
             if succeeded:
@@ -136,7 +125,7 @@ class Workflow:
                     position.round + 1, outcome.error,
                     extra={"action": "attempt_failed", "job_id": task.context.get(JOB_ID_KEY)},
                 )
-            outcome.history.append(_history_entry(position, started, succeeded, value))
+
             step = rules.next_step(
                 plan, position, succeeded, cancelled=cancelled(),
                 retriable=succeeded or is_retriable(value),
@@ -151,8 +140,9 @@ class Workflow:
             ok=False, outcomes=ordered, error=f"task {failed.name} failed: {failed.error}"
         )
 
-    def _attempt(self, task: Task) -> tuple[bool, Any]:
-        """One attempt: (True, result) or (False, exception)."""
+    def attempt(self, task: Task) -> tuple[bool, Any]:
+        """One attempt of ``task`` (one of this workflow's) in this thread, bounded
+        by its ``round_timeout``: (True, result) or (False, exception)."""
         if task.round_timeout <= 0:
             try:
                 return True, task.executor.execute(task, task.context)
@@ -178,27 +168,6 @@ class Workflow:
             )
         except Exception as exc:
             return False, exc
-
-
-#: Who ran an in-process attempt, as the attempt history names it.
-_WORKER = f"{socket.gethostname()}:{os.getpid()}:in-process"
-
-
-def _history_entry(
-    position: rules.Position, started: datetime, succeeded: bool, value: Any
-) -> dict[str, Any]:
-    if succeeded:
-        return history.entry(started=started, ended=utcnow(), worker=_WORKER,
-                             outcome=history.SUCCEEDED, position=position.to_list())
-    error = value if isinstance(value, BaseException) else RuntimeError(str(value))
-    return history.entry(
-        started=started, ended=utcnow(), worker=_WORKER,
-        outcome=(history.TIMED_OUT if isinstance(error, TaskTimeoutError)
-                 else history.CANCELLED if isinstance(error, TaskCancelledError)
-                 else history.FAILED),
-        error_type=type(error).__name__, message=str(error),
-        traceback=history.traceback_text(error), position=position.to_list(),
-    )
 
 
 def _join(future: Future[Any], limit: float) -> bool:

@@ -34,6 +34,13 @@ class ScriptedStore(MemoryJobStore):
             self._failures.setdefault(status, []).extend([how] * times)
 
     def put(self, record: JobRecord) -> bool:
+        return self._scripted(record, super().put)
+
+    def advance(self, record: JobRecord) -> bool:
+        # The engine records steps with advance: scripted and logged like a put.
+        return self._scripted(record, super().advance)
+
+    def _scripted(self, record: JobRecord, write: Callable[[JobRecord], bool]) -> bool:
         if self.before_put is not None:
             self.before_put(record)
         with self._script_lock:
@@ -45,7 +52,7 @@ class ScriptedStore(MemoryJobStore):
         if how == "false":
             self.puts.append((record.status, False))
             return False
-        ok = super().put(record)
+        ok = write(record)
         self.puts.append((record.status, ok))
         return ok
 

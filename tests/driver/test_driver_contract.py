@@ -628,3 +628,36 @@ def test_the_history_of_a_task_is_bounded(driver: Driver, prefix: str) -> None:
     assert len(entries) == 10
     assert [e["attempt"] for e in entries] == [0, *range(6, 15)]  # the first and the latest
     assert record.state["history_dropped"] == {"0.0": 5}
+
+
+# -- the stored state -----------------------------------------------------------------------
+
+
+def test_both_drivers_store_the_same_state_for_the_same_job(driver: Driver, prefix: str) -> None:
+    # One engine: whoever ran the job, `pypepper-dramatiq show` tells the same story.
+    job = make_job(
+        [
+            flaky.options(retry_count=1).task(name="a", key=f"{prefix}a", fail_first=1,
+                                               result={"n": 1}),
+            flaky.options(optional=True).task(name="b", key=f"{prefix}b", fail_first=-1),
+        ],
+        [consume.task(name="c", key=f"{prefix}c", source="a")],
+    )
+
+    (record,) = run(driver, job)
+
+    assert record.status is Status.COMPLETED
+    state = dict(record.state)
+    history = state.pop("history")
+    state.pop("dispatch", None)  # which broker message carried it (Redis only)
+    assert state == {
+        "cursor": [1, 0, 0, 0],  # the last step run
+        "results": {"0.0": {"n": 1}, "1.0": {"n": 2}},
+        "errors": {"0.1": f"RuntimeError: {prefix}b: planned failure 1"},
+        "attempts": {"0.0": 2, "0.1": 1, "1.0": 1},
+        "skipped": ["0.1"],
+    }
+    assert {key: [e["outcome"] for e in entries] for key, entries in history.items()} == {
+        "0.0": ["failed", "succeeded"], "0.1": ["failed"], "1.0": ["succeeded"],
+    }
+    assert record.lease_owner is None and record.lease_expires is None
