@@ -35,10 +35,9 @@ from pypepper_dramatiq.errors import (
     StoreError,
     UnknownJobError,
 )
-from pypepper_dramatiq.gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from pypepper_dramatiq.stores.base import JobRecord
 
-from .harness import Cluster, WorkerProcess
+from .harness import READY_LINE, Cluster, WorkerProcess
 from .worker_app import CHANNEL, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -80,7 +79,8 @@ CANCEL_AFTER_S = 8.0
 #: Jobs submitted in the middle of each outage.
 OUTAGE_WAVE = 3
 
-WAITING_KEY = f"{CHANNEL_KEY_PREFIX}{CHANNEL}{WAITING_SUFFIX}"
+#: The Redis set of the jobs admitted to the channel and not yet taken by a worker.
+WAITING_KEY = f"pypepper:channel:{CHANNEL}:waiting"
 
 
 def report(title: str, **figures: object) -> None:
@@ -168,6 +168,9 @@ class Chaos:
     kills: list[tuple[float, float]] = field(default_factory=list)
     outages: dict[str, tuple[float, float]] = field(default_factory=dict)
     killed: list[WorkerProcess] = field(default_factory=list)
+    #: Workers whose boot failed because PostgreSQL went down under it (setup() opens
+    #: the store at import): replaced like killed ones.
+    failed_boots: list[WorkerProcess] = field(default_factory=list)
     replacements_due: int = 0
     submitted: int = 0
 
@@ -179,7 +182,8 @@ class Chaos:
         )
 
     def live(self) -> list[WorkerProcess]:
-        return [w for w in self.cluster.workers if w not in self.killed]
+        return [w for w in self.cluster.workers
+                if w not in self.killed and w not in self.failed_boots]
 
     # -- submissions and cancels
 
@@ -245,6 +249,12 @@ class Chaos:
         self.replacements_due += 1
 
     def replace(self, postgres_up: bool) -> None:
+        for worker in self.live():
+            if worker.proc.poll() is not None and READY_LINE not in worker.log() and (
+                "job store unavailable" in worker.log()
+            ):
+                self.failed_boots.append(worker)
+                self.replacements_due += 1
         # A worker's setup() migrates its database at import: start it once PostgreSQL is up.
         while self.replacements_due and postgres_up:
             self.worker()
@@ -310,8 +320,11 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
     events = plan_faults(chaos.rng)
     postgres_up = True
     down_at: dict[str, float] = {}
-    start = time.monotonic()
+    start, wall_start = time.monotonic(), time.time()
     for at, action in events:
+        if action.endswith("_up"):  # a late "down" (a slow step before it) still lasts
+            server = action.removesuffix("_up")
+            at = max(at, down_at[server] - wall_start + SIZE.outage_seconds)
         while time.monotonic() - start < at:
             chaos.cancels_due()
             chaos.replace(postgres_up)
@@ -349,6 +362,7 @@ def wait_for_ends(chaos: Chaos, timeout: float) -> dict[str, JobRecord]:
     deadline = time.monotonic() + timeout
     while True:
         chaos.cancels_due()
+        chaos.replace(postgres_up=True)
         for planned in chaos.accepted:
             job_id = planned.job.id
             if job_id in records:
@@ -481,7 +495,8 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         reruns_killed_mid_run=reruns["killed"], reruns_ended_at_fault=reruns["at_fault"],
         unrecorded_by_cancel=reruns["cancelled"],
         longest_pause_between_steps_s=f"{longest_pause:.1f}",
-        chaos_s=f"{chaos_ended - began:.0f}", all_ended_after_s=f"{all_ended - chaos_ended:.0f}",
+        boots_failed_in_outage=len(chaos.failed_boots), chaos_s=f"{chaos_ended - began:.0f}",
+        all_ended_after_s=f"{all_ended - chaos_ended:.0f}",
         problems=len(problems),
     )
     assert not problems, (
