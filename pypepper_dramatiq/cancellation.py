@@ -12,21 +12,12 @@ import threading
 from typing import Any
 
 from .broker import get_broker
-from .gates import KEY_PREFIX
 from .inflight import InFlight
 from .outage import REDIS, shared_outage
+from .redis_layout import CANCEL_CHANNEL, redis_client_of
 
 logger = logging.getLogger(__name__)
 
-#: The pub/sub channel cancels are published on.
-CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
-
-
-def redis_client_of(broker: Any) -> Any | None:
-    """The Redis client of a Redis broker, else None."""
-    if type(broker).__name__ != "RedisBroker":
-        return None
-    return getattr(broker, "client", None)
 
 
 def publish_cancel(job_id: str, client: Any | None = None) -> bool:

@@ -33,6 +33,7 @@ from .errors import BrokerUnavailableError, MessageError, StoreError
 from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .outage import broker_unreachable
+from .redis_layout import redis_client_of
 from .rules import Position
 from .status import Status
 
@@ -258,8 +259,8 @@ def _fail_stored(record: JobRecord, error: str) -> None:
 
 
 def _gate_for(broker: Broker, channel_id: str, maxsize: int | None) -> Gate:
-    client = getattr(broker, "client", None)
-    if client is not None and type(broker).__name__ == "RedisBroker":
+    client = redis_client_of(broker)
+    if client is not None:
         return RedisGate(client, channel_id, maxsize)
     return LocalGate(maxsize, channel_id)
 

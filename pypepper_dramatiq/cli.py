@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import InvalidTransitionError, PypepperError, UnknownJobError
+from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .status import Status
 from .stores.base import IJobStore, JobRecord
 
@@ -362,7 +363,6 @@ def _channels(args: argparse.Namespace) -> int:
 
 def _known_channels(client: Any) -> list[str]:
     """Every channel with a key in Redis: its hash, or its set of waiting jobs."""
-    from .gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 
     names: set[str] = set()
     for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*", count=500, _type="hash"):
@@ -376,7 +376,6 @@ def _known_channels(client: Any) -> list[str]:
 
 
 def _list_channels(client: Any, *, as_json: bool) -> int:
-    from .gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 
     names = _known_channels(client)
     pipe = client.pipeline(transaction=False)
@@ -404,7 +403,7 @@ def _list_channels(client: Any, *, as_json: bool) -> int:
 
 
 def _change_channel(client: Any, action: str, name: str, size: int | None) -> int:
-    from .gates import CHANNEL_KEY_PREFIX, WAITING_SUFFIX, RedisGate
+    from .gates import RedisGate
 
     key = f"{CHANNEL_KEY_PREFIX}{name}"
     known = bool(client.exists(key, f"{key}{WAITING_SUFFIX}"))

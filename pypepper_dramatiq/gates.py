@@ -27,18 +27,11 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar, cast
 
 from .errors import BrokerUnavailableError
+from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 
 SendResult = Literal["ok", "full", "stopped"]
 
-#: Prefix of every Redis key this package writes.
-KEY_PREFIX = "pypepper"
 
-#: Prefix of a channel's Redis keys: ``<prefix><id>`` (a hash: ``maxsize``,
-#: ``stopped``) and ``<prefix><id>:waiting`` (the set of waiting job ids).
-CHANNEL_KEY_PREFIX = f"{KEY_PREFIX}:channel:"
-
-#: Suffix of the key of a channel's set of waiting job ids.
-WAITING_SUFFIX = ":waiting"
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware, Shutdown
 
 from . import actors
-from .cancellation import CancelListener, redis_client_of
+from .cancellation import CancelListener
 from .channel import ChannelConnector, manager
 from .config import seconds
 from .errors import MessageError, StoreError
@@ -35,6 +35,7 @@ from .messages import STEP_ACTOR, StepMessage
 from .orphans import AckKeeper
 from .outage import JOB_STORE, REDIS, shared_outage
 from .recovery import RecoverySweeper
+from .redis_layout import redis_client_of
 from .rules import Action
 from .steps import Claim, Outcome, StepBook, StepSkipped
 from .store import get_job_store

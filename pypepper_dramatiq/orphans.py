@@ -30,6 +30,7 @@ from dramatiq import Message
 
 from .messages import STEP_ACTOR
 from .outage import REDIS, broker_unreachable, shared_outage
+from .redis_layout import acks_key, messages_key
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,7 @@ class AckKeeper(threading.Thread):
         for queue_name, thread in list(consumers.items()):
             if not queue_name.endswith(".DQ"):
                 continue  # a regular queue's prefetch survives a reconnect
-            acks = f"{self.broker.namespace}:__acks__.{self.broker.broker_id}.{queue_name}"
-            members = {_text(m) for m in client.smembers(acks)}
+            members = {_text(m) for m in client.smembers(acks_key(self.broker, queue_name))}
             if not members:
                 continue
             held = _held_by(thread)
@@ -104,7 +104,7 @@ class AckKeeper(threading.Thread):
     def _put_back(self, client: Any, queue_name: str, message_ids: list[str]) -> int:
         if not message_ids:
             return 0
-        data = client.hmget(f"{self.broker.namespace}:{queue_name}.msgs", message_ids)
+        data = client.hmget(messages_key(self.broker, queue_name), message_ids)
         steps = []
         for message_id, raw in zip(message_ids, data, strict=True):
             if raw is None:

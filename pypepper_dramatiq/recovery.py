@@ -21,13 +21,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dramatiq.broker import Broker
-from dramatiq.common import current_millis, dq_name
+from dramatiq.common import dq_name
 
-from .cancellation import redis_client_of
 from .errors import StoreError, StoreUnavailableError
-from .gates import KEY_PREFIX
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
+from .redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
 from .rules import Position
 from .status import Status
 from .steps import cursor_of
@@ -36,26 +35,6 @@ from .stores.base import JobRecord, utcnow
 
 logger = logging.getLogger(__name__)
 
-LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
-
-
-def requeue_dead_workers(broker: Broker, queue_name: str) -> None:
-    """Run the Redis broker's maintenance for ``queue_name`` now.
-
-    It moves messages fetched by workers whose heartbeat is older than the
-    broker's ``heartbeat_timeout`` back onto the queue.
-    """
-    scripts = getattr(broker, "scripts", None)
-    if not scripts or "dispatch" not in scripts:
-        return
-    b: Any = broker
-    scripts["dispatch"](
-        args=[
-            "qsize", current_millis(), queue_name, b.broker_id,
-            b.heartbeat_timeout, b.dead_message_ttl, 1, b._max_unpack_size(),
-        ],
-        keys=[b.namespace],
-    )
 
 
 class RecoverySweeper(threading.Thread):
@@ -204,12 +183,11 @@ class RecoverySweeper(threading.Thread):
 
     def _alive(self, client: Any, records: list[JobRecord]) -> list[bool]:
         """Whether each record's recorded first message is still stored in Redis."""
-        namespace = getattr(self.broker, "namespace", "dramatiq")
         with client.pipeline(transaction=False) as pipe:
             for record in records:
                 queue, message_id = _recorded_message(record)
-                pipe.hexists(f"{namespace}:{queue}.msgs", message_id or "")
-                pipe.hexists(f"{namespace}:{dq_name(queue)}.msgs", message_id or "")
+                pipe.hexists(messages_key(self.broker, queue), message_id or "")
+                pipe.hexists(messages_key(self.broker, dq_name(queue)), message_id or "")
             answers = pipe.execute()
         return [bool(answers[2 * i] or answers[2 * i + 1]) for i in range(len(records))]
 

@@ -33,7 +33,8 @@ from pypepper_dramatiq import (
 )
 from pypepper_dramatiq.broker import get_broker
 from pypepper_dramatiq.channel import ChannelConnector, ChannelManager
-from pypepper_dramatiq.gates import CHANNEL_KEY_PREFIX, RedisGate
+from pypepper_dramatiq.gates import RedisGate
+from pypepper_dramatiq.redis_layout import CHANNEL_KEY_PREFIX
 
 #: Where the gates' bound changes are logged.
 GATES_LOGGER = "pypepper_dramatiq.gates"

@@ -1,0 +1,69 @@
+"""Every Redis key this package reads or writes, and what it relies on of Dramatiq's.
+
+Ours start with :data:`KEY_PREFIX`. Dramatiq's Redis broker keeps, in its
+namespace (``dramatiq`` by default):
+
+* ``<ns>:<queue>``: a list of message ids waiting (``<queue>.DQ`` for delayed ones);
+* ``<ns>:<queue>.msgs``: message id -> encoded message, until it is acknowledged;
+* ``<ns>:__acks__.<broker id>.<queue>``: the ids a worker fetched and has not
+  acknowledged yet;
+* its ``dispatch`` Lua script, called with the arguments in
+  :func:`requeue_dead_workers`'s order.
+
+Knowing this is a dependency on Dramatiq's internals (checked by the
+integration tests against the Dramatiq version installed); keeping it in this
+one module keeps that dependency in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dramatiq.common import current_millis
+
+#: Prefix of every Redis key this package writes.
+KEY_PREFIX = "pypepper"
+#: Prefix of a channel's hash (``maxsize``, ``stopped``): ``<prefix><id>``.
+CHANNEL_KEY_PREFIX = f"{KEY_PREFIX}:channel:"
+#: Suffix of a channel's set of waiting job ids: ``<prefix><id><suffix>``.
+WAITING_SUFFIX = ":waiting"
+#: The pub/sub channel cancels are published on.
+CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
+#: The lock the recovery sweeper's leader holds.
+LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
+
+
+def redis_client_of(broker: Any) -> Any | None:
+    """The Redis client of Dramatiq's Redis broker, else None (the stub broker...)."""
+    if type(broker).__name__ != "RedisBroker":
+        return None
+    return getattr(broker, "client", None)
+
+
+def messages_key(broker: Any, queue_name: str) -> str:
+    """The hash of the messages of ``queue_name`` not yet acknowledged."""
+    return f"{broker.namespace}:{queue_name}.msgs"
+
+
+def acks_key(broker: Any, queue_name: str) -> str:
+    """The set of ids this broker (worker process) fetched from ``queue_name``, unacknowledged."""
+    return f"{broker.namespace}:__acks__.{broker.broker_id}.{queue_name}"
+
+
+def requeue_dead_workers(broker: Any, queue_name: str) -> None:
+    """Run the Redis broker's maintenance for ``queue_name`` now.
+
+    It moves messages fetched by workers whose heartbeat is older than the
+    broker's ``heartbeat_timeout`` back onto the queue. Dramatiq runs it only
+    at random, on a fraction of its fetches.
+    """
+    scripts = getattr(broker, "scripts", None)
+    if not scripts or "dispatch" not in scripts:
+        return
+    scripts["dispatch"](
+        args=[
+            "qsize", current_millis(), queue_name, broker.broker_id,
+            broker.heartbeat_timeout, broker.dead_message_ttl, 1, broker._max_unpack_size(),
+        ],
+        keys=[broker.namespace],
+    )
