@@ -429,6 +429,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     # 2. no finished task ran again; reruns only of attempts in flight at a fault
     reruns = {"killed": 0, "at_fault": 0, "cancelled": 0}
     longest_pause = 0.0
+    successes_checked = 0
     for planned in chaos.accepted:
         record = records.get(planned.job.id)
         if record is None:
@@ -464,6 +465,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
                 if entry.get("outcome") != "succeeded":
                     continue
                 finished = _timestamp(entry["ended"])
+                successes_checked += 1
                 later = [s for s in starts if s > finished]
                 if later:
                     problems.append(f"{where}: succeeded (ended {finished}) but started again "
@@ -474,6 +476,9 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
                 if before:
                     longest_pause = max(longest_pause, first - max(before))
             previous_ends = ends
+
+    if statuses.get(Status.COMPLETED.value) and not successes_checked:
+        problems.append("no succeeded attempt found in any row's history: the check saw nothing")
 
     # A job refused with BrokerUnavailableError never runs and has no row.
     for planned in chaos.refused:
@@ -497,7 +502,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         longest_pause_between_steps_s=f"{longest_pause:.1f}",
         boots_failed_in_outage=len(chaos.failed_boots), chaos_s=f"{chaos_ended - began:.0f}",
         all_ended_after_s=f"{all_ended - chaos_ended:.0f}",
-        problems=len(problems),
+        successes_checked=successes_checked, problems=len(problems),
     )
     assert not problems, (
         f"chaos seed {seed} (PYPEPPER_CHAOS_SEED={seed}): {len(problems)} problem(s):\n"
