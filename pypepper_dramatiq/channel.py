@@ -30,6 +30,7 @@ from dramatiq.broker import Broker, Consumer
 from .broker import get_broker
 from .config import count
 from .errors import BrokerUnavailableError, MessageError, StoreError
+from .events import FAIL, transition
 from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .outage import broker_unreachable
@@ -253,7 +254,8 @@ def _fail_stored(record: JobRecord, error: str) -> None:
             current = record.evolve(version=0)
         elif current.status is not Status.SCHEDULED:
             return  # running, finished or cancelled elsewhere: leave it
-        store.put(current.evolve(status=Status.FAILED, error=error, updated=utcnow()))
+        store.put(current.evolve(status=transition(current.status, FAIL), error=error,
+                                 updated=utcnow()))
     except StoreError as exc:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
 

@@ -42,6 +42,21 @@ TRANSITIONS: dict[Event, tuple[frozenset[Status], Status]] = {
 }
 
 
+def transition(status: Status, event: Event) -> Status:
+    """The status ``event`` leads to from ``status``, by :data:`TRANSITIONS`.
+
+    Every status change of a job goes through here (a stored row's as well as
+    a state machine's), so that the table is the only definition of the moves.
+
+    Raises:
+        InvalidTransitionError: ``event`` may not fire from ``status``.
+    """
+    sources, target = TRANSITIONS[Event(event)]
+    if status not in sources:
+        raise InvalidTransitionError(Event(event).value, Status(status).value)
+    return target
+
+
 class SchedulerFSM:
     """A thread-safe state machine over :data:`TRANSITIONS`."""
 
@@ -58,13 +73,9 @@ class SchedulerFSM:
 
     def apply(self, event: Event) -> Status:
         """Fire ``event``; raise :class:`InvalidTransitionError` if not allowed here."""
-        event = Event(event)
         with self._lock:
-            sources, target = TRANSITIONS[event]
-            if self._state not in sources:
-                raise InvalidTransitionError(event.value, self._state.value)
-            self._state = target
-            return target
+            self._state = transition(self._state, event)
+            return self._state
 
     def restore(self, state: Status) -> None:
         """Put the machine back to a state it held before (rollback, not an event)."""

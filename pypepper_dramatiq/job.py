@@ -14,7 +14,7 @@ from typing import Any
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY, Context
 from .errors import InvalidTransitionError, StoreError, UnknownExecutorError, UnknownJobError
-from .events import CANCEL, Event, SchedulerFSM, build_scheduler_fsm
+from .events import CANCEL, Event, SchedulerFSM, build_scheduler_fsm, transition
 from .status import Status, may_overwrite
 from .store import get_job_store
 from .stores.base import JobRecord, check_job_id, utcnow
@@ -181,7 +181,8 @@ class Job:
             # A cancelled job has no step to lease (the running attempt's worker
             # notices: its renewal no longer finds its lease).
             cancelled = record.evolve(
-                status=Status.CANCELLED, updated=utcnow(), lease_owner=None, lease_expires=None
+                status=transition(record.status, CANCEL), updated=utcnow(),
+                lease_owner=None, lease_expires=None,
             )
             if store.advance(cancelled):
                 logger.info("job %s cancelled", job_id,

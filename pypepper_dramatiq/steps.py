@@ -24,11 +24,12 @@ from typing import Any, overload
 
 from . import history, rules
 from .errors import ResultNotStorableError, StoreError, describe
+from .events import COMPLETE, FAIL, RUN, transition
 from .messages import StepMessage
 from .results import check_storable
 from .rules import Position, RetryPolicy
 from .status import Status
-from .stores.base import IJobStore, JobRecord, utcnow
+from .stores.base import IJobStore, JobRecord, utcnow, why_not_claimable
 
 logger = logging.getLogger(__name__)
 
@@ -309,33 +310,25 @@ class StepBook:
         tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
         now = utcnow()
         lease = now + timedelta(seconds=self.lease_seconds)
+        start = step.position == Position()
+        reason = why_not_claimable(record, step.position.to_list(), now, start)
+        if reason is not None:
+            raise StepSkipped(record.id, reason)
         if record.status is Status.SCHEDULED:
-            if step.position != Position():
-                raise StepSkipped(record.id, f"not started, message for {step.position}")
             first = rules.first_step(plan_of(tasks))
             if first.action is rules.Action.COMPLETE:
-                self._store().put(record.evolve(status=Status.COMPLETED, updated=now))
+                done = transition(transition(record.status, RUN), COMPLETE)
+                self._store().put(record.evolve(status=done, updated=now))
                 raise StepSkipped(record.id, "no tasks: completed")
             assert first.position is not None
             state = dict(record.state, cursor=first.position.to_list())
             claimed = record.evolve(
-                status=Status.IN_PROGRESS, state=state, updated=now,
+                status=transition(record.status, RUN), state=state, updated=now,
                 lease_owner=self.owner, lease_expires=lease,
             )
             return claimed, first.position, tasks
-        if record.status is Status.IN_PROGRESS:
-            cursor = cursor_of(record)
-            if cursor != step.position or cursor is None:
-                raise StepSkipped(record.id, f"stale message for {step.position}, at {cursor}")
-            if (
-                record.lease_owner is not None
-                and record.lease_expires is not None
-                and record.lease_expires > now
-            ):
-                raise StepSkipped(record.id, f"step {cursor} is held by {record.lease_owner}")
-            claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
-            return claimed, cursor, tasks
-        raise StepSkipped(record.id, f"job is {record.status.value}")
+        claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
+        return claimed, step.position, tasks
 
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
         if step.record is None:
@@ -407,10 +400,10 @@ class StepBook:
                     seconds=decision.delay + self.dispatch_seconds
                 )
         elif decision.action is rules.Action.COMPLETE:
-            changes["status"] = Status.COMPLETED
+            changes["status"] = transition(claim.record.status, COMPLETE)
         else:
             name = claim.task.get("name", key)
-            changes["status"] = Status.FAILED
+            changes["status"] = transition(claim.record.status, FAIL)
             changes["error"] = f"task {name} failed: {outcome.error}"
         updated = claim.record.evolve(state=state, **changes)
         try:

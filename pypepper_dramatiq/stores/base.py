@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import AmbiguousTaskNameError, NoTaskResultError
+from ..events import RUN, transition
 from ..status import Status
 
 #: Longest job id the stores accept.
@@ -272,10 +273,11 @@ class IJobStore(abc.ABC):
         None when it does not qualify (the caller reads it to learn why).
         """
         current = self.get(job_id)
-        if current is None or not _claimable(current, cursor, now, start):
+        if current is None or why_not_claimable(current, cursor, now, start) is not None:
             return None
         claimed = current.evolve(
-            status=Status.IN_PROGRESS,
+            status=(transition(current.status, RUN) if current.status is Status.SCHEDULED
+                    else current.status),
             state=dict(current.state, cursor=list(cursor)),
             updated=now,
             lease_owner=owner,
@@ -347,13 +349,26 @@ class IJobStore(abc.ABC):
         """Release connections."""
 
 
-def _claimable(record: JobRecord, cursor: Sequence[int], now: datetime, start: bool) -> bool:
+def why_not_claimable(
+    record: JobRecord, cursor: Sequence[int] | None, now: datetime, start: bool
+) -> str | None:
+    """Why the step at ``cursor`` of ``record`` cannot be claimed now; None if it can.
+
+    The one definition of when a step may be taken (the SQL stores express the
+    same predicate in their claiming statement): the job is InProgress at that
+    cursor and no live lease holds it (no owner, or an expiry before ``now``;
+    an owner without expiry holds it for good), or, with ``start``, the job is
+    Scheduled (its first step).
+    """
     if record.status is Status.SCHEDULED:
-        return start
+        return None if start else f"not started, message for {cursor}"
     if record.status is not Status.IN_PROGRESS:
-        return False
-    if list(record.state.get("cursor") or []) != list(cursor):
-        return False
-    return record.lease_owner is None or (
-        record.lease_expires is not None and record.lease_expires < now
-    )
+        return f"job is {record.status.value}"
+    at = list(record.state.get("cursor") or [])
+    if cursor is None or not at or at != list(cursor):
+        return f"stale message for {cursor}, at {at or None}"
+    if record.lease_owner is not None and (
+        record.lease_expires is None or record.lease_expires >= now
+    ):
+        return f"step {at} is held by {record.lease_owner}"
+    return None
