@@ -20,12 +20,17 @@ SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", nargs="+", choices=("all", *SCENARIOS),
-                        help="'all', or scenario names")
+    parser.add_argument(
+        "which", nargs="+", choices=("all", *SCENARIOS), help="'all', or scenario names"
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (well under 90 s)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "latest.json"))
-    parser.add_argument("--backlog", type=int, metavar="N",
-                        help="the large backlog of scenario 4 (the issue's figure: 100000)")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        metavar="N",
+        help="the large backlog of scenario 4 (the issue's figure: 100000)",
+    )
     args = parser.parse_args(argv)
     only = None if "all" in args.which else set(args.which)
     sizes = QUICK if args.quick else FULL

@@ -39,7 +39,11 @@ class Worker:
         self.log = open(LOGS / f"{name}.log", "ab")  # noqa: SIM115
         self.procs = [
             subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
             for cmd in commands
@@ -112,7 +116,11 @@ def wait_until(predicate: Any, timeout: float, what: str, worker: Worker | None 
 
 
 def wait_for_count(
-    count: Any, target: int, what: str, worker: Worker, stall: float = 20.0,
+    count: Any,
+    target: int,
+    what: str,
+    worker: Worker,
+    stall: float = 20.0,
     timeout: float = 600,
 ) -> int:
     """Wait until ``count() >= target``, or until it has not moved for ``stall`` seconds.
@@ -176,8 +184,16 @@ class Competitor:
 
 def _dramatiq_cmd(module: str, processes: int) -> list[str]:
     return [
-        sys.executable, "-m", "dramatiq", module, "--path", str(ROOT),
-        "--processes", str(processes), "--threads", str(THREADS),
+        sys.executable,
+        "-m",
+        "dramatiq",
+        module,
+        "--path",
+        str(ROOT),
+        "--processes",
+        str(processes),
+        "--threads",
+        str(THREADS),
     ]
 
 
@@ -223,22 +239,30 @@ class Durable(Competitor):
 
     def done(self) -> int:
         # Only the no-op jobs: the retry storm's jobs (category "storm") finish meanwhile.
-        return int(self.stack.scalar(
-            "SELECT count(*) FROM scheduler_jobs WHERE category = 'bench' AND status = 'Completed'"
-        ))
+        return int(
+            self.stack.scalar(
+                "SELECT count(*) FROM scheduler_jobs "
+                "WHERE category = 'bench' AND status = 'Completed'"
+            )
+        )
 
     def terminal(self, category: str) -> int:
-        return int(self.stack.scalar(
-            "SELECT count(*) FROM scheduler_jobs "
-            "WHERE category = %s AND status IN ('Completed', 'Failed', 'Cancelled')",
-            category,
-        ))
+        return int(
+            self.stack.scalar(
+                "SELECT count(*) FROM scheduler_jobs "
+                "WHERE category = %s AND status IN ('Completed', 'Failed', 'Cancelled')",
+                category,
+            )
+        )
 
     def last_done(self) -> float:
-        return float(self.stack.scalar(
-            "SELECT extract(epoch FROM max(updated)) FROM scheduler_jobs "
-            "WHERE status = 'Completed'"
-        ) or 0)
+        return float(
+            self.stack.scalar(
+                "SELECT extract(epoch FROM max(updated)) FROM scheduler_jobs "
+                "WHERE status = 'Completed'"
+            )
+            or 0
+        )
 
     def done_times(self) -> dict[str, float]:
         rows = self.stack.sql(
@@ -260,10 +284,25 @@ class CeleryCompetitor(Competitor):
     def worker(self, processes: int) -> Worker:
         commands = [
             [
-                sys.executable, "-m", "celery", "-A", "bench.apps.celery_app", "worker",
-                "--pool", "threads", "--concurrency", str(THREADS), "-Q", "celery",
-                "-n", f"w{i}-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "WARNING",
-                "--without-gossip", "--without-mingle", "--without-heartbeat",
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "bench.apps.celery_app",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                str(THREADS),
+                "-Q",
+                "celery",
+                "-n",
+                f"w{i}-{uuid.uuid4().hex[:6]}@%h",
+                "--loglevel",
+                "WARNING",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
             ]
             for i in range(processes)
         ]
@@ -274,15 +313,19 @@ class CeleryCompetitor(Competitor):
         return key or ""
 
     def done(self) -> int:
-        return int(self.stack.scalar(
-            "SELECT count(*) FROM celery_taskmeta WHERE status = 'SUCCESS'"
-        ))
+        return int(
+            self.stack.scalar("SELECT count(*) FROM celery_taskmeta WHERE status = 'SUCCESS'")
+        )
 
     def last_done(self) -> float:
-        return float(self.stack.scalar(
-            "SELECT extract(epoch FROM max(date_done) AT TIME ZONE current_setting('TimeZone')) "
-            "FROM celery_taskmeta WHERE status = 'SUCCESS'"
-        ) or 0)
+        return float(
+            self.stack.scalar(
+                "SELECT extract(epoch FROM max(date_done) "
+                "AT TIME ZONE current_setting('TimeZone')) "
+                "FROM celery_taskmeta WHERE status = 'SUCCESS'"
+            )
+            or 0
+        )
 
     def done_times(self) -> dict[str, float]:
         rows = self.stack.sql(

@@ -67,10 +67,26 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             add(scenario, label, {n: v[key] for n, v in by_name.items()})
     for tasks, r in results.get("workflow_length", {}).items():
         scenario = f"2. {tasks}-task jobs (durable)"
-        out.append([scenario, f"ms/job, ms/task ({r['jobs']:.0f} jobs)", "-",
-                    f"{_fmt(r['ms_per_job'])}, {_fmt(r['ms_per_task'], 2)}", "-", "-"])
-        out.append([scenario, "PG statements/task, Redis commands/task", "-",
-                    f"{_fmt(r['pg_per_task'])}, {_fmt(r['redis_per_task'])}", "-", "-"])
+        out.append(
+            [
+                scenario,
+                f"ms/job, ms/task ({r['jobs']:.0f} jobs)",
+                "-",
+                f"{_fmt(r['ms_per_job'])}, {_fmt(r['ms_per_task'], 2)}",
+                "-",
+                "-",
+            ]
+        )
+        out.append(
+            [
+                scenario,
+                "PG statements/task, Redis commands/task",
+                "-",
+                f"{_fmt(r['pg_per_task'])}, {_fmt(r['redis_per_task'])}",
+                "-",
+                "-",
+            ]
+        )
     for load in ("light", "saturation"):
         by_name = {n: v[load] for n, v in results.get("latency", {}).items()}
         if not by_name:
@@ -84,14 +100,24 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             ("done_p99_ms", "schedule->done p99 (ms)"),
         ):
             add(scenario, label, {n: v[key] for n, v in by_name.items()})
-        add(scenario, "jobs never done (stalled 20 s)",
-            {n: v.get("never_done", 0) for n, v in by_name.items()}, 0)
+        add(
+            scenario,
+            "jobs never done (stalled 20 s)",
+            {n: v.get("never_done", 0) for n, v in by_name.items()},
+            0,
+        )
     for size, by_name in results.get("backlog", {}).items():
         scenario = f"4. backlog {int(size):,}"
-        add(scenario, "worker peak RSS (MiB)",
-            {n: v["worker_peak_rss"] / 2**20 for n, v in by_name.items()})
-        add(scenario, "Redis used_memory (MiB)",
-            {n: v["redis_bytes_waiting"] / 2**20 for n, v in by_name.items()})
+        add(
+            scenario,
+            "worker peak RSS (MiB)",
+            {n: v["worker_peak_rss"] / 2**20 for n, v in by_name.items()},
+        )
+        add(
+            scenario,
+            "Redis used_memory (MiB)",
+            {n: v["redis_bytes_waiting"] / 2**20 for n, v in by_name.items()},
+        )
         add(scenario, "drain time (s)", {n: v["drain_s"] for n, v in by_name.items()})
         durable = by_name.get("durable", {})
         for key, label in (
@@ -104,15 +130,46 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
     storm = results.get("retry_storm")
     if storm:
         scenario = f"5. retry storm {storm['jobs']:,} jobs"
-        out.append([scenario, "wall to all terminal (s; floor 2 x retry_delay)", "-",
-                    _fmt(storm["wall_s"], 2), "-", "-"])
-        out.append([scenario, "quick jobs done p50: idle / during storm (ms)", "-",
-                    f"{_fmt(storm['probe_idle_p50_ms'])} / {_fmt(storm['probe_storm_p50_ms'])}",
-                    "-", "-"])
-        out.append([scenario, "quick jobs done max during storm (ms)", "-",
-                    _fmt(storm["probe_storm_max_ms"]), "-", "-"])
-        out.append([scenario, "quick jobs never done (stalled 20 s)", "-",
-                    _fmt(storm.get("probe_never_done", 0), 0), "-", "-"])
+        out.append(
+            [
+                scenario,
+                "wall to all terminal (s; floor 2 x retry_delay)",
+                "-",
+                _fmt(storm["wall_s"], 2),
+                "-",
+                "-",
+            ]
+        )
+        out.append(
+            [
+                scenario,
+                "quick jobs done p50: idle / during storm (ms)",
+                "-",
+                f"{_fmt(storm['probe_idle_p50_ms'])} / {_fmt(storm['probe_storm_p50_ms'])}",
+                "-",
+                "-",
+            ]
+        )
+        out.append(
+            [
+                scenario,
+                "quick jobs done max during storm (ms)",
+                "-",
+                _fmt(storm["probe_storm_max_ms"]),
+                "-",
+                "-",
+            ]
+        )
+        out.append(
+            [
+                scenario,
+                "quick jobs never done (stalled 20 s)",
+                "-",
+                _fmt(storm.get("probe_never_done", 0), 0),
+                "-",
+                "-",
+            ]
+        )
     return out
 
 
@@ -129,20 +186,35 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     for shape, by_name in results.get("throughput", {}).items():
         if "plain" in by_name and "durable" in by_name:
-            check(f"durable processing / plain ({shape})",
-                  by_name["durable"]["process_rate"] / by_name["plain"]["process_rate"], 0.6, ">=")
+            check(
+                f"durable processing / plain ({shape})",
+                by_name["durable"]["process_rate"] / by_name["plain"]["process_rate"],
+                0.6,
+                ">=",
+            )
         if "celery" in by_name and "durable" in by_name:
-            check(f"durable processing / Celery ({shape})",
-                  by_name["durable"]["process_rate"] / by_name["celery"]["process_rate"], 3, ">=")
+            check(
+                f"durable processing / Celery ({shape})",
+                by_name["durable"]["process_rate"] / by_name["celery"]["process_rate"],
+                3,
+                ">=",
+            )
     first = next(iter(results.get("throughput", {}).values()), {})
     if "plain" in first and "durable" in first:
-        check("schedule cost / plain actor.send()",
-              first["durable"]["enqueue_us_per_job"] / first["plain"]["enqueue_us_per_job"],
-              2, "<=")
+        check(
+            "schedule cost / plain actor.send()",
+            first["durable"]["enqueue_us_per_job"] / first["plain"]["enqueue_us_per_job"],
+            2,
+            "<=",
+        )
     length = results.get("workflow_length", {})
     if "1" in length and "10" in length:
-        check("10-task job cost / 1-task job cost",
-              length["10"]["ms_per_job"] / length["1"]["ms_per_job"], 10.5, "<=")
+        check(
+            "10-task job cost / 1-task job cost",
+            length["10"]["ms_per_job"] / length["1"]["ms_per_job"],
+            10.5,
+            "<=",
+        )
     backlog = results.get("backlog", {})
     sizes = sorted(backlog, key=int)
     if len(sizes) == 2 and all("durable" in backlog[s] for s in sizes):

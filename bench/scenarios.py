@@ -61,7 +61,11 @@ def enqueue(competitor: Competitor, jobs: int, tasks: int = 1) -> float:
 
 
 def drain_run(
-    stack: Stack, competitor: Competitor, jobs: int, processes: int, tasks: int = 1,
+    stack: Stack,
+    competitor: Competitor,
+    jobs: int,
+    processes: int,
+    tasks: int = 1,
     timeout: float = 600,
 ) -> dict[str, float]:
     """Pre-fill ``jobs`` jobs, then start a worker and wait until every one is done."""
@@ -105,9 +109,12 @@ def throughput(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dic
             for competitor in _rotate(competitors, rep):
                 result = drain_run(stack, competitor, sizes.throughput_jobs, processes)
                 runs.setdefault(shape, {}).setdefault(competitor.name, []).append(result)
-                print(f"  throughput {shape} {competitor.name} rep {rep + 1}: "
-                      f"enqueue {result['enqueue_rate']:.0f}/s, "
-                      f"process {result['process_rate']:.0f}/s", flush=True)
+                print(
+                    f"  throughput {shape} {competitor.name} rep {rep + 1}: "
+                    f"enqueue {result['enqueue_rate']:.0f}/s, "
+                    f"process {result['process_rate']:.0f}/s",
+                    flush=True,
+                )
     return {
         shape: {
             name: {key: median([r[key] for r in results]) for key in results[0]}
@@ -128,19 +135,25 @@ def workflow_length(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, A
             result = drain_run(stack, durable, jobs, 1, tasks=tasks)
             total = jobs * tasks
             span = jobs / result["process_rate"]
-            runs.setdefault(tasks, []).append({
-                "jobs": jobs,
-                "ms_per_job": span / jobs * 1000,
-                "ms_per_task": span / total * 1000,
-                "enqueue_ms_per_job": result["enqueue_us_per_job"] / 1000,
-                "pg_per_task": (result["pg_per_job_enqueue"] + result["pg_per_job_process"])
-                / tasks,
-                "redis_per_task": (
-                    result["redis_per_job_enqueue"] + result["redis_per_job_process"]
-                ) / tasks,
-            })
-            print(f"  length {tasks} tasks x {jobs} jobs: "
-                  f"{runs[tasks][-1]['ms_per_task']:.1f} ms/task", flush=True)
+            runs.setdefault(tasks, []).append(
+                {
+                    "jobs": jobs,
+                    "ms_per_job": span / jobs * 1000,
+                    "ms_per_task": span / total * 1000,
+                    "enqueue_ms_per_job": result["enqueue_us_per_job"] / 1000,
+                    "pg_per_task": (result["pg_per_job_enqueue"] + result["pg_per_job_process"])
+                    / tasks,
+                    "redis_per_task": (
+                        result["redis_per_job_enqueue"] + result["redis_per_job_process"]
+                    )
+                    / tasks,
+                }
+            )
+            print(
+                f"  length {tasks} tasks x {jobs} jobs: "
+                f"{runs[tasks][-1]['ms_per_task']:.1f} ms/task",
+                flush=True,
+            )
     return {
         str(tasks): {key: median([r[key] for r in results]) for key in results[0]}
         for tasks, results in sorted(runs.items())
@@ -209,13 +222,17 @@ def latency(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[s
                 start = time.perf_counter()
                 sent = _paced(competitor, count, rate)
                 wall = time.perf_counter() - start
-                missing = wait_for_count(competitor.done, base + count,
-                                         f"{competitor.name} {load} jobs", worker)
+                missing = wait_for_count(
+                    competitor.done, base + count, f"{competitor.name} {load} jobs", worker
+                )
                 out[load] = _latencies(competitor, sent, wall)
                 out[load]["never_done"] = missing
-                print(f"  latency {load} {competitor.name}: start p50 "
-                      f"{out[load]['start_p50_ms']:.0f} ms, done p99 "
-                      f"{out[load]['done_p99_ms']:.0f} ms", flush=True)
+                print(
+                    f"  latency {load} {competitor.name}: start p50 "
+                    f"{out[load]['start_p50_ms']:.0f} ms, done p99 "
+                    f"{out[load]['done_p99_ms']:.0f} ms",
+                    flush=True,
+                )
         finally:
             worker.stop()
         results[competitor.name] = out
@@ -263,17 +280,24 @@ def backlog(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dict[s
             worker.sample_rss()
             try:
                 start = time.perf_counter()
-                wait_until(lambda c=competitor, n=size: c.done() >= n, 3600,
-                           f"{competitor.name} backlog", worker)
+                wait_until(
+                    lambda c=competitor, n=size: c.done() >= n,
+                    3600,
+                    f"{competitor.name} backlog",
+                    worker,
+                )
                 out["drain_s"] = time.perf_counter() - start
                 out["drain_rate"] = size / (competitor.last_done() - competitor.first_start())
             finally:
                 worker.stop()
             out["worker_peak_rss"] = worker.peak_rss
             results.setdefault(str(size), {})[competitor.name] = out
-            print(f"  backlog {size} {competitor.name}: drained in {out['drain_s']:.1f}s, "
-                  f"worker RSS {out['worker_peak_rss'] / 2**20:.0f} MiB, "
-                  f"Redis {out['redis_bytes_waiting'] / 2**20:.1f} MiB", flush=True)
+            print(
+                f"  backlog {size} {competitor.name}: drained in {out['drain_s']:.1f}s, "
+                f"worker RSS {out['worker_peak_rss'] / 2**20:.0f} MiB, "
+                f"Redis {out['redis_bytes_waiting'] / 2**20:.1f} MiB",
+                flush=True,
+            )
     return results
 
 
@@ -300,17 +324,26 @@ def retry_storm(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
             durable.app.storm_job().scheduled()
         sent_at = time.time()
         # Every job has failed once: now all of them wait out a retry delay.
-        wait_until(lambda: int(stack.probe.get("stormtry:n") or 0) >= sizes.storm_jobs, 300,
-                   "first attempts", worker)
+        wait_until(
+            lambda: int(stack.probe.get("stormtry:n") or 0) >= sizes.storm_jobs,
+            300,
+            "first attempts",
+            worker,
+        )
         during = _probe_batch(stack, durable, sizes.probe_batch, worker)
-        wait_until(lambda: durable.terminal("storm") >= sizes.storm_jobs, 600,
-                   "storm jobs", worker)
-        last = float(stack.scalar(
-            "SELECT extract(epoch FROM max(updated)) FROM scheduler_jobs WHERE category = 'storm'"
-        ))
-        failed = int(stack.scalar(
-            "SELECT count(*) FROM scheduler_jobs WHERE category = 'storm' AND status <> 'Completed'"
-        ))
+        wait_until(lambda: durable.terminal("storm") >= sizes.storm_jobs, 600, "storm jobs", worker)
+        last = float(
+            stack.scalar(
+                "SELECT extract(epoch FROM max(updated)) FROM scheduler_jobs "
+                "WHERE category = 'storm'"
+            )
+        )
+        failed = int(
+            stack.scalar(
+                "SELECT count(*) FROM scheduler_jobs "
+                "WHERE category = 'storm' AND status <> 'Completed'"
+            )
+        )
     finally:
         worker.stop()
     first = float(stack.probe.get("stormtry:first") or sent_at)

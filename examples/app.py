@@ -34,10 +34,21 @@ def main(config_path: Path) -> None:
 
     job = Job(category="demo", channel_id="demo-channel")
     job.workflows.append(
-        Workflow([
-            Task("demo-channel", "dag-1", "fp-1", "greet", "demo", "says hello", [],
-                 CallableExecutor(greet), retry_count=1),
-        ])
+        Workflow(
+            [
+                Task(
+                    "demo-channel",
+                    "dag-1",
+                    "fp-1",
+                    "greet",
+                    "demo",
+                    "says hello",
+                    [],
+                    CallableExecutor(greet),
+                    retry_count=1,
+                ),
+            ]
+        )
     )
     job.scheduled()
     asyncio.run(Worker(manager.available("demo-channel")).run_once())

@@ -61,8 +61,9 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
         except UnknownExecutorError as exc:
             # Maybe a rolling deploy: the middleware decides whether to wait for a
             # worker that knows the task or to fail it (unknown_task_grace).
-            return replace(Outcome.failure(exc, retriable=False, started=started),
-                           unknown_task=True)
+            return replace(
+                Outcome.failure(exc, retriable=False, started=started), unknown_task=True
+            )
         task.context = Context(
             {
                 CANCEL_EVENT_KEY: running.cancel_event,
@@ -77,7 +78,8 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
     except Interrupt as exc:
         if running.interrupted_at is not None:
             logger.info(
-                "job %s: task stopped %.1fs after the interrupt was sent", claim.record.id,
+                "job %s: task stopped %.1fs after the interrupt was sent",
+                claim.record.id,
                 time.monotonic() - running.interrupted_at,
                 extra={"action": "interrupt_landed", "job_id": claim.record.id},
             )
@@ -88,18 +90,23 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
         if isinstance(exc, TimeLimitExceeded):
             timeout = claim.task.get("round_timeout", 0)
             return Outcome.failure(
-                exc, kind=history.TIMED_OUT, started=started,
+                exc,
+                kind=history.TIMED_OUT,
+                started=started,
                 error=f"TaskTimeoutError: exceeded round_timeout={timeout:g}s",
             )
         if isinstance(exc, StepCancelled):
             return Outcome.failure(
-                exc, kind=history.CANCELLED, started=started,
+                exc,
+                kind=history.CANCELLED,
+                started=started,
                 error="cancelled: the task was interrupted after the grace period",
             )
         return Outcome.failure(exc, started=started)
     except Exception as exc:
-        return Outcome.failure(exc, retriable=is_retriable(exc), kind=history.kind_of(exc),
-                               started=started)
+        return Outcome.failure(
+            exc, retriable=is_retriable(exc), kind=history.kind_of(exc), started=started
+        )
     finally:
         inflight.finish(claim.record.id)
 
@@ -313,9 +320,7 @@ def _module_name(func: Callable[..., Any]) -> str:
     return Path(path).stem if path else module
 
 
-def actor_task(
-    actor: dramatiq.Actor[Any, Any], *, name: str | None = None, **options: Any
-) -> Task:
+def actor_task(actor: dramatiq.Actor[Any, Any], *, name: str | None = None, **options: Any) -> Task:
     """A task that runs a plain ``@dramatiq.actor``'s function.
 
     ``options`` holds the retry table (as for :func:`workflow_task`) and the
@@ -348,7 +353,7 @@ def _resolve_actor(executor_id: str) -> IExecutor | None:
     from .broker import get_broker
 
     try:
-        actor = get_broker().get_actor(executor_id[len("actor:"):])
+        actor = get_broker().get_actor(executor_id[len("actor:") :])
     except dramatiq.errors.ActorNotFound:
         return None
     return ActorExecutor(actor)

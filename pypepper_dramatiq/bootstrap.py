@@ -28,8 +28,16 @@ _T = TypeVar("_T")
 
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
 _SCHEDULER_KEYS = (
-    "broker", "channels", "jobStore", "leaseSeconds", "sweepInterval", "cancelGrace",
-    "dispatchSeconds", "shutdownGrace", "unknownTaskGrace", "deferSeconds",
+    "broker",
+    "channels",
+    "jobStore",
+    "leaseSeconds",
+    "sweepInterval",
+    "cancelGrace",
+    "dispatchSeconds",
+    "shutdownGrace",
+    "unknownTaskGrace",
+    "deferSeconds",
 )
 
 

@@ -19,7 +19,6 @@ from .redis_layout import CANCEL_CHANNEL, redis_client_of
 logger = logging.getLogger(__name__)
 
 
-
 def publish_cancel(job_id: str, client: Any | None = None) -> bool:
     """Announce a cancel to every worker over ``client`` (default: the Redis broker's).
 

@@ -125,8 +125,11 @@ class Channel:
         """
         with self._lock:
             self.gate.resume()
-        logger.info("channel %s: resumed", self.id,
-                    extra={"action": "resume_channel", "channel_id": self.id})
+        logger.info(
+            "channel %s: resumed",
+            self.id,
+            extra={"action": "resume_channel", "channel_id": self.id},
+        )
 
     def length(self) -> int:
         """Jobs waiting in the channel."""
@@ -224,8 +227,7 @@ class Channel:
         except ValueError as exc:
             # Its tasks' executors are not registered in this process: no attempt
             # here can run it, and the message is consumed. Fail it, visibly.
-            logger.error("job %s cannot be rebuilt here (%s); marking it Failed",
-                         step.job_id, exc)
+            logger.error("job %s cannot be rebuilt here (%s); marking it Failed", step.job_id, exc)
             _fail_stored(step.record, f"the job cannot be rebuilt by this worker: {exc}")
             return None
         job.restore_status(step.record.status)
@@ -254,8 +256,9 @@ def _fail_stored(record: JobRecord, error: str) -> None:
             current = record.evolve(version=0)
         elif current.status is not Status.SCHEDULED:
             return  # running, finished or cancelled elsewhere: leave it
-        store.put(current.evolve(status=transition(current.status, FAIL), error=error,
-                                 updated=utcnow()))
+        store.put(
+            current.evolve(status=transition(current.status, FAIL), error=error, updated=utcnow())
+        )
     except StoreError as exc:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
 

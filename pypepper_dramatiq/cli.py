@@ -63,7 +63,9 @@ when a process starts; resize lasts until then.
 def _add_uri(command: argparse.ArgumentParser) -> None:
     default = os.environ.get(URI_ENV) or None
     command.add_argument(
-        "--uri", required=default is None, default=default,
+        "--uri",
+        required=default is None,
+        default=default,
         help="SQLAlchemy URI of the job store (postgresql+psycopg://... or "
         f"mysql+pymysql://...); default: ${URI_ENV}",
     )
@@ -126,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("job_id")
     _add_uri(show)
     show.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="one line of JSON, as 'jobs --json' prints (default: indented JSON)",
     )
 
@@ -134,13 +137,15 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("job_id")
     _add_uri(cancel)
     cancel.add_argument(
-        "--broker-url", default=os.environ.get(BROKER_ENV) or None,
+        "--broker-url",
+        default=os.environ.get(BROKER_ENV) or None,
         help="redis://... of the workers: running tasks see the cancel at once "
         f"(without it, at their next lease renewal); default: ${BROKER_ENV}",
     )
 
     jobs = commands.add_parser(
-        "jobs", help="list stored jobs, newest first",
+        "jobs",
+        help="list stored jobs, newest first",
         description="List stored jobs, newest first, --limit at a time. When more "
         "match, the cursor of the next page is printed on stderr "
         "('next page: --before CURSOR'): pass it to get the older jobs.",
@@ -151,30 +156,39 @@ def _parser() -> argparse.ArgumentParser:
     jobs.add_argument("--category")
     jobs.add_argument("--limit", type=_limit, default=100, help="jobs per page (100)")
     jobs.add_argument(
-        "--before", type=decode_cursor, metavar="CURSOR",
+        "--before",
+        type=decode_cursor,
+        metavar="CURSOR",
         help="the page after the one that printed this cursor",
     )
     jobs.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="JSON lines, one whole stored record per line (for scripts); default: a table",
     )
 
     channels = commands.add_parser(
-        "channels", help="list, stop, resume or resize the channels kept in Redis",
-        description="The channels' bounds and stop flags, as kept in Redis for every "
-        "process.", epilog=_CHANNELS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "channels",
+        help="list, stop, resume or resize the channels kept in Redis",
+        description="The channels' bounds and stop flags, as kept in Redis for every process.",
+        epilog=_CHANNELS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     channels.add_argument(
-        "action", nargs="?", default="list", choices=_CHANNEL_ACTIONS,
+        "action",
+        nargs="?",
+        default="list",
+        choices=_CHANNEL_ACTIONS,
         help="what to do (list by default; see below)",
     )
     channels.add_argument("name", nargs="?", metavar="NAME", help="the channel")
     channels.add_argument("size", nargs="?", metavar="N", help="the bound, for resize")
     broker_url = os.environ.get(BROKER_ENV) or None
     channels.add_argument(
-        "--broker-url", required=broker_url is None, default=broker_url,
-        help=f"redis://... of the producers and workers (Redis >= 6); "
-        f"default: ${BROKER_ENV}",
+        "--broker-url",
+        required=broker_url is None,
+        default=broker_url,
+        help=f"redis://... of the producers and workers (Redis >= 6); default: ${BROKER_ENV}",
     )
     channels.add_argument(
         "--json", action="store_true", help="list as JSON lines (default: a table)"
@@ -184,13 +198,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_channel_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The NAME and N an action needs, and no more; argparse's usage error otherwise."""
-    usage = {"list": "list", "stop": "stop NAME", "resume": "resume NAME",
-             "resize": "resize NAME N"}[args.action]
+    usage = {
+        "list": "list",
+        "stop": "stop NAME",
+        "resume": "resume NAME",
+        "resize": "resize NAME N",
+    }[args.action]
     wanted = {"list": 0, "stop": 1, "resume": 1, "resize": 2}[args.action]
     given = [value for value in (args.name, args.size) if value is not None]
     if len(given) != wanted:
-        parser.error(f"channels {args.action} takes {wanted or 'no'} argument(s): "
-                     f"channels {usage}")
+        parser.error(f"channels {args.action} takes {wanted or 'no'} argument(s): channels {usage}")
     if args.name is not None and not args.name:
         parser.error("channels: NAME must not be empty")
     if args.action == "resize":
@@ -251,8 +268,12 @@ def _show(store: IJobStore, job_id: str, *, one_line: bool) -> int:
 def _jobs(store: IJobStore, args: argparse.Namespace) -> int:
     # One row more than a page tells whether there is a next page, without a count.
     found = store.list(
-        status=args.status, channel_id=args.channel, category=args.category,
-        limit=args.limit + 1, newest_first=True, before=args.before,
+        status=args.status,
+        channel_id=args.channel,
+        category=args.category,
+        limit=args.limit + 1,
+        newest_first=True,
+        before=args.before,
     )
     page = list(found[: args.limit])
     if args.json:
@@ -277,8 +298,13 @@ def _job_row(record: JobRecord) -> tuple[str, ...]:
     if len(shown) > ERROR_WIDTH or len(error) > 1:
         shown = shown[: ERROR_WIDTH - 3] + "..."
     return (
-        record.id, record.status.value, record.channel_id, record.category or "-",
-        _when(record.created), _when(record.updated), shown,
+        record.id,
+        record.status.value,
+        record.channel_id,
+        record.category or "-",
+        _when(record.created),
+        _when(record.updated),
+        shown,
     )
 
 
@@ -309,8 +335,10 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
             return 1
         told = "workers see it at their next lease renewal"
         if client is not None:
-            told = "running tasks were told" if publish_cancel(job_id, client) else (
-                f"Redis could not be told; {told}"
+            told = (
+                "running tasks were told"
+                if publish_cancel(job_id, client)
+                else (f"Redis could not be told; {told}")
             )
         print(f"job {job_id} cancelled ({told})")
         return 0
@@ -366,12 +394,13 @@ def _known_channels(client: Any) -> list[str]:
 
     names: set[str] = set()
     for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*", count=500, _type="hash"):
-        names.add(key.decode()[len(CHANNEL_KEY_PREFIX):])
+        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) :])
     # A channel's hash always exists once a process used it; the sets are looked at
     # too, in case the hash was deleted by hand while jobs waited.
-    for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*{WAITING_SUFFIX}", count=500,
-                                _type="set"):
-        names.add(key.decode()[len(CHANNEL_KEY_PREFIX):-len(WAITING_SUFFIX)])
+    for key in client.scan_iter(
+        match=f"{CHANNEL_KEY_PREFIX}*{WAITING_SUFFIX}", count=500, _type="set"
+    ):
+        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) : -len(WAITING_SUFFIX)])
     return sorted(names)
 
 
@@ -386,16 +415,29 @@ def _list_channels(client: Any, *, as_json: bool) -> int:
     rows = []
     for i, name in enumerate(names):
         waiting, (maxsize, stopped) = answers[2 * i], answers[2 * i + 1]
-        rows.append({"channel": name, "waiting": int(waiting), "maxsize": int(maxsize or 0),
-                     "stopped": stopped in (b"1", "1")})
+        rows.append(
+            {
+                "channel": name,
+                "waiting": int(waiting),
+                "maxsize": int(maxsize or 0),
+                "stopped": stopped in (b"1", "1"),
+            }
+        )
     if as_json:
         for row in rows:
             print(json.dumps(row))
     elif rows:
         _print_table(
             ("CHANNEL", "WAITING", "BOUND", "STOPPED"),
-            [(str(r["channel"]), str(r["waiting"]), str(r["maxsize"] or "unbounded"),
-              "yes" if r["stopped"] else "no") for r in rows],
+            [
+                (
+                    str(r["channel"]),
+                    str(r["waiting"]),
+                    str(r["maxsize"] or "unbounded"),
+                    "yes" if r["stopped"] else "no",
+                )
+                for r in rows
+            ],
         )
     else:
         print("no channel is known in Redis", file=sys.stderr)
@@ -415,8 +457,10 @@ def _change_channel(client: Any, action: str, name: str, size: int | None) -> in
         print(f"channel {name} was not known in Redis: created", file=sys.stderr)
     if action == "stop":
         gate.request_stop()
-        print(f"channel {name} stopped: new jobs are refused until "
-              f"'{PROG} channels resume {name}'; queued jobs still run")
+        print(
+            f"channel {name} stopped: new jobs are refused until "
+            f"'{PROG} channels resume {name}'; queued jobs still run"
+        )
     elif action == "resume":
         gate.resume()
         print(f"channel {name} resumed")
@@ -424,8 +468,11 @@ def _change_channel(client: Any, action: str, name: str, size: int | None) -> in
         assert size is not None  # checked with the arguments
         before = gate.resize(size)
         bound = f"{size}" if size else "0 (unbounded)"
-        print(f"channel {name}: bound {before} -> {bound}" if before != size
-              else f"channel {name}: bound {bound}, unchanged")
+        print(
+            f"channel {name}: bound {before} -> {bound}"
+            if before != size
+            else f"channel {name}: bound {bound}, unchanged"
+        )
     return 0
 
 

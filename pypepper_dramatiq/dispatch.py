@@ -54,7 +54,9 @@ def dispatch(job: Job) -> None:
         job.restore_status(before)
         raise ChannelStoppedError(f"channel {channel.id} is stopped")
     logger.info(
-        "job %s scheduled on %s", job.id, channel.id,
+        "job %s scheduled on %s",
+        job.id,
+        channel.id,
         extra={"action": "schedule", "job_id": job.id},
     )
     if not job.persist():

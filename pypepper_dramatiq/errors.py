@@ -91,7 +91,7 @@ class ResultNotStorableError(NonRetriableError, TypeError):
     def __init__(self, task_name: str, value: object, reason: str) -> None:
         kind = type(value).__module__ + "." + type(value).__qualname__
         if kind.startswith("builtins."):
-            kind = kind[len("builtins."):]
+            kind = kind[len("builtins.") :]
         super().__init__(
             f"task {task_name!r} returned a {kind} that the job cannot store as JSON ({reason})"
         )
@@ -123,8 +123,10 @@ class UnknownExecutorError(ExecutorError, ValueError):
     """No executor is registered under this id."""
 
     def __init__(self, executor_id: str | None, where: str = "") -> None:
-        what = "a task has no executor_id" if executor_id is None else (
-            f"no executor is registered under id {executor_id!r}"
+        what = (
+            "a task has no executor_id"
+            if executor_id is None
+            else (f"no executor is registered under id {executor_id!r}")
         )
         super().__init__(f"{what}{': ' + where if where else ''}")
         self.executor_id = executor_id
@@ -167,8 +169,6 @@ def is_retriable(exc: BaseException) -> bool:
 def describe(exc: BaseException) -> str:
     """``Type: message`` for logs and stored errors."""
     return f"{type(exc).__name__}: {exc}"
-
-
 
 
 class TaskTimeoutError(PypepperError, TimeoutError):

@@ -187,9 +187,7 @@ def _keep_interrupts(
     supervisor raises it instead.
     """
     exc = context.get("exception")
-    if isinstance(exc, BaseException) and not isinstance(
-        exc, (Exception, asyncio.CancelledError)
-    ):
+    if isinstance(exc, BaseException) and not isinstance(exc, (Exception, asyncio.CancelledError)):
         interrupts.append(exc)
         return
     loop.default_exception_handler(context)
@@ -248,7 +246,8 @@ async def _cancel(work: asyncio.Future[Any], name: str) -> None:
     if not work.done():
         logger.warning(
             "task %s: its coroutine did not end within %gs of being cancelled; abandoned",
-            name, ASYNC_CLEANUP_SECONDS,
+            name,
+            ASYNC_CLEANUP_SECONDS,
         )
 
 

@@ -32,16 +32,22 @@ from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 SendResult = Literal["ok", "full", "stopped"]
 
 
-
 logger = logging.getLogger(__name__)
 
 
 def _log_bound_change(channel_id: str, before: int, after: int) -> None:
     if before != after:
         logger.info(
-            "channel %s: bound %d -> %d", channel_id, before, after,
-            extra={"action": "resize_channel", "channel_id": channel_id,
-                   "from": before, "to": after},
+            "channel %s: bound %d -> %d",
+            channel_id,
+            before,
+            after,
+            extra={
+                "action": "resize_channel",
+                "channel_id": channel_id,
+                "from": before,
+                "to": after,
+            },
         )
 
 

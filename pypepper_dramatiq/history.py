@@ -39,7 +39,7 @@ def _clip(text: str, limit: int, *, keep_end: bool = False) -> str:
     if len(text) <= limit:
         return text
     if keep_end:
-        return "..." + text[-(limit - 3):]
+        return "..." + text[-(limit - 3) :]
     return text[: limit - 3] + "..."
 
 

@@ -84,7 +84,8 @@ class InFlight:
             entry.cancel_event.set()
         if first:  # the lease keeper repeats it at every renewal: say it once
             logger.info(
-                "job %s: cancel event set", job_id,
+                "job %s: cancel event set",
+                job_id,
                 extra={"action": "cancel_seen", "job_id": job_id},
             )
         return True
@@ -122,7 +123,9 @@ class InFlight:
         for job_id in interrupted:
             logger.warning(
                 "job %s: task ignored its cancel for %.1fs; interrupt sent (it lands when the "
-                "task next runs Python code: a call blocked in C finishes first)", job_id, grace,
+                "task next runs Python code: a call blocked in C finishes first)",
+                job_id,
+                grace,
                 extra={"action": "cancel_interrupt", "job_id": job_id},
             )
         return interrupted

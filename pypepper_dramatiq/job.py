@@ -181,12 +181,15 @@ class Job:
             # A cancelled job has no step to lease (the running attempt's worker
             # notices: its renewal no longer finds its lease).
             cancelled = record.evolve(
-                status=transition(record.status, CANCEL), updated=utcnow(),
-                lease_owner=None, lease_expires=None,
+                status=transition(record.status, CANCEL),
+                updated=utcnow(),
+                lease_owner=None,
+                lease_expires=None,
             )
             if store.advance(cancelled):
-                logger.info("job %s cancelled", job_id,
-                            extra={"action": "cancel", "job_id": job_id})
+                logger.info(
+                    "job %s cancelled", job_id, extra={"action": "cancel", "job_id": job_id}
+                )
                 _tell_running_here(job_id)
                 publish_cancel(job_id)
                 return True

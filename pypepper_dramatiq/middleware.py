@@ -119,7 +119,10 @@ class WorkflowMiddleware(Middleware):
         threads: list[Any] = [
             LeaseKeeper(self.inflight, self.owner, self.lease_seconds, self.cancel_grace),
             RecoverySweeper(
-                broker, self.owner, self.lease_seconds, self.sweep_interval,
+                broker,
+                self.owner,
+                self.lease_seconds,
+                self.sweep_interval,
                 dispatch_seconds=self.book.dispatch_seconds,
             ),
         ]
@@ -149,7 +152,8 @@ class WorkflowMiddleware(Middleware):
             self.logger.info(
                 "job %s: still running %.1fs after shutdown began; interrupt sent (it lands "
                 "when the task next runs Python code), the step is then handed back",
-                job_id, self.shutdown_grace,
+                job_id,
+                self.shutdown_grace,
                 extra={"action": "shutdown_interrupt", "job_id": job_id},
             )
 
@@ -217,10 +221,12 @@ class WorkflowMiddleware(Middleware):
                 # The message may be the only copy of its job (its row could not
                 # be written either): it is acknowledged only once a copy is back
                 # in the broker, or once the store takes the claim.
-                if self._enqueue(broker, step.to_message(message.queue_name),
-                                 delay=self.defer_seconds, tries=1):
-                    self.logger.debug("message %s deferred %.1fs: %s",
-                                      message.message_id, self.defer_seconds, exc)
+                if self._enqueue(
+                    broker, step.to_message(message.queue_name), delay=self.defer_seconds, tries=1
+                ):
+                    self.logger.debug(
+                        "message %s deferred %.1fs: %s", message.message_id, self.defer_seconds, exc
+                    )
                     return None
                 self._stopping.wait(delay)
                 delay = min(delay * 2, MAX_HOLD_BACKOFF)
@@ -307,7 +313,9 @@ class WorkflowMiddleware(Middleware):
         except StoreError as exc:
             self.logger.error(
                 "job %s: outcome of %s not recorded (%s); the step runs again after its lease",
-                claim.record.id, claim.position.key(), exc,
+                claim.record.id,
+                claim.position.key(),
+                exc,
             )
             return
         if decision is None or decision.action is not Action.RUN:
@@ -319,7 +327,8 @@ class WorkflowMiddleware(Middleware):
         if not self._enqueue(broker, next_message, delay=decision.delay):
             self.logger.warning(
                 "job %s: next step %s not enqueued; recovery sends it when it is due",
-                claim.record.id, decision.position.key(),
+                claim.record.id,
+                decision.position.key(),
             )
             self.book.due_now(claim.record.id, decision.position, decision.delay)
 
@@ -339,12 +348,16 @@ class WorkflowMiddleware(Middleware):
             return False
         delay = min(UNKNOWN_TASK_RETRY_SECONDS, left)
         self.logger.info(
-            "job %s: %s; handed back for a worker that knows it (%.0fs of unknown_task_grace "
-            "left)", claim.record.id, outcome.error, left,
+            "job %s: %s; handed back for a worker that knows it (%.0fs of unknown_task_grace left)",
+            claim.record.id,
+            outcome.error,
+            left,
             extra={"action": "unknown_task", "job_id": claim.record.id},
         )
         self._hand_back(
-            broker, claim, StepMessage(claim.record.id, claim.position, unknown_since=since),
+            broker,
+            claim,
+            StepMessage(claim.record.id, claim.position, unknown_since=since),
             delay=delay,
         )
         return True
@@ -359,12 +372,14 @@ class WorkflowMiddleware(Middleware):
         """
         now = utcnow()
         try:
-            released = self.book.release(claim, until=now + timedelta(
-                seconds=delay + self.book.dispatch_seconds))
+            released = self.book.release(
+                claim, until=now + timedelta(seconds=delay + self.book.dispatch_seconds)
+            )
         except StoreError as exc:
             self.logger.warning(
                 "job %s: hand-back not stored (%s); the step runs again after its lease",
-                claim.record.id, exc,
+                claim.record.id,
+                exc,
             )
             return
         if not released:

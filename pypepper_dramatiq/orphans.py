@@ -119,7 +119,9 @@ class AckKeeper(threading.Thread):
             self.broker.do_requeue(queue_name, *steps)
             logger.warning(
                 "%d delayed step message(s) of %s were held by no consumer of this worker "
-                "(dropped on a Redis reconnect); put back on the queue", len(steps), queue_name,
+                "(dropped on a Redis reconnect); put back on the queue",
+                len(steps),
+                queue_name,
                 extra={"action": "requeue_stranded", "queue": queue_name},
             )
         return len(steps)

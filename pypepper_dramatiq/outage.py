@@ -57,12 +57,19 @@ class OutageLog:
                 return
             since, failures = self._since, self._failures
         if first:
-            self.logger.warning("%s unreachable: %s", self.what, exc,
-                                extra={"action": "outage", "service": self.what})
+            self.logger.warning(
+                "%s unreachable: %s",
+                self.what,
+                exc,
+                extra={"action": "outage", "service": self.what},
+            )
         else:
             self.logger.warning(
                 "%s still unreachable after %.1fs (%d failed calls): %s",
-                self.what, now - since, failures, exc,
+                self.what,
+                now - since,
+                failures,
+                exc,
                 extra={"action": "outage", "service": self.what},
             )
 
@@ -74,9 +81,13 @@ class OutageLog:
             since, self._since = self._since, None
             failures, self._failures = self._failures, 0
         if since is not None:
-            self.logger.info("%s is back after %.1fs (%d failed calls)",
-                             self.what, time.monotonic() - since, failures,
-                             extra={"action": "outage_over", "service": self.what})
+            self.logger.info(
+                "%s is back after %.1fs (%d failed calls)",
+                self.what,
+                time.monotonic() - since,
+                failures,
+                extra={"action": "outage_over", "service": self.what},
+            )
 
 
 #: The services shared outage logs are kept for.

@@ -36,7 +36,6 @@ from .stores.base import JobRecord, utcnow
 logger = logging.getLogger(__name__)
 
 
-
 class RecoverySweeper(threading.Thread):
     """Every ``interval`` seconds, if leader: recover lapsed steps and requeue dead prefetch."""
 
@@ -129,7 +128,9 @@ class RecoverySweeper(threading.Thread):
                 failed = failed or exc
                 continue
             logger.warning(
-                "job %s: lease lapsed at %s; step re-enqueued", record.id, position.key(),
+                "job %s: lease lapsed at %s; step re-enqueued",
+                record.id,
+                position.key(),
                 extra={"action": "recover", "job_id": record.id},
             )
         resent = self.resend_lost_first_steps(now)
@@ -157,8 +158,9 @@ class RecoverySweeper(threading.Thread):
         if client is None:
             return 0
         store = get_job_store()
-        rows = list(store.list(status=Status.SCHEDULED, limit=self.batch,
-                               after=self._scheduled_after))
+        rows = list(
+            store.list(status=Status.SCHEDULED, limit=self.batch, after=self._scheduled_after)
+        )
         self._scheduled_after = (rows[-1].created, rows[-1].id) if len(rows) >= self.batch else None
         cutoff = now - timedelta(seconds=self.dispatch_seconds)
         stale = [r for r in rows if r.updated < cutoff]
@@ -170,13 +172,17 @@ class RecoverySweeper(threading.Thread):
                 continue
             sent = self._send(StepMessage(record.id, Position(), record), record.channel_id)
             # Compare-and-set: a row claimed meanwhile keeps its own state.
-            store.advance(record.evolve(
-                updated=now, state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
-            ))
+            store.advance(
+                record.evolve(
+                    updated=now,
+                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
+                )
+            )
             resent += 1
             logger.warning(
                 "job %s: Scheduled for %.0fs and its message is gone from the broker; sent again",
-                record.id, (now - record.updated).total_seconds(),
+                record.id,
+                (now - record.updated).total_seconds(),
                 extra={"action": "resend_first_step", "job_id": record.id},
             )
         return resent

@@ -62,8 +62,14 @@ def requeue_dead_workers(broker: Any, queue_name: str) -> None:
         return
     scripts["dispatch"](
         args=[
-            "qsize", current_millis(), queue_name, broker.broker_id,
-            broker.heartbeat_timeout, broker.dead_message_ttl, 1, broker._max_unpack_size(),
+            "qsize",
+            current_millis(),
+            queue_name,
+            broker.broker_id,
+            broker.heartbeat_timeout,
+            broker.dead_message_ttl,
+            1,
+            broker._max_unpack_size(),
         ],
         keys=[broker.namespace],
     )

@@ -292,8 +292,12 @@ class StepBook:
             cursor, start = first.position, True
         now = utcnow()
         record = store.claim_step(
-            step.job_id, cursor.to_list(), self.owner, now,
-            now + timedelta(seconds=self.lease_seconds), start=start,
+            step.job_id,
+            cursor.to_list(),
+            self.owner,
+            now,
+            now + timedelta(seconds=self.lease_seconds),
+            start=start,
         )
         if record is None or record.payload is None:
             return None
@@ -323,8 +327,11 @@ class StepBook:
             assert first.position is not None
             state = dict(record.state, cursor=first.position.to_list())
             claimed = record.evolve(
-                status=transition(record.status, RUN), state=state, updated=now,
-                lease_owner=self.owner, lease_expires=lease,
+                status=transition(record.status, RUN),
+                state=state,
+                updated=now,
+                lease_owner=self.owner,
+                lease_expires=lease,
             )
             return claimed, first.position, tasks
         claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
@@ -362,7 +369,8 @@ class StepBook:
             except ResultNotStorableError as exc:
                 outcome = Outcome.failure(exc, retriable=False, started=outcome.started)
         state = history.appended(
-            claim.record.state, key,
+            claim.record.state,
+            key,
             outcome.history_entry(position, self.owner, claim.record.updated),
         )
         results = dict(state.get("results") or {})
@@ -377,10 +385,16 @@ class StepBook:
             errors[key] = outcome.error
             logger.info(
                 "job %s: task %s attempt %d (round %d) failed: %s",
-                claim.record.id, claim.task.get("name", key), position.attempt + 1,
-                position.round + 1, outcome.error,
-                extra={"action": "attempt_failed", "job_id": claim.record.id,
-                       "position": position.to_list()},
+                claim.record.id,
+                claim.task.get("name", key),
+                position.attempt + 1,
+                position.round + 1,
+                outcome.error,
+                extra={
+                    "action": "attempt_failed",
+                    "job_id": claim.record.id,
+                    "position": position.to_list(),
+                },
             )
         decision = rules.next_step(
             claim.plan, position, outcome.succeeded, retriable=outcome.retriable
@@ -417,8 +431,12 @@ class StepBook:
             expected = current is not None and current.status is Status.CANCELLED
             _log("lost_to_cancel" if expected else "lost", claim.record.id, position, status)
             return None
-        _log(decision.action.value, claim.record.id, decision.position or position,
-             changes.get("error"))
+        _log(
+            decision.action.value,
+            claim.record.id,
+            decision.position or position,
+            changes.get("error"),
+        )
         return Recorded(decision, updated.evolve(version=updated.version + 1))
 
     def release(self, claim: Claim, until: datetime) -> bool:
@@ -450,8 +468,12 @@ class StepBook:
             due = utcnow() + timedelta(seconds=delay)
             return store.advance(record.evolve(lease_expires=due))
         except StoreError as exc:
-            logger.warning("job %s: could not mark step %s due (%s); recovery sends it later",
-                           job_id, position.key(), exc)
+            logger.warning(
+                "job %s: could not mark step %s due (%s); recovery sends it later",
+                job_id,
+                position.key(),
+                exc,
+            )
             return False
 
     def _write(self, record: JobRecord) -> bool:
@@ -480,6 +502,10 @@ def _log(action: str, job_id: str, position: Position, detail: str | None = None
         return
     logger.log(
         level,
-        "job %s %s at %s%s", job_id, action, position.key(), f" ({detail})" if detail else "",
+        "job %s %s at %s%s",
+        job_id,
+        action,
+        position.key(),
+        f" ({detail})" if detail else "",
         extra={"action": action, "job_id": job_id, "position": position.to_list()},
     )

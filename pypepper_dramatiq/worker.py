@@ -122,8 +122,7 @@ class Worker:
         step = rules.first_step(steps.plan_of(tasks), cancelled=job.is_cancelled)
         if step.action is not rules.Action.RUN:
             return None  # nothing to run (or cancelled): the end is written by _finish
-        book = steps.StepBook(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE,
-                              holds_steps=True)
+        book = steps.StepBook(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True)
         record = job.to_record()
         while True:
             position = step.position
@@ -141,8 +140,12 @@ class Worker:
                 if exc.decision.action is not rules.Action.RUN:
                     raise
                 # Go on: the next write carries this step's progress (same version).
-                logger.warning("job %s: outcome of %s not recorded yet (%s); going on",
-                               job.id, position.key(), exc)
+                logger.warning(
+                    "job %s: outcome of %s not recorded yet (%s); going on",
+                    job.id,
+                    position.key(),
+                    exc,
+                )
                 recorded = steps.Recorded(exc.decision, exc.record)
             if recorded is None:
                 return None
@@ -202,7 +205,10 @@ class Worker:
             logger.warning("job %s: RUN snapshot failed: %s", job.id, exc)
             return self._start_failed(job, before)
         if durable is not None and durable.status in (
-            Status.IN_PROGRESS, Status.COMPLETED, Status.FAILED, Status.CANCELLED,
+            Status.IN_PROGRESS,
+            Status.COMPLETED,
+            Status.FAILED,
+            Status.CANCELLED,
         ):
             _log(job, "follow_durable", durable.status)
             job.adopt(durable)
@@ -272,13 +278,17 @@ def _attempt(workflow: Workflow, task: Task) -> steps.Outcome:
     if succeeded:
         return steps.Outcome(True, value, started=started, ended=utcnow())
     error = value if isinstance(value, BaseException) else RuntimeError(str(value))
-    return steps.Outcome.failure(error, retriable=is_retriable(error),
-                                 kind=history.kind_of(error), started=started)
+    return steps.Outcome.failure(
+        error, retriable=is_retriable(error), kind=history.kind_of(error), started=started
+    )
 
 
 def _log(job: Job, action: str, detail: object = None) -> None:
     logger.info(
-        "job %s %s%s", job.id, action, "" if detail is None else f" ({detail})",
+        "job %s %s%s",
+        job.id,
+        action,
+        "" if detail is None else f" ({detail})",
         extra={"action": action, "job_id": job.id, "status": job.status.value},
     )
 

@@ -121,13 +121,19 @@ class Workflow:
                 outcome.error = describe(value)
                 logger.info(
                     "job %s: task %s attempt %d (round %d) failed: %s",
-                    task.context.get(JOB_ID_KEY), task.name, position.attempt + 1,
-                    position.round + 1, outcome.error,
+                    task.context.get(JOB_ID_KEY),
+                    task.name,
+                    position.attempt + 1,
+                    position.round + 1,
+                    outcome.error,
                     extra={"action": "attempt_failed", "job_id": task.context.get(JOB_ID_KEY)},
                 )
 
             step = rules.next_step(
-                plan, position, succeeded, cancelled=cancelled(),
+                plan,
+                position,
+                succeeded,
+                cancelled=cancelled(),
                 retriable=succeeded or is_retriable(value),
             )
         ordered = [outcomes[i] for i in sorted(outcomes)]

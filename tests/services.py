@@ -217,15 +217,17 @@ class PostgresServer:
         _run(cmd, cwd=self._workdir)
 
     def _options(self) -> str:
-        return " ".join([
-            "-c listen_addresses=127.0.0.1",
-            f"-c port={self.port}",
-            f"-c unix_socket_directories={self._path()}",
-            "-c fsync=off",
-            "-c synchronous_commit=off",
-            "-c full_page_writes=off",
-            "-c max_connections=200",
-        ])
+        return " ".join(
+            [
+                "-c listen_addresses=127.0.0.1",
+                f"-c port={self.port}",
+                f"-c unix_socket_directories={self._path()}",
+                "-c fsync=off",
+                "-c synchronous_commit=off",
+                "-c full_page_writes=off",
+                "-c max_connections=200",
+            ]
+        )
 
     def _init_cluster(self) -> None:
         initdb = find_binary("initdb", "postgresql", _pg_bin_dirs())
@@ -245,10 +247,24 @@ class PostgresServer:
             workdir = Path(tempfile.mkdtemp(prefix="pg-", dir=self._tmpdir))
         self._workdir = workdir
         self.port = free_port()
-        _run(self._as_postgres([
-            initdb, "-D", str(self._path("data")), "-A", "trust", "-U", self.user,
-            "-E", "UTF8", "--locale=C", "--no-sync",
-        ]), cwd=workdir)
+        _run(
+            self._as_postgres(
+                [
+                    initdb,
+                    "-D",
+                    str(self._path("data")),
+                    "-A",
+                    "trust",
+                    "-U",
+                    self.user,
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ]
+            ),
+            cwd=workdir,
+        )
 
 
 def start_postgres(tmpdir: Path | str) -> tuple[str, Callable[[], None]]:
@@ -369,10 +385,16 @@ class MariaDBServer:
         self.port = free_port()
         # The default authentication for root is the unix socket, which a TCP client
         # cannot use; "normal" gives root@localhost/127.0.0.1 an empty password.
-        _run([
-            install_db, "--no-defaults", *self._options(),
-            "--auth-root-authentication-method=normal", "--skip-test-db",
-        ], cwd=self._workdir)
+        _run(
+            [
+                install_db,
+                "--no-defaults",
+                *self._options(),
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            cwd=self._workdir,
+        )
 
     def _connect(self) -> Any:
         # PyMySQL is imported here, not at the top: the benchmarks import this
@@ -433,13 +455,20 @@ class RedisServer:
             return
         cmd = [
             self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--dir", str(self.dir),
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--logfile", str(self.dir / "redis.log"),
-            "--daemonize", "no",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(self.dir),
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--logfile",
+            str(self.dir / "redis.log"),
+            "--daemonize",
+            "no",
         ]
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.dir
@@ -464,17 +493,16 @@ class RedisServer:
         self.start()
 
     def _ping(self) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(
-            ("127.0.0.1", self.port), timeout=1
-        ) as sock:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock,
+        ):
             sock.sendall(b"PING\r\n")
             return sock.recv(16).startswith(b"+PONG")
         return False
 
 
-def start_redis(
-    tmpdir: Path | str, appendonly: bool = False
-) -> tuple[str, Callable[[], None]]:
+def start_redis(tmpdir: Path | str, appendonly: bool = False) -> tuple[str, Callable[[], None]]:
     """Start ``redis-server``; returns its URL and a function that stops it."""
     server = RedisServer(tmpdir, appendonly=appendonly)
     server.start()

@@ -25,7 +25,11 @@ def test_every_scenario_of_the_quick_benchmark_runs(tmp_path: Path) -> None:
     output = tmp_path / "quick.json"
     run = subprocess.run(
         [sys.executable, "-m", "bench", "all", "--quick", "--output", str(output)],
-        cwd=ROOT, capture_output=True, text=True, timeout=560, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=560,
+        check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(output.read_text())
@@ -45,6 +49,12 @@ def test_the_benchmark_needs_no_mysql_driver() -> None:
         "import bench.env, bench.harness, bench.scenarios, bench.report\n"
         "print('ok')"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                         text=True, timeout=100, check=False)
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]

@@ -77,8 +77,7 @@ def put_jobs(store: SqlJobStore, count: int, **fields: object) -> list[str]:
     for n in range(count):
         job_id = f"job-{n:03d}"
         created = T0 + timedelta(seconds=n)
-        assert store.put(JobRecord(id=job_id, created=created, updated=created,
-                                   **fields))  # type: ignore[arg-type]
+        assert store.put(JobRecord(id=job_id, created=created, updated=created, **fields))  # type: ignore[arg-type]
         ids.append(job_id)
     return ids
 
@@ -112,11 +111,25 @@ def test_jobs_filters_by_category_status_and_channel(
     pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     put_jobs(pg_store, 3, channel_id="c", category="mail", status=Status.FAILED)
-    assert pg_store.put(JobRecord(id="other", channel_id="d", category="report",
-                                  status=Status.FAILED))
+    assert pg_store.put(
+        JobRecord(id="other", channel_id="d", category="report", status=Status.FAILED)
+    )
 
-    assert jobs_page(["--uri", postgres_uri, "--category", "mail", "--limit", "2",
-                      "--status", "Failed", "--channel", "c"], capsys)[0] == ["job-002", "job-001"]
+    assert jobs_page(
+        [
+            "--uri",
+            postgres_uri,
+            "--category",
+            "mail",
+            "--limit",
+            "2",
+            "--status",
+            "Failed",
+            "--channel",
+            "c",
+        ],
+        capsys,
+    )[0] == ["job-002", "job-001"]
     assert jobs_page(["--uri", postgres_uri, "--category", "report"], capsys) == (["other"], None)
 
 
@@ -124,22 +137,51 @@ def test_jobs_prints_a_compact_table_by_default(
     pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     long_error = "ValueError: " + "x" * 200 + "\nTraceback follows"
-    assert pg_store.put(JobRecord(id="job-t", channel_id="etl", category="nightly",
-                                  status=Status.FAILED, error=long_error,
-                                  created=T0, updated=T0 + timedelta(minutes=1)))
-    assert pg_store.put(JobRecord(id="job-u", channel_id="etl", status=Status.SCHEDULED,
-                                  created=T0 - timedelta(days=1), updated=T0))
+    assert pg_store.put(
+        JobRecord(
+            id="job-t",
+            channel_id="etl",
+            category="nightly",
+            status=Status.FAILED,
+            error=long_error,
+            created=T0,
+            updated=T0 + timedelta(minutes=1),
+        )
+    )
+    assert pg_store.put(
+        JobRecord(
+            id="job-u",
+            channel_id="etl",
+            status=Status.SCHEDULED,
+            created=T0 - timedelta(days=1),
+            updated=T0,
+        )
+    )
 
     assert main(["jobs", "--uri", postgres_uri]) == 0
     header, newest, older = capsys.readouterr().out.splitlines()
 
-    assert header.split() == ["ID", "STATUS", "CHANNEL", "CATEGORY", "CREATED", "UPDATED",
-                              "ERROR"]
-    assert newest.split()[:7] == ["job-t", "Failed", "etl", "nightly", "2024-01-01",
-                                  "12:00:00Z", "2024-01-01"]
+    assert header.split() == ["ID", "STATUS", "CHANNEL", "CATEGORY", "CREATED", "UPDATED", "ERROR"]
+    assert newest.split()[:7] == [
+        "job-t",
+        "Failed",
+        "etl",
+        "nightly",
+        "2024-01-01",
+        "12:00:00Z",
+        "2024-01-01",
+    ]
     assert newest.endswith("...") and "x" * 50 not in newest and "Traceback" not in newest
-    assert older.split() == ["job-u", "Scheduled", "etl", "-", "2023-12-31", "12:00:00Z",
-                             "2024-01-01", "12:00:00Z"]
+    assert older.split() == [
+        "job-u",
+        "Scheduled",
+        "etl",
+        "-",
+        "2023-12-31",
+        "12:00:00Z",
+        "2024-01-01",
+        "12:00:00Z",
+    ]
 
 
 def test_jobs_with_nothing_to_list_says_so(
@@ -200,11 +242,16 @@ def test_bad_arguments_are_refused_before_any_connection(
 
 
 def test_cancel_marks_a_stored_job_cancelled_and_tells_redis(
-    pg_store: SqlJobStore, postgres_uri: str, redis_url: str,
+    pg_store: SqlJobStore,
+    postgres_uri: str,
+    redis_url: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert pg_store.put(JobRecord(id="job-c", channel_id="c", status=Status.IN_PROGRESS,
-                                  state={"results": {"0.0": 1}}))
+    assert pg_store.put(
+        JobRecord(
+            id="job-c", channel_id="c", status=Status.IN_PROGRESS, state={"results": {"0.0": 1}}
+        )
+    )
     listener = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
     listener.subscribe(CANCEL_CHANNEL)
     try:
@@ -238,8 +285,12 @@ def test_cancel_without_a_broker_url_still_writes_the_cancel(
     [("job-none", None, "no job 'job-none'"), ("job-done", Status.COMPLETED, "has ended")],
 )
 def test_cancel_of_an_unknown_or_finished_job_fails_and_changes_nothing(
-    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str],
-    job_id: str, status: Status | None, said: str,
+    pg_store: SqlJobStore,
+    postgres_uri: str,
+    capsys: pytest.CaptureFixture[str],
+    job_id: str,
+    status: Status | None,
+    said: str,
 ) -> None:
     if status is not None:
         assert pg_store.put(JobRecord(id=job_id, channel_id="c", status=status))
@@ -260,8 +311,11 @@ def test_cancel_refuses_a_broker_url_before_writing(
 
 
 def test_the_uri_and_broker_url_may_come_from_the_environment(
-    pg_store: SqlJobStore, postgres_uri: str, redis_url: str,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    pg_store: SqlJobStore,
+    postgres_uri: str,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert pg_store.put(JobRecord(id="job-env", channel_id="c", status=Status.SCHEDULED))
     monkeypatch.setenv(URI_ENV, postgres_uri)

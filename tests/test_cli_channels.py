@@ -114,8 +114,11 @@ def test_unknown_channels_stop_and_resize_create_them_resume_fails(
 
 
 def test_the_broker_url_may_come_from_the_environment(
-    redis_url: str, client: redis.Redis, names: list[str],
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    redis_url: str,
+    client: redis.Redis,
+    names: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv(BROKER_ENV, redis_url)
     assert main(["channels", "stop", names[0]]) == 0

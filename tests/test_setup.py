@@ -194,7 +194,8 @@ def test_a_redis_url_without_the_redis_extra_names_the_pip_command() -> None:
         "except ConfigError as exc:\n"
         "    print(exc)\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, check=False)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert run.returncode == 0, run.stderr
     assert "pip install 'pypepper-dramatiq[redis]'" in run.stdout

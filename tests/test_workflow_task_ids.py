@@ -23,11 +23,17 @@ def test_a_script_names_its_tasks_as_the_worker_imports_them(tmp_path: Path) -> 
         [sys.executable, "etl_app.py"], cwd=tmp_path, capture_output=True, text=True, check=True
     ).stdout.strip()
     as_module = subprocess.run(
-        [sys.executable, "-c", "import etl_app"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-c", "import etl_app"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout.strip()
     as_dash_m = subprocess.run(
-        [sys.executable, "-m", "etl_app"], cwd=tmp_path, capture_output=True, text=True,
+        [sys.executable, "-m", "etl_app"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout.strip()
     assert as_script == as_module == as_dash_m == "etl_app.extract"

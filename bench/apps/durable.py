@@ -39,9 +39,7 @@ def flaky(task: Any, context: Any) -> None:
 def job(tasks: int = 1, key: str | None = None) -> Job:
     """A job of ``tasks`` no-op tasks; the first carries ``key`` for latency probes."""
     new = Job(category="bench", channel_id=CHANNEL)
-    new.workflows.append(
-        Workflow([noop.task(key=key if i == 0 else None) for i in range(tasks)])
-    )
+    new.workflows.append(Workflow([noop.task(key=key if i == 0 else None) for i in range(tasks)]))
     return new
 
 

@@ -30,8 +30,10 @@ def utcnow() -> datetime:
 
 def as_utc(value: datetime) -> datetime:
     """An aware UTC datetime; naive values are taken as UTC."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(
-        timezone.utc
+    return (
+        value.replace(tzinfo=timezone.utc)
+        if value.tzinfo is None
+        else value.astimezone(timezone.utc)
     )
 
 
@@ -115,9 +117,7 @@ class JobRecord:
         where = f"job {self.id}"
         if workflow is not None:
             if not 0 <= workflow < len(names):
-                raise NoTaskResultError(
-                    f"{where} has no workflow {workflow} (it has {len(names)})"
-                )
+                raise NoTaskResultError(f"{where} has no workflow {workflow} (it has {len(names)})")
             where = f"workflow {workflow} of {where}"
         found = [
             (w, t)
@@ -132,7 +132,8 @@ class JobRecord:
             places = ", ".join(f"{w}.{t}" for w, t in found)
             same_workflow = len({w for w, _ in found}) == 1
             hint = (
-                'read record.state["results"] by position' if same_workflow
+                'read record.state["results"] by position'
+                if same_workflow
                 else "pass workflow= to pick one"
             )
             raise AmbiguousTaskNameError(
@@ -276,8 +277,11 @@ class IJobStore(abc.ABC):
         if current is None or why_not_claimable(current, cursor, now, start) is not None:
             return None
         claimed = current.evolve(
-            status=(transition(current.status, RUN) if current.status is Status.SCHEDULED
-                    else current.status),
+            status=(
+                transition(current.status, RUN)
+                if current.status is Status.SCHEDULED
+                else current.status
+            ),
             state=dict(current.state, cursor=list(cursor)),
             updated=now,
             lease_owner=owner,

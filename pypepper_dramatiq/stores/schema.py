@@ -29,9 +29,7 @@ metadata = MetaData()
 
 def json_type() -> TypeEngine[Any]:
     """JSON where SQL NULL stays NULL; JSONB on PostgreSQL."""
-    return JSON(none_as_null=True).with_variant(
-        postgresql.JSONB(none_as_null=True), "postgresql"
-    )
+    return JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
 
 
 def timestamp_type() -> TypeEngine[datetime]:

@@ -500,8 +500,12 @@ class SqlJobStore(IJobStore):
         if not self._postgres:
             return super().claim_step(job_id, cursor, owner, now, lease_until, start=start)
         params = {
-            "id": job_id, "cursor": json.dumps(list(cursor)), "owner": owner, "now": now,
-            "lease_until": lease_until, "start": start,
+            "id": job_id,
+            "cursor": json.dumps(list(cursor)),
+            "owner": owner,
+            "now": now,
+            "lease_until": lease_until,
+            "start": start,
         }
 
         def claim() -> dict[str, Any] | None:

@@ -67,4 +67,3 @@ def test_params_of_a_stored_task_must_survive_json() -> None:
 def test_params_of_an_in_process_task_may_be_any_object() -> None:
     marker = object()
     assert task("local", params={"when": marker}).params["when"] is marker
-

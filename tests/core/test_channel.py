@@ -515,8 +515,17 @@ def test_first_message_carries_the_payload_only_with_executor_ids(
         workflow = Workflow()
         for i in range(tasks):
             workflow.add_task(
-                Task(channel_id, "dag", f"fp-{i}", f"durable-{i}", "test", "", [], None,
-                     executor_id="tests.channel.echo")
+                Task(
+                    channel_id,
+                    "dag",
+                    f"fp-{i}",
+                    f"durable-{i}",
+                    "test",
+                    "",
+                    [],
+                    None,
+                    executor_id="tests.channel.echo",
+                )
             )
         job.workflows.append(workflow)
         return job

@@ -47,8 +47,20 @@ def write(tmp_path: Path, text: str, name: str = "app.config.yaml") -> Path:
 def make_job(channel_id: str = "cfg") -> Job:
     job = Job(category="cfg", channel_id=channel_id)
     job.workflows.append(
-        Workflow([Task(channel_id, "d", "f", "t", None, "", [],
-                       CallableExecutor(lambda task, context: 1))])
+        Workflow(
+            [
+                Task(
+                    channel_id,
+                    "d",
+                    "f",
+                    "t",
+                    None,
+                    "",
+                    [],
+                    CallableExecutor(lambda task, context: 1),
+                )
+            ]
+        )
     )
     return job
 

@@ -64,8 +64,12 @@ def test_the_recovery_sweep_logs_a_store_outage_once_without_tracebacks(
 
 @pytest.mark.parametrize(
     ("exc", "unreachable"),
-    [(ConnectionRefusedError(), True), (TimeoutError(), True), (ValueError("bug"), False),
-     (KeyError("x"), False)],
+    [
+        (ConnectionRefusedError(), True),
+        (TimeoutError(), True),
+        (ValueError("bug"), False),
+        (KeyError("x"), False),
+    ],
 )
 def test_broker_unreachable_tells_outages_from_bugs(exc: Exception, unreachable: bool) -> None:
     assert broker_unreachable(exc) is unreachable

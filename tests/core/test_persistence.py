@@ -46,8 +46,18 @@ def callable_task(name: str, func: Any, channel_id: str = "p") -> Task:
 
 
 def registered_task(name: str, executor_id: str, channel_id: str = "p", **kw: Any) -> Task:
-    return Task(channel_id, "dag", f"fp-{name}", name, "test", "", ["x"], None,
-                executor_id=executor_id, **kw)
+    return Task(
+        channel_id,
+        "dag",
+        f"fp-{name}",
+        name,
+        "test",
+        "",
+        ["x"],
+        None,
+        executor_id=executor_id,
+        **kw,
+    )
 
 
 def job_with(*tasks: Task, channel_id: str = "p") -> Job:
@@ -71,7 +81,10 @@ def test_save_inserts_then_updates_one_row_and_bumps_version() -> None:
     first = Job.get_saved(job.id)
     assert first is not None
     assert (first.status, first.version, first.channel_id, first.category) == (
-        Status.UNKNOWN, 1, "p", "test",
+        Status.UNKNOWN,
+        1,
+        "p",
+        "test",
     )
     job.apply_event(INIT)
     assert job.save() is True
@@ -228,16 +241,44 @@ def test_from_record_keeps_times_progress_and_error() -> None:
 def test_a_task_survives_its_json_form_field_by_field() -> None:
     executor_registry.register("tests.p.rt", lambda task, context: None)
     original = Task(
-        "etl", "dag-7", "fp-9", "load", "cat", "loads rows", ["a", "b"], None,
-        retry_count=2, retry_delay=1.5, retry_until_completed=True, retry_until_max=9,
-        round_times=3, round_timeout=4.0, round_timeout_join=0.5, optional=True,
-        executor_id="tests.p.rt", params={"rows": [1, 2]},
+        "etl",
+        "dag-7",
+        "fp-9",
+        "load",
+        "cat",
+        "loads rows",
+        ["a", "b"],
+        None,
+        retry_count=2,
+        retry_delay=1.5,
+        retry_until_completed=True,
+        retry_until_max=9,
+        round_times=3,
+        round_timeout=4.0,
+        round_timeout_join=0.5,
+        optional=True,
+        executor_id="tests.p.rt",
+        params={"rows": [1, 2]},
     )
     rebuilt = Task.from_dict(json.loads(json.dumps(original.to_dict())))
     fields = (
-        "channel_id", "dag_id", "fingerprint", "name", "category", "description", "tags",
-        "executor_id", "params", "retry_count", "retry_delay", "retry_until_completed",
-        "retry_until_max", "round_times", "round_timeout", "round_timeout_join", "optional",
+        "channel_id",
+        "dag_id",
+        "fingerprint",
+        "name",
+        "category",
+        "description",
+        "tags",
+        "executor_id",
+        "params",
+        "retry_count",
+        "retry_delay",
+        "retry_until_completed",
+        "retry_until_max",
+        "round_times",
+        "round_timeout",
+        "round_timeout_join",
+        "optional",
     )
     assert {f: getattr(rebuilt, f) for f in fields} == {f: getattr(original, f) for f in fields}
     assert rebuilt.tags == ["a", "b"] and rebuilt.optional is True
@@ -246,8 +287,12 @@ def test_a_task_survives_its_json_form_field_by_field() -> None:
 def test_a_record_normalises_status_and_times_to_utc() -> None:
     plus_two = timezone(timedelta(hours=2))
     record = JobRecord(
-        id="r", channel_id="c", category=None, status="Scheduled",  # type: ignore[arg-type]
-        version=1, created=datetime(2024, 1, 1, 12, 0, tzinfo=plus_two),
+        id="r",
+        channel_id="c",
+        category=None,
+        status="Scheduled",  # type: ignore[arg-type]
+        version=1,
+        created=datetime(2024, 1, 1, 12, 0, tzinfo=plus_two),
         updated=datetime(2024, 1, 1, 13, 0),  # naive: taken as UTC
         lease_expires=datetime(2024, 1, 1, 14, 0, tzinfo=plus_two),
     )
@@ -633,9 +678,7 @@ class MovingStore(MemoryJobStore):
     [(3, True, Status.CANCELLED), (10_000, False, Status.SCHEDULED)],
     ids=["retries-then-wins", "gives-up-when-the-row-never-holds-still"],
 )
-def test_cancel_saved_while_workers_move_the_row(
-    moves: int, cancelled: bool, ends: Status
-) -> None:
+def test_cancel_saved_while_workers_move_the_row(moves: int, cancelled: bool, ends: Status) -> None:
     store = MovingStore(moves=moves)
     set_job_store(store)
     job = job_with()

@@ -158,7 +158,12 @@ def test_each_round_gets_a_fresh_budget_and_no_delay_between_rounds() -> None:
     policy = RetryPolicy(retry_count=1, retry_delay=2.0, round_times=3)
     runs, final = drive(single(policy), always_fail)
     assert [(s.position.round, s.position.attempt) for s in runs if s.position] == [
-        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1),
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
     ]
     # Delay between failures inside a round; none when a new round starts.
     assert [s.delay for s in runs] == [0.0, 2.0, 0.0, 2.0, 0.0, 2.0]

@@ -32,9 +32,13 @@ class WorkerWinsTheRace(MemoryJobStore):
 
 def _job() -> Job:
     job = Job(category="race", channel_id="race")
-    job.workflows.append(Workflow([
-        Task("race", "d", "f", "t", None, "", [], CallableExecutor(lambda t, c: 1)),
-    ]))
+    job.workflows.append(
+        Workflow(
+            [
+                Task("race", "d", "f", "t", None, "", [], CallableExecutor(lambda t, c: 1)),
+            ]
+        )
+    )
     return job
 
 

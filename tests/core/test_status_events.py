@@ -47,7 +47,13 @@ INVALID = [pair for pair in PAIRS if pair not in ALLOWED]
 
 def test_status_has_exactly_the_seven_values() -> None:
     assert [s.value for s in Status] == [
-        "Unknown", "Initializing", "Scheduled", "InProgress", "Completed", "Failed", "Cancelled",
+        "Unknown",
+        "Initializing",
+        "Scheduled",
+        "InProgress",
+        "Completed",
+        "Failed",
+        "Cancelled",
     ]
 
 
@@ -163,8 +169,13 @@ def test_concurrent_events_apply_exactly_once() -> None:
 # -- what a store may overwrite ---------------------------------------------------------------
 
 LIFECYCLE = {
-    S.UNKNOWN: 0, S.INITIALIZING: 1, S.SCHEDULED: 2, S.IN_PROGRESS: 3,
-    S.COMPLETED: 4, S.FAILED: 4, S.CANCELLED: 4,
+    S.UNKNOWN: 0,
+    S.INITIALIZING: 1,
+    S.SCHEDULED: 2,
+    S.IN_PROGRESS: 3,
+    S.COMPLETED: 4,
+    S.FAILED: 4,
+    S.CANCELLED: 4,
 }
 TERMINALS = {S.COMPLETED, S.FAILED, S.CANCELLED}
 
@@ -202,13 +213,15 @@ def test_later_statuses_overwrite_earlier_ones() -> None:
 
 @pytest.mark.parametrize("new", list(Status))
 def test_overwritable_by_lists_exactly_the_replaceable_statuses(new: Status) -> None:
-    assert overwritable_by(new) == frozenset(
-        d for d in Status if expected_may_overwrite(d, new)
-    )
+    assert overwritable_by(new) == frozenset(d for d in Status if expected_may_overwrite(d, new))
 
 
 def test_overwritable_by_examples() -> None:
     assert overwritable_by(S.SCHEDULED) == {S.UNKNOWN, S.INITIALIZING, S.SCHEDULED}
     assert overwritable_by(S.CANCELLED) == {
-        S.UNKNOWN, S.INITIALIZING, S.SCHEDULED, S.IN_PROGRESS, S.CANCELLED,
+        S.UNKNOWN,
+        S.INITIALIZING,
+        S.SCHEDULED,
+        S.IN_PROGRESS,
+        S.CANCELLED,
     }

@@ -569,8 +569,16 @@ def test_task_needs_an_executor_or_an_executor_id() -> None:
 
 def test_task_exposes_its_retry_table() -> None:
     task = make_task(
-        "t", Recorder(), retry_count=2, retry_delay=0.5, retry_until_completed=True,
-        retry_until_max=7, round_times=3, round_timeout=1.5, round_timeout_join=2, optional=True,
+        "t",
+        Recorder(),
+        retry_count=2,
+        retry_delay=0.5,
+        retry_until_completed=True,
+        retry_until_max=7,
+        round_times=3,
+        round_timeout=1.5,
+        round_timeout_join=2,
+        optional=True,
     )
     assert (task.retry_count, task.retry_delay, task.retry_until_completed) == (2, 0.5, True)
     assert (task.retry_until_max, task.round_times, task.optional) == (7, 3, True)

@@ -220,9 +220,7 @@ def test_an_async_task_past_round_timeout_is_stopped_and_retried(
     assert trace(key) == ["start", "cancelled", "finally", "start"]
 
 
-def test_an_async_task_past_round_timeout_fails_with_a_timeout(
-    driver: Driver, prefix: str
-) -> None:
+def test_an_async_task_past_round_timeout_fails_with_a_timeout(driver: Driver, prefix: str) -> None:
     key = f"{prefix}sleepy"
     job = make_job(
         [sleepy.options(round_timeout=1).task(name="t", key=key, seconds=30, slow_calls=5)]
@@ -246,9 +244,7 @@ def test_dramatiq_time_limit_stops_an_async_task_that_blocks_its_loop(
     """
     driver = DramatiqDriver(stub_broker, start_worker)
     key = f"{prefix}hog"
-    job = make_job(
-        [hog.options(round_timeout=1, retry_count=1).task(name="t", key=key, seconds=8)]
-    )
+    job = make_job([hog.options(round_timeout=1, retry_count=1).task(name="t", key=key, seconds=8)])
 
     [record] = run(driver, job)
 

@@ -76,7 +76,7 @@ def calls(key: str) -> int:
 
 def order(prefix: str) -> list[str]:
     with _lock:
-        return [key[len(prefix):] for key in LOG if key.startswith(prefix)]
+        return [key[len(prefix) :] for key in LOG if key.startswith(prefix)]
 
 
 def _event(key: str) -> threading.Event:
@@ -265,22 +265,35 @@ RETRY_TABLE = {
     "last-attempt-succeeds": ({"retry_count": 2}, 2, 3, Status.COMPLETED),
     "success-returns-early": ({"retry_count": 5}, 1, 2, Status.COMPLETED),
     "until-with-count-0-bounded-by-until-max": (
-        {"retry_until_completed": True, "retry_until_max": 4}, -1, 4, Status.FAILED,
+        {"retry_until_completed": True, "retry_until_max": 4},
+        -1,
+        4,
+        Status.FAILED,
     ),
     "until-with-count-0-retries-until-success": (
-        {"retry_until_completed": True}, 5, 6, Status.COMPLETED,
+        {"retry_until_completed": True},
+        5,
+        6,
+        Status.COMPLETED,
     ),
     "until-with-count-caps-and-ignores-until-max": (
         {"retry_until_completed": True, "retry_count": 2, "retry_until_max": 10},
-        -1, 3, Status.FAILED,
+        -1,
+        3,
+        Status.FAILED,
     ),
     "rounds-each-get-a-fresh-budget": ({"retry_count": 1, "round_times": 3}, -1, 6, Status.FAILED),
     "until-max-is-per-round": (
         {"retry_until_completed": True, "retry_until_max": 2, "round_times": 3},
-        -1, 6, Status.FAILED,
+        -1,
+        6,
+        Status.FAILED,
     ),
     "success-in-a-later-round-ends-the-rounds": (
-        {"retry_count": 1, "round_times": 3}, 3, 4, Status.COMPLETED,
+        {"retry_count": 1, "round_times": 3},
+        3,
+        4,
+        Status.COMPLETED,
     ),
 }
 
@@ -528,7 +541,6 @@ def test_cancel_during_a_task_ends_the_job_cancelled(
     assert record.lease_owner is None and record.lease_expires is None  # like other ends
 
 
-
 def test_cancel_during_a_retry_delay_runs_no_more_attempts(driver: Driver, prefix: str) -> None:
     key = f"{prefix}t"
     job = make_job(
@@ -547,12 +559,15 @@ def test_cancel_during_a_retry_delay_runs_no_more_attempts(driver: Driver, prefi
     assert calls(key) == 1
     assert record.status is Status.CANCELLED
 
+
 # -- where the drivers differ ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("by_id", [False, True], ids=["job.cancel", "Job.cancel_saved"])
 def test_dramatiq_cancel_keeps_the_progress_workers_stored(
-    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], prefix: str,
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+    prefix: str,
     by_id: bool,
 ) -> None:
     """Only the Dramatiq driver keeps progress in the row; a cancel must not erase it.
@@ -591,15 +606,18 @@ def test_every_attempt_is_kept_in_the_history_with_its_traceback(
     driver: Driver, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     key = f"{prefix}h"
-    job = make_job([
-        flaky.options(retry_count=2).task(name="a", key=key, fail_first=2, result="ok"),
-    ])
+    job = make_job(
+        [
+            flaky.options(retry_count=2).task(name="a", key=key, fail_first=2, result="ok"),
+        ]
+    )
 
     with caplog.at_level(logging.INFO, logger="pypepper_dramatiq"):
         (record,) = run(driver, job)
 
-    failed_lines = [r.getMessage() for r in caplog.records
-                    if getattr(r, "action", None) == "attempt_failed"]
+    failed_lines = [
+        r.getMessage() for r in caplog.records if getattr(r, "action", None) == "attempt_failed"
+    ]
     assert len(failed_lines) == 2 and all(job.id in line for line in failed_lines)
 
     assert record.status is Status.COMPLETED
@@ -637,8 +655,9 @@ def test_both_drivers_store_the_same_state_for_the_same_job(driver: Driver, pref
     # One engine: whoever ran the job, `pypepper-dramatiq show` tells the same story.
     job = make_job(
         [
-            flaky.options(retry_count=1).task(name="a", key=f"{prefix}a", fail_first=1,
-                                               result={"n": 1}),
+            flaky.options(retry_count=1).task(
+                name="a", key=f"{prefix}a", fail_first=1, result={"n": 1}
+            ),
             flaky.options(optional=True).task(name="b", key=f"{prefix}b", fail_first=-1),
         ],
         [consume.task(name="c", key=f"{prefix}c", source="a")],
@@ -658,6 +677,8 @@ def test_both_drivers_store_the_same_state_for_the_same_job(driver: Driver, pref
         "skipped": ["0.1"],
     }
     assert {key: [e["outcome"] for e in entries] for key, entries in history.items()} == {
-        "0.0": ["failed", "succeeded"], "0.1": ["failed"], "1.0": ["succeeded"],
+        "0.0": ["failed", "succeeded"],
+        "0.1": ["failed"],
+        "1.0": ["succeeded"],
     }
     assert record.lease_owner is None and record.lease_expires is None

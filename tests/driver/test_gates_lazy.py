@@ -49,8 +49,11 @@ def make_job(channel_id: str) -> Job:
 
 
 def bound_changes(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == GATES_LOGGER and "bound" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == GATES_LOGGER and "bound" in r.getMessage()
+    ]
 
 
 @pytest.fixture

@@ -261,10 +261,23 @@ def test_a_task_whose_executor_the_worker_does_not_know_fails_the_job_naming_it(
     missing = f"tests.never-registered.{key}"
     job = Job(category="middleware", channel_id=CHANNEL)
     job.workflows.append(
-        Workflow([
-            Task(CHANNEL, "d", "f", "ghost", "t", "", [], None, executor_id=missing, retry_count=1),
-            count.task(name="count", key=key),
-        ])
+        Workflow(
+            [
+                Task(
+                    CHANNEL,
+                    "d",
+                    "f",
+                    "ghost",
+                    "t",
+                    "",
+                    [],
+                    None,
+                    executor_id=missing,
+                    retry_count=1,
+                ),
+                count.task(name="count", key=key),
+            ]
+        )
     )
     job.scheduled()
 
@@ -304,10 +317,14 @@ def test_duplicate_of_a_finished_step_is_acknowledged_unrun(
 
 def _job_with_unknown_task(key: str, executor_id: str) -> Job:
     job = Job(category="middleware", channel_id=CHANNEL)
-    job.workflows.append(Workflow([
-        Task(CHANNEL, "d", "f", "new-task", "t", "", [], None, executor_id=executor_id),
-        count.task(name="count", key=key),
-    ]))
+    job.workflows.append(
+        Workflow(
+            [
+                Task(CHANNEL, "d", "f", "new-task", "t", "", [], None, executor_id=executor_id),
+                count.task(name="count", key=key),
+            ]
+        )
+    )
     return job
 
 

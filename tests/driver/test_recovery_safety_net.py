@@ -45,8 +45,14 @@ def broker(redis_url: str) -> Iterator[RedisBroker]:
 def _scheduled(store: MemoryJobStore, *, age: float, dispatch: dict[str, Any] | None) -> JobRecord:
     when = utcnow() - timedelta(seconds=age)
     state = {} if dispatch is None else {DISPATCH_KEY: dispatch}
-    record = JobRecord(id=uuid.uuid4().hex, channel_id=QUEUE, status=Status.SCHEDULED,
-                       created=when, updated=when, state=state)
+    record = JobRecord(
+        id=uuid.uuid4().hex,
+        channel_id=QUEUE,
+        status=Status.SCHEDULED,
+        created=when,
+        updated=when,
+        state=state,
+    )
     assert store.put(record)
     stored = store.get(record.id)
     assert stored is not None
@@ -81,8 +87,9 @@ def test_a_scheduled_job_whose_message_is_gone_gets_a_new_one(broker: RedisBroke
         row = store.get(record.id)
         assert row is not None and row.status is Status.SCHEDULED
         queue, message_id = row.state[DISPATCH_KEY]["queue"], row.state[DISPATCH_KEY]["message_id"]
-        assert queue == QUEUE and broker.client.hexists(f"{broker.namespace}:{QUEUE}.msgs",
-                                                        message_id)
+        assert queue == QUEUE and broker.client.hexists(
+            f"{broker.namespace}:{QUEUE}.msgs", message_id
+        )
     # Untouched: a live message (waiting or delayed), and a row too young to judge.
     for record in (alive, delayed, young):
         assert store.get(record.id) == record
@@ -93,8 +100,9 @@ def test_a_scheduled_job_whose_message_is_gone_gets_a_new_one(broker: RedisBroke
 def test_scheduled_rows_are_looked_at_in_batches_that_wrap_around(broker: RedisBroker) -> None:
     store = MemoryJobStore()
     set_job_store(store)
-    sweeper = RecoverySweeper(broker, "me", lease_seconds=1, interval=1, dispatch_seconds=10,
-                              batch=2)
+    sweeper = RecoverySweeper(
+        broker, "me", lease_seconds=1, interval=1, dispatch_seconds=10, batch=2
+    )
     rows = [_scheduled(store, age=100 - i, dispatch=None) for i in range(5)]
 
     counts = [sweeper.resend_lost_first_steps(utcnow()) for _ in range(3)]
@@ -119,13 +127,21 @@ def test_a_delayed_step_message_no_consumer_holds_is_put_back(
     dq = f"{QUEUE}.DQ"
     step = broker.enqueue(StepMessage("job-1", Position()).to_message(QUEUE), delay=1)
     kept = broker.enqueue(StepMessage("job-2", Position()).to_message(QUEUE), delay=1)
-    plain = broker.enqueue(Message(queue_name=QUEUE, actor_name="plain", args=(), kwargs={},
-                                   options={}), delay=1)
+    plain = broker.enqueue(
+        Message(queue_name=QUEUE, actor_name="plain", args=(), kwargs={}, options={}), delay=1
+    )
     fetched = broker.do_fetch(dq, 10)
     assert len(fetched) == 3
     thread = _ConsumerThread()
-    thread.delay_queue.put(SimpleNamespace(message=Message.decode(
-        broker.client.hget(f"{broker.namespace}:{dq}.msgs", kept.options["redis_message_id"]))))
+    thread.delay_queue.put(
+        SimpleNamespace(
+            message=Message.decode(
+                broker.client.hget(
+                    f"{broker.namespace}:{dq}.msgs", kept.options["redis_message_id"]
+                )
+            )
+        )
+    )
     worker = SimpleNamespace(consumers={QUEUE: object(), dq: thread})
     keeper = AckKeeper(broker, worker, interval=1)
     clock = [1000.0]
@@ -137,7 +153,8 @@ def test_a_delayed_step_message_no_consumer_holds_is_put_back(
 
     acks = broker.client.smembers(f"{broker.namespace}:__acks__.{broker.broker_id}.{dq}")
     assert {a.decode() for a in acks} == {
-        kept.options["redis_message_id"], plain.options["redis_message_id"]
+        kept.options["redis_message_id"],
+        plain.options["redis_message_id"],
     }  # the kept one is held; a plain actor's message is not ours to resend
     assert _queued_job_ids(broker, dq) == ["job-1"]
     assert step.actor_name == STEP_ACTOR

@@ -366,8 +366,12 @@ def test_optional_task_out_of_attempts_is_skipped(store: IJobStore) -> None:
 
 @pytest.mark.parametrize(
     ("value", "kind"),
-    [({1, 2}, "a set"), (float("nan"), "a float"), ({"text": "a\x00b"}, "a dict"),
-     (object(), "a object")],
+    [
+        ({1, 2}, "a set"),
+        (float("nan"), "a float"),
+        ({"text": "a\x00b"}, "a dict"),
+        (object(), "a object"),
+    ],
     ids=["set", "nan", "nul-in-text", "object"],
 )
 def test_a_result_the_row_cannot_store_fails_the_attempt_naming_task_and_type(
@@ -473,7 +477,9 @@ def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> No
 
     store = ProducerRacesTheClaim()
     first = JobRecord(
-        id="raced", channel_id="c", status=Status.SCHEDULED,
+        id="raced",
+        channel_id="c",
+        status=Status.SCHEDULED,
         payload={"workflows": [{"tasks": [{"name": "t", "executor_id": "x"}]}]},
     )
     book = StepBook(lambda: store, "worker-1", lease_seconds=30)

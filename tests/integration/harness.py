@@ -38,9 +38,7 @@ DRAMATIQ = str(Path(sys.executable).with_name("dramatiq"))
 READY_LINE = "Worker process is ready for action."
 
 
-def wait_for(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1
-) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s.
 
     A :class:`StoreError` while polling counts as "not yet" (servers restart in some tests).
@@ -268,8 +266,10 @@ class Cluster:
             wait_for(all_terminal, timeout, f"{len(ids)} jobs to end", interval=0.2)
         except AssertionError as exc:
             pending = {i: Job.get_saved(i) for i in ids if i not in records}
-            summary = {i: (r.status.value, r.state.get("cursor")) if r else None
-                       for i, r in pending.items()}
+            summary = {
+                i: (r.status.value, r.state.get("cursor")) if r else None
+                for i, r in pending.items()
+            }
             raise AssertionError(f"{exc}; still pending: {summary}\n{self.logs()}") from None
         wrong = {i: (r.status.value, r.error) for i, r in records.items() if r.status not in wanted}
         assert not wrong, f"jobs ended outside {sorted(s.value for s in wanted)}: {wrong}"

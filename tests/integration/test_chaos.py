@@ -117,7 +117,8 @@ def build(kind: str, i: int, rng: random.Random) -> tuple[list[Task], dict[str, 
     p = dict(patient=True)  # trace writes wait out the Redis restart
     if kind == "one":
         return [probe.task(name="only", value=i, sleep=nap(), **p)], dict(
-            expected=Status.COMPLETED, results={"0.0": i})
+            expected=Status.COMPLETED, results={"0.0": i}
+        )
     if kind == "chain":
         return [
             probe.task(name="a", value=i, sleep=nap(), **p),
@@ -127,7 +128,8 @@ def build(kind: str, i: int, rng: random.Random) -> tuple[list[Task], dict[str, 
     if kind == "flaky":
         return [
             probe.options(retry_count=3, retry_delay=0.3).task(
-                name="flaky", fail_times=2, value=i, sleep=nap() / 2, **p),
+                name="flaky", fail_times=2, value=i, sleep=nap() / 2, **p
+            ),
             probe.task(name="after", value=1, add_to="flaky", **p),
         ], dict(expected=Status.COMPLETED, results={"0.0": i, "0.1": i + 1})
     if kind == "doomed":
@@ -145,13 +147,24 @@ def build(kind: str, i: int, rng: random.Random) -> tuple[list[Task], dict[str, 
         return [
             probe.task(name="poll", sleep=30, poll_cancel=True, **p),
             probe.task(name="never", **p),
-        ], dict(expected=Status.CANCELLED, results=None, never=("never",),
-                cancel=kind.removeprefix("cancel_"))
+        ], dict(
+            expected=Status.CANCELLED,
+            results=None,
+            never=("never",),
+            cancel=kind.removeprefix("cancel_"),
+        )
     raise AssertionError(kind)
 
 
-KINDS = {"one": 20, "chain": 25, "flaky": 15, "doomed": 10, "optional": 10,
-         "cancel_running": 10, "cancel_queued": 10}
+KINDS = {
+    "one": 20,
+    "chain": 25,
+    "flaky": 15,
+    "doomed": 10,
+    "optional": 10,
+    "cancel_running": 10,
+    "cancel_queued": 10,
+}
 
 
 @dataclass
@@ -176,14 +189,20 @@ class Chaos:
 
     def worker(self) -> WorkerProcess:
         return self.cluster.start_worker(
-            processes=1, threads=SIZE.threads, lease_seconds=LEASE, sweep_interval=SWEEP,
-            dispatch_seconds=DISPATCH, heartbeat_timeout_ms=HEARTBEAT_MS, shutdown_grace=0,
+            processes=1,
+            threads=SIZE.threads,
+            lease_seconds=LEASE,
+            sweep_interval=SWEEP,
+            dispatch_seconds=DISPATCH,
+            heartbeat_timeout_ms=HEARTBEAT_MS,
+            shutdown_grace=0,
             wait=False,
         )
 
     def live(self) -> list[WorkerProcess]:
-        return [w for w in self.cluster.workers
-                if w not in self.killed and w not in self.failed_boots]
+        return [
+            w for w in self.cluster.workers if w not in self.killed and w not in self.failed_boots
+        ]
 
     # -- submissions and cancels
 
@@ -250,8 +269,10 @@ class Chaos:
 
     def replace(self, postgres_up: bool) -> None:
         for worker in self.live():
-            if worker.proc.poll() is not None and READY_LINE not in worker.log() and (
-                "job store unavailable" in worker.log()
+            if (
+                worker.proc.poll() is not None
+                and READY_LINE not in worker.log()
+                and ("job store unavailable" in worker.log())
             ):
                 self.failed_boots.append(worker)
                 self.replacements_due += 1
@@ -297,8 +318,10 @@ def test_chaos_every_job_ends_as_expected_and_no_finished_task_reruns(
     own_redis: RedisServer, own_postgres: PostgresServer, tmp_path: Path
 ) -> None:
     seed = int(os.environ.get("PYPEPPER_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
-    print(f"\n[chaos] seed={seed} (replay: PYPEPPER_CHAOS_SEED={seed}"
-          f"{' PYPEPPER_CHAOS_LONG=1' if LONG else ''}), size={SIZE}")
+    print(
+        f"\n[chaos] seed={seed} (replay: PYPEPPER_CHAOS_SEED={seed}"
+        f"{' PYPEPPER_CHAOS_LONG=1' if LONG else ''}), size={SIZE}"
+    )
     rng = random.Random(seed)
     began = time.time()
     cluster = Cluster(own_redis.url, own_postgres.uri, tmp_path)
@@ -416,8 +439,10 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         statuses[record.status.value] = statuses.get(record.status.value, 0) + 1
         where = f"{planned.kind} job {planned.job.id}"
         if record.status is not planned.expected:
-            problems.append(f"{where}: {record.status.value}, expected "
-                            f"{planned.expected.value} (error {record.error!r})")
+            problems.append(
+                f"{where}: {record.status.value}, expected "
+                f"{planned.expected.value} (error {record.error!r})"
+            )
             continue
         results = record.state.get("results") or {}
         if planned.results is not None and results != planned.results:
@@ -468,8 +493,9 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
                 successes_checked += 1
                 later = [s for s in starts if s > finished]
                 if later:
-                    problems.append(f"{where}: succeeded (ended {finished}) but started again "
-                                    f"at {later}")
+                    problems.append(
+                        f"{where}: succeeded (ended {finished}) but started again at {later}"
+                    )
             if starts and previous_ends:
                 first = min(starts)
                 before = [e for e in previous_ends if e <= first]
@@ -495,14 +521,22 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
 
     outages = {k: f"{up - down:.1f}s" for k, (down, up) in chaos.outages.items()}
     report(
-        "chaos", seed=seed, jobs_accepted=len(chaos.accepted), jobs_refused=len(chaos.refused),
-        statuses=statuses, kills=len(chaos.kills), restarts=outages,
-        reruns_killed_mid_run=reruns["killed"], reruns_ended_at_fault=reruns["at_fault"],
+        "chaos",
+        seed=seed,
+        jobs_accepted=len(chaos.accepted),
+        jobs_refused=len(chaos.refused),
+        statuses=statuses,
+        kills=len(chaos.kills),
+        restarts=outages,
+        reruns_killed_mid_run=reruns["killed"],
+        reruns_ended_at_fault=reruns["at_fault"],
         unrecorded_by_cancel=reruns["cancelled"],
         longest_pause_between_steps_s=f"{longest_pause:.1f}",
-        boots_failed_in_outage=len(chaos.failed_boots), chaos_s=f"{chaos_ended - began:.0f}",
+        boots_failed_in_outage=len(chaos.failed_boots),
+        chaos_s=f"{chaos_ended - began:.0f}",
         all_ended_after_s=f"{all_ended - chaos_ended:.0f}",
-        successes_checked=successes_checked, problems=len(problems),
+        successes_checked=successes_checked,
+        problems=len(problems),
     )
     assert not problems, (
         f"chaos seed {seed} (PYPEPPER_CHAOS_SEED={seed}): {len(problems)} problem(s):\n"

@@ -110,7 +110,8 @@ def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
         for i in range(4)
     ]
     wait_for(
-        lambda: all(cluster.stamp("running", j, "long") for j in jobs), 30,
+        lambda: all(cluster.stamp("running", j, "long") for j in jobs),
+        30,
         "every job's long task to run",
     )
 
@@ -130,9 +131,13 @@ def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
         assert cluster.runs(job, "after") == 1
     duplicates = sum(cluster.runs(j, n) - 1 for j in jobs for n in ("before", "long", "after"))
     report(
-        "sigkill", jobs_submitted=len(jobs), completed=len(records),
-        duplicated_executions=duplicates, rerun_started_after_kill_s=rerun_after,
-        all_completed_after_kill_s=f"{recovered_in:.1f}", lease_s=lease,
+        "sigkill",
+        jobs_submitted=len(jobs),
+        completed=len(records),
+        duplicated_executions=duplicates,
+        rerun_started_after_kill_s=rerun_after,
+        all_completed_after_kill_s=f"{recovered_in:.1f}",
+        lease_s=lease,
     )
 
 
@@ -140,8 +145,9 @@ def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     cluster: Cluster,
 ) -> None:
     cluster.start_worker(debug_steps=True)
-    job = cluster.schedule(probe.task(name="poll", sleep=30, poll_cancel=True),
-                           probe.task(name="never"))
+    job = cluster.schedule(
+        probe.task(name="poll", sleep=30, poll_cancel=True), probe.task(name="never")
+    )
     wait_for(lambda: cluster.stamp("running", job, "poll"), 30, "the task to start")
 
     cancelled_at = time.time()
@@ -153,8 +159,9 @@ def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     report("cancel", latency_s=f"{latency:.3f}")
     assert latency < 1.0
     # The task returned normally: recording its outcome must lose to the cancel.
-    wait_for(lambda: f"job {job.id} lost_to_cancel at 0.0" in cluster.logs(), 10,
-             "the outcome write")
+    wait_for(
+        lambda: f"job {job.id} lost_to_cancel at 0.0" in cluster.logs(), 10, "the outcome write"
+    )
     record = cluster.saved(job)
     assert record.status is Status.CANCELLED, record
     assert cluster.runs(job, "never") == 0
@@ -165,14 +172,24 @@ def test_the_cancel_command_reaches_a_running_task_from_another_process(
 ) -> None:
     # A long lease: lease renewal (every 20 s) cannot be what tells the task.
     cluster.start_worker(lease_seconds=60)
-    job = cluster.schedule(probe.task(name="poll", sleep=30, poll_cancel=True),
-                           probe.task(name="never"))
+    job = cluster.schedule(
+        probe.task(name="poll", sleep=30, poll_cancel=True), probe.task(name="never")
+    )
     wait_for(lambda: cluster.stamp("running", job, "poll"), 30, "the task to start")
 
     command = subprocess.run(
-        [str(Path(sys.executable).with_name("pypepper-dramatiq")), "cancel", job.id,
-         "--uri", cluster.store_uri, "--broker-url", cluster.redis_url],
-        capture_output=True, text=True, timeout=60,
+        [
+            str(Path(sys.executable).with_name("pypepper-dramatiq")),
+            "cancel",
+            job.id,
+            "--uri",
+            cluster.store_uri,
+            "--broker-url",
+            cluster.redis_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     returned_at = time.time()
     assert command.returncode == 0, command.stderr
@@ -201,8 +218,12 @@ def test_a_task_ignoring_its_cancel_is_interrupted_after_the_grace_period(
     ).decode()
 
     when, exception = interrupted.split()
-    report("cancel-grace", grace_s=grace, interrupted_after_s=f"{float(when) - cancelled_at:.2f}",
-           exception=exception)
+    report(
+        "cancel-grace",
+        grace_s=grace,
+        interrupted_after_s=f"{float(when) - cancelled_at:.2f}",
+        exception=exception,
+    )
     assert exception == "StepCancelled"
     assert grace <= float(when) - cancelled_at < grace + 5
     # The only worker thread is free again: a new job runs long before the 30 s task would end.
@@ -236,8 +257,11 @@ def test_a_retry_delay_does_not_block_a_one_thread_worker(cluster: Cluster) -> N
     records = cluster.wait_status([delayed], timeout=20)
 
     first, second = cluster.times("starts", delayed, "a")
-    report("retry-delay", b_done_after_a_failed_s=f"{quick_done - first:.2f}",
-           a_retried_after_s=f"{second - first:.2f}")
+    report(
+        "retry-delay",
+        b_done_after_a_failed_s=f"{quick_done - first:.2f}",
+        a_retried_after_s=f"{second - first:.2f}",
+    )
     assert quick_done < second, "B waited behind A's retry delay"
     assert second - first >= 5 - 0.5
     assert records[delayed.id].state["results"] == {"0.0": "A"}
@@ -245,8 +269,9 @@ def test_a_retry_delay_does_not_block_a_one_thread_worker(cluster: Cluster) -> N
 
 def test_sigterm_during_a_long_task_and_the_job_still_completes(cluster: Cluster) -> None:
     stopping = cluster.start_worker()
-    job = cluster.schedule(probe.task(name="long", sleep=3, value=1),
-                           probe.task(name="after", value=1, add_to="long"))
+    job = cluster.schedule(
+        probe.task(name="long", sleep=3, value=1), probe.task(name="after", value=1, add_to="long")
+    )
     wait_for(lambda: cluster.stamp("running", job, "long"), 30, "the long task to start")
     stopping_pids = stopping.group_pids()
 
@@ -255,9 +280,13 @@ def test_sigterm_during_a_long_task_and_the_job_still_completes(cluster: Cluster
     records = cluster.wait_status([job], timeout=30)
 
     by_stopping = [p for p in cluster.run_pids(job, "long") if p in stopping_pids]
-    report("sigterm", worker_exited_after_s=f"{exited_after:.1f}",
-           long_runs=cluster.runs(job, "long"), long_runs_by_stopping_worker=len(by_stopping),
-           after_runs=cluster.runs(job, "after"))
+    report(
+        "sigterm",
+        worker_exited_after_s=f"{exited_after:.1f}",
+        long_runs=cluster.runs(job, "long"),
+        long_runs_by_stopping_worker=len(by_stopping),
+        after_runs=cluster.runs(job, "after"),
+    )
     assert records[job.id].state["results"]["0.1"] == 2
     assert cluster.runs(job, "long") in (1, 2)  # finished by the stopping worker, or handed back
     assert cluster.runs(job, "after") == 1
@@ -273,8 +302,11 @@ def test_a_stopping_worker_does_not_rerun_the_step_it_handed_back(cluster: Clust
     exited_after = stopping.stop_gracefully(timeout=30)
 
     by_stopping = [p for p in cluster.run_pids(job, "long") if p in stopping_pids]
-    report("sigterm-self-rerun", worker_exited_after_s=f"{exited_after:.1f}",
-           runs_by_stopping_worker=len(by_stopping))
+    report(
+        "sigterm-self-rerun",
+        worker_exited_after_s=f"{exited_after:.1f}",
+        runs_by_stopping_worker=len(by_stopping),
+    )
     assert len(by_stopping) == 1
     assert exited_after < task_seconds
 
@@ -295,9 +327,12 @@ def test_sigterm_hands_the_step_to_a_running_worker_before_its_lease_lapses(
 
     starts = cluster.times("starts", job, "long")
     interrupted = cluster.redis.get(f"interrupted:{job.id}:long")
-    report("sigterm-handback", long_runs=len(starts),
-           restarted_after_s=f"{starts[-1] - signalled_at:.2f}" if len(starts) > 1 else "-",
-           interrupted=interrupted)
+    report(
+        "sigterm-handback",
+        long_runs=len(starts),
+        restarted_after_s=f"{starts[-1] - signalled_at:.2f}" if len(starts) > 1 else "-",
+        interrupted=interrupted,
+    )
     if len(starts) == 2:  # handed back: the other worker took it at once, not after the lease
         assert interrupted is not None and interrupted.split()[1] == b"Shutdown"
         assert starts[1] - signalled_at < lease / 2
@@ -353,8 +388,12 @@ def test_later_step_messages_do_not_grow_with_the_job(cluster: Cluster) -> None:
     steps = _queued_steps(cluster)
     small, large = steps[jobs[2].id], steps[jobs[100].id]
     first = StepMessage(jobs[100].id, Position(), jobs[100].to_record()).to_message(CHANNEL)
-    report("message-size", step1_of_2_tasks=small[1], step1_of_100_tasks=large[1],
-           first_message_of_100_tasks=len(first.encode()))
+    report(
+        "message-size",
+        step1_of_2_tasks=small[1],
+        step1_of_100_tasks=large[1],
+        first_message_of_100_tasks=len(first.encode()),
+    )
     assert small[0] == large[0] == [0, 1, 0, 0]
     assert small[1] == large[1]
     assert large[1] * 10 < len(first.encode())
@@ -395,8 +434,14 @@ def test_queued_jobs_survive_a_redis_restart(
         records = cluster.wait_status(jobs, timeout=40)
 
         runs = [cluster.runs(j, "only") for j in jobs]
-        report("redis-restart", jobs_submitted=len(jobs), queued_before=queued,
-               queued_after=requeued, completed=len(records), duplicates=sum(runs) - len(runs))
+        report(
+            "redis-restart",
+            jobs_submitted=len(jobs),
+            queued_before=queued,
+            queued_after=requeued,
+            completed=len(records),
+            duplicates=sum(runs) - len(runs),
+        )
         assert queued == requeued == 20
         assert runs == [1] * 20
         assert sorted(r.state["results"]["0.0"] for r in records.values()) == list(range(20))
@@ -417,7 +462,8 @@ def test_jobs_complete_across_a_postgres_restart(
             for i in range(20)
         ]
         wait_for(
-            lambda: sum(bool(cluster.times("ends", j, "second")) for j in jobs) >= 3, 30,
+            lambda: sum(bool(cluster.times("ends", j, "second")) for j in jobs) >= 3,
+            30,
             "a few jobs to finish before the outage",
         )
 
@@ -433,10 +479,14 @@ def test_jobs_complete_across_a_postgres_restart(
 
         runs = {(j.id, n): cluster.times("ends", j, n) for j in jobs for n in names}
         duplicated = {k: ends for k, ends in runs.items() if len(ends) > 1}
-        report("postgres-restart", jobs_submitted=len(jobs), completed=len(records),
-               duplicated_executions=sum(len(e) - 1 for e in duplicated.values()),
-               outage_s=f"{up_at - down_at:.1f}",
-               rerun_first_ended_s=sorted(round(e[0] - down_at, 2) for e in duplicated.values()))
+        report(
+            "postgres-restart",
+            jobs_submitted=len(jobs),
+            completed=len(records),
+            duplicated_executions=sum(len(e) - 1 for e in duplicated.values()),
+            outage_s=f"{up_at - down_at:.1f}",
+            rerun_first_ended_s=sorted(round(e[0] - down_at, 2) for e in duplicated.values()),
+        )
         assert all(len(ends) >= 1 for ends in runs.values())
         # At least once only for what was in flight: a rerun task's first attempt ended
         # when its outcome could no longer be written (margin for a slow write).

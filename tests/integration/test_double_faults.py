@@ -63,7 +63,8 @@ def test_a_job_without_a_row_survives_a_redis_outage_while_its_claim_is_deferred
     try:
         store_uri = make_url(own_postgres.uri).set(host="127.0.0.1", port=relay.port)
         worker = cluster.start_worker(
-            threads=1, defer_seconds=1,
+            threads=1,
+            defer_seconds=1,
             store_uri=store_uri.render_as_string(hide_password=False),
         )
         own_postgres.stop(mode="fast")
@@ -93,8 +94,9 @@ def test_sigterm_during_a_redis_outage_leaves_the_step_to_recovery_not_stranded(
 ) -> None:
     cluster = cluster_on_own_servers
     stopping = cluster.start_worker(shutdown_grace=0, lease_seconds=3)
-    job = cluster.schedule(quiet_sleeper.task(name="long", sleep=30, value=1),
-                           probe.task(name="after", value=2))
+    job = cluster.schedule(
+        quiet_sleeper.task(name="long", sleep=30, value=1), probe.task(name="after", value=2)
+    )
     wait_for(lambda: cluster.stamp("running", job, "long"), 30, "the long task to start")
 
     own_redis.stop()
@@ -120,8 +122,11 @@ def test_a_deferred_first_step_dropped_by_a_live_worker_on_a_redis_blip_runs(
     own_postgres.stop(mode="fast")
     job = _submit_without_row(cluster, "deferred", 3)
     acks = "dramatiq:__acks__.*.it.DQ"
-    wait_for(lambda: any(cluster.redis.scard(k) for k in cluster.redis.keys(acks)), 20,
-             "the deferred message to sit in the worker's delay queue")
+    wait_for(
+        lambda: any(cluster.redis.scard(k) for k in cluster.redis.keys(acks)),
+        20,
+        "the deferred message to sit in the worker's delay queue",
+    )
 
     own_redis.stop()  # the worker's delay-queue consumer drops what it held in memory
     time.sleep(3)
@@ -142,8 +147,10 @@ def test_a_blip_of_redis_between_two_steps_costs_no_dispatch_seconds(
     # with its row marked due now: no wait for dispatch_seconds (60 s).
     cluster = cluster_on_own_servers
     cluster.start_worker(lease_seconds=3, sweep_interval=0.5)
-    job = cluster.schedule(quiet_sleeper.task(name="first", sleep=2, value=1, trace_end=False),
-                           probe.task(name="second", value=1, add_to="first"))
+    job = cluster.schedule(
+        quiet_sleeper.task(name="first", sleep=2, value=1, trace_end=False),
+        probe.task(name="second", value=1, add_to="first"),
+    )
     wait_for(lambda: cluster.stamp("running", job, "first"), 30, "the first task to start")
     own_redis.stop()
     time.sleep(3.5)  # the first task ends meanwhile; its next message cannot go out
@@ -169,8 +176,9 @@ def test_messages_a_killed_worker_had_prefetched_come_back_within_the_heartbeat_
     # maintenance, brings them back.
     cluster = cluster_on_own_servers
     heartbeat_ms, sweep = 3000, 0.5
-    crashed = cluster.start_worker(threads=1, heartbeat_timeout_ms=heartbeat_ms,
-                                   sweep_interval=sweep)
+    crashed = cluster.start_worker(
+        threads=1, heartbeat_timeout_ms=heartbeat_ms, sweep_interval=sweep
+    )
     running = cluster.schedule(probe.task(name="long", sleep=30, value=1))
     wait_for(lambda: cluster.stamp("running", running, "long"), 30, "the long task to start")
     waiting = [cluster.schedule(probe.task(name="queued", value=1))]  # prefetch: 2 a thread
@@ -182,8 +190,10 @@ def test_messages_a_killed_worker_had_prefetched_come_back_within_the_heartbeat_
     cluster.wait_status(waiting, timeout=60)
 
     came_back_after = max(cluster.times("starts", job, "queued")[0] for job in waiting) - killed_at
-    print(f"\n[prefetched-after-sigkill] heartbeat_timeout_s={heartbeat_ms / 1000:g} "
-          f"sweep_interval_s={sweep:g} started_after_kill_s={came_back_after:.2f}")
+    print(
+        f"\n[prefetched-after-sigkill] heartbeat_timeout_s={heartbeat_ms / 1000:g} "
+        f"sweep_interval_s={sweep:g} started_after_kill_s={came_back_after:.2f}"
+    )
     assert came_back_after < heartbeat_ms / 1000 + sweep + 5
     for job in waiting:
         _one_clean_run(cluster, job, "queued")

@@ -24,17 +24,27 @@ def test_the_etl_example_submits_and_its_worker_finishes_the_jobs(
 ) -> None:
     env = dict(os.environ, REDIS_URL=redis_url, STORE_URI=postgres_uri, PYTHONPATH=str(ETL))
     submitted = subprocess.run(
-        [sys.executable, "etl.py", "submit", "4"], cwd=ETL, env=env,
-        capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, "etl.py", "submit", "4"],
+        cwd=ETL,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout.split()
     assert len(submitted) == 4
     log = (tmp_path / "etl-worker.log").open("wb")
     worker = subprocess.Popen(
-        [DRAMATIQ, "etl", "--processes", "1", "--threads", "4"], cwd=ETL, env=env,
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [DRAMATIQ, "etl", "--processes", "1", "--threads", "4"],
+        cwd=ETL,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     store = SqlJobStore(postgres_uri)
     try:
+
         def finished() -> bool:
             records = [store.get(job_id) for job_id in submitted]
             return all(r is not None and r.status.is_terminal for r in records)
@@ -47,8 +57,13 @@ def test_the_etl_example_submits_and_its_worker_finishes_the_jobs(
             assert record is not None
             assert "UnknownExecutorError" not in (record.error or ""), record.error
         status = subprocess.run(
-            [sys.executable, "etl.py", "status"], cwd=ETL, env=env,
-            capture_output=True, text=True, timeout=60, check=True,
+            [sys.executable, "etl.py", "status"],
+            cwd=ETL,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout
         assert all(job_id in status for job_id in submitted)
     finally:

@@ -24,10 +24,24 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 def _new_release_job(cluster: Cluster) -> Job:
     """A job of a task that only upgraded workers have (submitted by new code)."""
     job = Job(category="it", channel_id=CHANNEL)
-    job.workflows.append(Workflow([
-        Task(CHANNEL, "", DEPLOYED_LATER, "new", None, "", [], None,
-             executor_id=DEPLOYED_LATER, params={"value": "v2"}),
-    ]))
+    job.workflows.append(
+        Workflow(
+            [
+                Task(
+                    CHANNEL,
+                    "",
+                    DEPLOYED_LATER,
+                    "new",
+                    None,
+                    "",
+                    [],
+                    None,
+                    executor_id=DEPLOYED_LATER,
+                    params={"value": "v2"},
+                ),
+            ]
+        )
+    )
     job.scheduled()
     return job
 
@@ -70,8 +84,10 @@ def test_sigterm_lets_a_task_blocked_in_c_finish_and_records_it(cluster: Cluster
     # The task sleeps in one C call; an interrupt could land only when it returns.
     # Within shutdown_grace the attempt finishes and is recorded: never run again.
     stopping = cluster.start_worker(shutdown_grace=10)
-    job = cluster.schedule(probe.task(name="blocked", sleep=3, block=True, value="done"),
-                           probe.task(name="after", value=1))
+    job = cluster.schedule(
+        probe.task(name="blocked", sleep=3, block=True, value="done"),
+        probe.task(name="after", value=1),
+    )
     wait_for(lambda: cluster.stamp("running", job, "blocked"), 30, "the task to start")
 
     exited_after = stopping.stop_gracefully(timeout=30)
@@ -110,9 +126,7 @@ def test_worker_logs_carry_no_noise_for_normal_work(cluster: Cluster) -> None:
     # Normal redeliveries: duplicates of finished steps, with and without the record.
     for job in jobs[:3]:
         cluster.broker.enqueue(StepMessage(job.id, Position()).to_message(CHANNEL))
-        cluster.broker.enqueue(
-            StepMessage(job.id, Position(), job.to_record()).to_message(CHANNEL)
-        )
+        cluster.broker.enqueue(StepMessage(job.id, Position(), job.to_record()).to_message(CHANNEL))
     cancelled = cluster.schedule(probe.task(name="slow", sleep=10, poll_cancel=True))
     wait_for(lambda: cluster.stamp("running", cancelled, "slow"), 30, "the slow task to start")
     cancelled.cancel()

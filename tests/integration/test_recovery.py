@@ -28,7 +28,8 @@ def test_messages_prefetched_by_a_sigkilled_worker_come_back_in_bounded_time(
     queued = [cluster.schedule(probe.task(name="quick", value=i)) for i in range(3)]
     # Its prefetch (2 per thread) takes one more message while its thread is busy.
     wait_for(
-        lambda: cluster.redis.llen(f"dramatiq:{CHANNEL}") < len(queued), 15,
+        lambda: cluster.redis.llen(f"dramatiq:{CHANNEL}") < len(queued),
+        15,
         "the busy worker to prefetch a queued job",
     )
     ack_sets = cluster.redis.scan_iter("dramatiq:__acks__.*")
@@ -42,8 +43,10 @@ def test_messages_prefetched_by_a_sigkilled_worker_come_back_in_bounded_time(
     cluster.wait_status(queued, timeout=40)
     recovered_in = time.time() - killed_at
     assert all(cluster.runs(job, "quick") == 1 for job in queued)
-    print(f"\n[prefetch] {len(queued)} prefetched jobs completed {recovered_in:.1f}s after the "
-          f"kill (heartbeat timeout {heartbeat_ms / 1000:g}s)")
+    print(
+        f"\n[prefetch] {len(queued)} prefetched jobs completed {recovered_in:.1f}s after the "
+        f"kill (heartbeat timeout {heartbeat_ms / 1000:g}s)"
+    )
     # Bounded by the heartbeat timeout plus a few sweeps and the new worker's boot.
     assert recovered_in < 30
 

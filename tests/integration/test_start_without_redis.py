@@ -60,8 +60,11 @@ def ours(log: str) -> list[str]:
 def tracebacks_after_ours(log: str) -> list[str]:
     """Our log lines followed by a traceback (its lines do not start with ``[``)."""
     lines = log.splitlines()
-    return [line for line, after in pairwise(lines)
-            if "[pypepper_dramatiq" in line and not after.startswith("[")]
+    return [
+        line
+        for line, after in pairwise(lines)
+        if "[pypepper_dramatiq" in line and not after.startswith("[")
+    ]
 
 
 def test_a_worker_started_while_redis_is_down_waits_then_runs_jobs(
@@ -96,8 +99,9 @@ def test_a_worker_started_while_redis_is_down_waits_then_runs_jobs(
     assert [cluster.runs(job, name) for name in "ab"] == [1, 1]
     assert worker.proc.poll() is None
     # Once Redis answered, each outage ended, logged once (at INFO).
-    wait_for(lambda: all(f"{what} is back" in worker.log() for what in outages), 15,
-             "the outages to end")
+    wait_for(
+        lambda: all(f"{what} is back" in worker.log() for what in outages), 15, "the outages to end"
+    )
     back = [line for line in ours(worker.log()) if " is back after " in line]
     assert sorted(line.split("] ")[-1].split(" is back")[0] for line in back) == sorted(outages)
     assert tracebacks_after_ours(worker.log()) == []

@@ -67,7 +67,8 @@ if REDIS_URL and STORE_URI:
         cancel_grace=float(os.environ.get(ENV["cancel_grace"], "1")),
         dispatch_seconds=(
             float(os.environ[ENV["dispatch_seconds"]])
-            if os.environ.get(ENV["dispatch_seconds"]) else None
+            if os.environ.get(ENV["dispatch_seconds"])
+            else None
         ),
         heartbeat_timeout_ms=int(os.environ.get(ENV["heartbeat_timeout_ms"], "20000")),
         shutdown_grace=float(os.environ.get(ENV["shutdown_grace"], "0")),
@@ -165,9 +166,10 @@ def probe(
 
     _traced(patient, trace_start)
     try:
-        if fail_times and _traced(
-            patient, lambda: r.incr(trace_key("fails", job, name))
-        ) <= fail_times:
+        if (
+            fail_times
+            and _traced(patient, lambda: r.incr(trace_key("fails", job, name))) <= fail_times
+        ):
             raise RuntimeError(f"{name}: planned failure")
         if block:
             time.sleep(sleep)
@@ -175,8 +177,9 @@ def probe(
         while time.time() < deadline:
             if poll_cancel and context.cancelled:
                 seen = repr(time.time())
-                _traced(patient, functools.partial(
-                    r.set, trace_key("cancel_seen", job, name), seen))
+                _traced(
+                    patient, functools.partial(r.set, trace_key("cancel_seen", job, name), seen)
+                )
                 return "noticed the cancel"
             time.sleep(0.01)
     except BaseException as exc:
@@ -270,6 +273,7 @@ def quiet_sleeper(
     while time.time() < deadline:
         time.sleep(0.01)
     if trace_end:
-        _traced(True, lambda: r.rpush(trace_key("ends", context.job_id, task.name),
-                                      repr(time.time())))
+        _traced(
+            True, lambda: r.rpush(trace_key("ends", context.job_id, task.name), repr(time.time()))
+        )
     return value

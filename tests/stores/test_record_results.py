@@ -17,8 +17,9 @@ def record(*workflows: list[str], **state: Any) -> JobRecord:
 
 
 def test_a_result_is_read_by_its_task_name() -> None:
-    rec = record(["fetch", "load"], ["notify"],
-                 results={"0.0": {"rows": 3}, "0.1": None, "1.0": "sent"})
+    rec = record(
+        ["fetch", "load"], ["notify"], results={"0.0": {"rows": 3}, "0.1": None, "1.0": "sent"}
+    )
 
     assert rec.result("fetch") == {"rows": 3}
     assert rec.result("load") is None  # a task that returned None has a result: None
@@ -88,9 +89,12 @@ def test_results_by_name_keys_ambiguous_names_by_workflow() -> None:
     )
 
     assert rec.results_by_name() == {
-        "0.fetch": "f0", "1.fetch": "f1",  # in two workflows: "<workflow>.<name>"
-        "load": "l0", "notify": "n1",  # unique names: the name
-        "0.2": "t1", "0.3": "t2",  # twice in one workflow: the position
+        "0.fetch": "f0",
+        "1.fetch": "f1",  # in two workflows: "<workflow>.<name>"
+        "load": "l0",
+        "notify": "n1",  # unique names: the name
+        "0.2": "t1",
+        "0.3": "t2",  # twice in one workflow: the position
     }  # "pending" has no result: left out
 
 

@@ -103,10 +103,12 @@ class TestSchema:
         assert not LEASE_COLUMNS & job_table(empty_postgres_uri)[0].keys()
         engine = create_engine(empty_postgres_uri)
         with engine.begin() as conn:  # a job written by the previous release
-            conn.execute(text(
-                "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated)"
-                " VALUES ('old', 'default', 'InProgress', 3, now(), now())"
-            ))
+            conn.execute(
+                text(
+                    "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated)"
+                    " VALUES ('old', 'default', 'InProgress', 3, now(), now())"
+                )
+            )
         engine.dispose()
 
         with pytest.raises(SchemaVersionError) as info:
@@ -149,9 +151,7 @@ class TestSchema:
             assert found == head_revision()
             assert conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None
 
-    def test_unknown_newer_revision_says_upgrade_the_package(
-        self, empty_postgres_uri: str
-    ) -> None:
+    def test_unknown_newer_revision_says_upgrade_the_package(self, empty_postgres_uri: str) -> None:
         upgrade_schema(empty_postgres_uri)
         store = SqlJobStore(empty_postgres_uri)
         with store.engine.begin() as conn:
@@ -330,8 +330,9 @@ def test_a_newest_first_page_after_a_cursor_reads_an_index_backwards(
     # The statement the store itself sends, caught on its way to the driver.
     sent: list[tuple[str, object]] = []
 
-    def catch(_conn: object, _cursor: object, statement: str, parameters: object,
-              *_: object) -> None:
+    def catch(
+        _conn: object, _cursor: object, statement: str, parameters: object, *_: object
+    ) -> None:
         if statement.lstrip().upper().startswith("SELECT"):
             sent.append((statement, parameters))
 

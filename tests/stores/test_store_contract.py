@@ -225,8 +225,9 @@ class TestJobStoreContract:
         ]
         for job_id, minutes, channel, category, status in rows:
             created = T0 + timedelta(minutes=minutes)
-            assert store.put(job(job_id, created=created, channel_id=channel,
-                                 category=category, status=status))
+            assert store.put(
+                job(job_id, created=created, channel_id=channel, category=category, status=status)
+            )
 
         def ids(**filters: Any) -> list[str]:
             return [r.id for r in store.list(**filters)]
@@ -255,8 +256,14 @@ class TestJobStoreContract:
             ("g", 4, Status.FAILED, "mail"),
         ]
         for job_id, minutes, status, category in rows:
-            assert store.put(job(job_id, created=T0 + timedelta(minutes=minutes),
-                                 status=status, category=category))
+            assert store.put(
+                job(
+                    job_id,
+                    created=T0 + timedelta(minutes=minutes),
+                    status=status,
+                    category=category,
+                )
+            )
 
     def test_list_newest_first(self, store: IJobStore) -> None:
         self._seed_for_paging(store)
@@ -284,8 +291,12 @@ class TestJobStoreContract:
 
         # A row created meanwhile does not shift later pages (it is newer than the cursor).
         assert store.put(job("h", created=T0 + timedelta(minutes=9), status=Status.FAILED))
-        page = store.list(status=Status.FAILED, newest_first=True, limit=2,
-                          before=(T0 + timedelta(minutes=3), "f"))
+        page = store.list(
+            status=Status.FAILED,
+            newest_first=True,
+            limit=2,
+            before=(T0 + timedelta(minutes=3), "f"),
+        )
         assert [r.id for r in page] == ["d", "c"]
 
     def test_list_before_is_strict_and_breaks_ties_by_id(self, store: IJobStore) -> None:
@@ -302,8 +313,9 @@ class TestJobStoreContract:
         assert ids(before=(T0, "a")) == []
         # The same instant in another zone is the same cursor.
         plus_two = timezone(timedelta(hours=2))
-        assert ids(newest_first=True, before=(same_instant.astimezone(plus_two), "f"),
-                   limit=1) == ["e"]
+        assert ids(newest_first=True, before=(same_instant.astimezone(plus_two), "f"), limit=1) == [
+            "e"
+        ]
 
     def test_list_after_pages_oldest_first_and_is_strict(self, store: IJobStore) -> None:
         self._seed_for_paging(store)
@@ -323,7 +335,7 @@ class TestJobStoreContract:
     def test_payload_and_state_round_trip(self, store: IJobStore) -> None:
         payload = {
             "workflows": [{"tasks": [{"executor_id": "mail.send", "args": [1, 2.5, None]}]}],
-            "text": "héllo ✓ \"quoted\" \\ back",
+            "text": 'héllo ✓ "quoted" \\ back',
             "flags": {"on": True, "off": False},
             "big": 2**53,
         }
@@ -546,8 +558,13 @@ class TestAdvanceContract:
         row = stored(store)
         later = T0 + timedelta(minutes=5)
         moved = row.evolve(
-            status=Status.IN_PROGRESS, state={"cursor": [0, 1, 0, 0]}, payload=None,
-            created=later, updated=later, lease_owner="w", lease_expires=later,
+            status=Status.IN_PROGRESS,
+            state={"cursor": [0, 1, 0, 0]},
+            payload=None,
+            created=later,
+            updated=later,
+            lease_owner="w",
+            lease_expires=later,
         )
         assert store.advance(moved) is True
         after = stored(store)
@@ -634,9 +651,7 @@ class TestClaimStepContract:
         def race(n: int) -> bool:
             barrier.wait()
             owner = f"worker-{n}"
-            return store.claim_step(
-                "job-1", [0, 1, 0, 0], owner, self.NOW, self.UNTIL
-            ) is not None
+            return store.claim_step("job-1", [0, 1, 0, 0], owner, self.NOW, self.UNTIL) is not None
 
         with ThreadPoolExecutor(8) as pool:
             wins = list(pool.map(race, range(8)))
