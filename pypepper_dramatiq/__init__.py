@@ -1,5 +1,6 @@
 """Durable workflow jobs for Dramatiq."""
 
+from . import gateway  # noqa: F401  (installs the gateway the Job methods use)
 from .actors import WorkflowTask, actor_task, workflow_task
 from .bootstrap import setup
 from .channel import Channel, ChannelManager, manager

@@ -23,10 +23,10 @@ from . import history
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
 from .errors import UnknownExecutorError, is_retriable
 from .executor import IExecutor, executor_registry
-from .inflight import InFlight, StepCancelled
 from .messages import STEP_ACTOR
+from .record import utcnow
+from .running import InFlight, StepCancelled
 from .steps import Claim, Outcome
-from .stores.base import utcnow
 from .task import Task
 
 R = TypeVar("R")

@@ -1,4 +1,4 @@
-"""Telling running workers that a job was cancelled, over Redis pub/sub.
+"""Hearing, in each worker process, that a job was cancelled (Redis pub/sub).
 
 The job row is the truth (``Job.cancel()`` writes Cancelled first); the
 message only makes running attempts see it at once instead of at the next
@@ -11,28 +11,11 @@ import logging
 import threading
 from typing import Any
 
-from .broker import get_broker
-from .inflight import InFlight
 from .outage import REDIS, shared_outage
-from .redis_layout import CANCEL_CHANNEL, redis_client_of
+from .redis_layout import CANCEL_CHANNEL
+from .running import InFlight
 
 logger = logging.getLogger(__name__)
-
-
-def publish_cancel(job_id: str, client: Any | None = None) -> bool:
-    """Announce a cancel to every worker over ``client`` (default: the Redis broker's).
-
-    False when there is no Redis to tell, or it could not be told.
-    """
-    client = client if client is not None else redis_client_of(get_broker())
-    if client is None:
-        return False
-    try:
-        client.publish(CANCEL_CHANNEL, job_id)
-    except Exception as exc:  # the lease keeper will notice it from the row instead
-        logger.warning("job %s: cancel not published (%s); workers see it on renewal", job_id, exc)
-        return False
-    return True
 
 
 class CancelListener(threading.Thread):

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dramatiq.broker import Broker, Consumer
 
@@ -32,15 +32,14 @@ from .config import count
 from .errors import BrokerUnavailableError, MessageError, StoreError
 from .events import FAIL, transition
 from .gates import Gate, LocalGate, RedisGate, SendResult
+from .job import Job
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .outage import broker_unreachable
+from .record import JobRecord, utcnow
 from .redis_layout import redis_client_of
 from .rules import Position
 from .status import Status
-
-if TYPE_CHECKING:
-    from .job import Job
-    from .stores.base import JobRecord
+from .store import get_job_store
 
 logger = logging.getLogger(__name__)
 
@@ -207,8 +206,6 @@ class Channel:
         return message
 
     def _decode(self, message: Any) -> Job | None:
-        from .job import Job
-
         try:
             step = StepMessage.from_message(message)
         except MessageError:
@@ -246,9 +243,6 @@ class Channel:
 
 def _fail_stored(record: JobRecord, error: str) -> None:
     """Store ``record``'s job as Failed with ``error``, unless it already moved on."""
-    from .store import get_job_store
-    from .stores.base import utcnow
-
     store = get_job_store()
     try:
         current = store.get(record.id)

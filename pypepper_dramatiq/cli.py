@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import InvalidTransitionError, PypepperError, UnknownJobError
+from .gateway import publish_cancel
 from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .status import Status
 from .stores.base import IJobStore, JobRecord
@@ -322,7 +323,6 @@ def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> No
 def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
     import redis
 
-    from .cancellation import publish_cancel
     from .job import Job
     from .store import reset_job_store, set_job_store
 

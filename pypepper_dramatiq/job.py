@@ -3,37 +3,51 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY, Context
-from .errors import InvalidTransitionError, StoreError, UnknownExecutorError, UnknownJobError
-from .events import CANCEL, Event, SchedulerFSM, build_scheduler_fsm, transition
-from .status import Status, may_overwrite
-from .store import get_job_store
-from .stores.base import JobRecord, check_job_id, utcnow
+from .errors import UnknownExecutorError
+from .events import Event, SchedulerFSM, build_scheduler_fsm
+from .record import JobRecord, check_job_id, utcnow
+from .status import Status
 from .task import Task
 from .workflow import Workflow
 
 __all__ = ["CANCEL_EVENT_KEY", "Job"]
-
-logger = logging.getLogger(__name__)
 
 #: How often internal snapshot writes are tried before giving up.
 SAVE_ATTEMPTS = 3
 #: Reads and writes :meth:`Job.cancel_saved` tries while workers keep moving the row.
 CANCEL_ATTEMPTS = 20
 
-#: Jobs the in-process Worker of this process is running, by id: a
-#: ``cancel_saved`` here sets their cancel event (Dramatiq workers hear it on Redis).
-_running_here: dict[str, Job] = {}
-_running_lock = threading.Lock()
+
+class JobGateway(Protocol):
+    """What a :class:`Job` asks of the world outside the model (see :mod:`.gateway`)."""
+
+    def schedule(self, job: Job) -> None: ...
+    def save(self, job: Job) -> bool: ...
+    def persist(self, job: Job, attempts: int) -> bool: ...
+    def cancel(self, job: Job) -> bool: ...
+    def cancel_saved(self, job_id: str) -> bool: ...
+    def get_saved(self, job_id: str) -> JobRecord | None: ...
+
+
+_gateway: JobGateway | None = None
+
+
+def use_gateway(gateway: JobGateway) -> None:
+    """Install the gateway the job methods that do I/O delegate to (done at import)."""
+    global _gateway
+    _gateway = gateway
+
+
+def _through() -> JobGateway:
+    if _gateway is None:  # pragma: no cover - the package imports the gateway
+        raise RuntimeError("no job gateway: import pypepper_dramatiq, not its modules alone")
+    return _gateway
 
 
 class Job:
@@ -117,9 +131,7 @@ class Job:
                 status is rolled back so ``scheduled()`` can be retried.
             InvalidTransitionError: the job cannot be scheduled from its status.
         """
-        from .dispatch import dispatch
-
-        dispatch(self)
+        _through().schedule(self)
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> None:
         """:meth:`scheduled` for async code (``await job.scheduled_async()``).
@@ -143,14 +155,7 @@ class Job:
 
         On a failed write the job stays Cancelled and only the write is retried.
         """
-        from .cancellation import publish_cancel
-
-        self._fsm.apply(CANCEL)
-        self.cancel_event.set()
-        logger.info("job %s cancelled", self.id, extra={"action": "cancel", "job_id": self.id})
-        persisted = self.persist()
-        publish_cancel(self.id)
-        return persisted
+        return _through().cancel(self)
 
     @staticmethod
     def cancel_saved(job_id: str) -> bool:
@@ -166,46 +171,7 @@ class Job:
             InvalidTransitionError: the job already completed or failed.
             StoreError: the store failed.
         """
-        from .cancellation import publish_cancel
-
-        store = get_job_store()
-        for _ in range(CANCEL_ATTEMPTS):
-            record = store.get(job_id)
-            if record is None:
-                raise UnknownJobError(job_id)
-            if record.status is Status.CANCELLED:
-                _tell_running_here(job_id)
-                return True
-            if record.status not in (Status.SCHEDULED, Status.IN_PROGRESS):
-                raise InvalidTransitionError(CANCEL.value, record.status.value)
-            # A cancelled job has no step to lease (the running attempt's worker
-            # notices: its renewal no longer finds its lease).
-            cancelled = record.evolve(
-                status=transition(record.status, CANCEL),
-                updated=utcnow(),
-                lease_owner=None,
-                lease_expires=None,
-            )
-            if store.advance(cancelled):
-                logger.info(
-                    "job %s cancelled", job_id, extra={"action": "cancel", "job_id": job_id}
-                )
-                _tell_running_here(job_id)
-                publish_cancel(job_id)
-                return True
-        return False
-
-    @contextmanager
-    def running_here(self) -> Iterator[None]:
-        """While the in-process Worker runs this job, ``cancel_saved(id)`` reaches it."""
-        with _running_lock:
-            _running_here[self.id] = self
-        try:
-            yield
-        finally:
-            with _running_lock:
-                if _running_here.get(self.id) is self:
-                    del _running_here[self.id]
+        return _through().cancel_saved(job_id)
 
     # -- persistence --------------------------------------------------------
 
@@ -215,55 +181,32 @@ class Job:
         Raises:
             StoreError: the store failed (not a rejection: that answers False).
         """
-        with self._lock:
-            now = utcnow()
-            record = self.to_record().evolve(updated=now)
-            if not get_job_store().put(record):
-                return False
-            self.version = record.version + 1
-            self.updated = now
-            return True
+        return _through().save(self)
 
     def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
         """:meth:`save`, retried; never raises for store failures.
 
         A write skipped because the row already holds our status (or, for a
         Scheduled write, a later one: a worker healed the row and went on)
-        counts as done (the row's version is adopted, not rewritten). A write skipped for a stale
-        version is retried on the stored version (and its stored progress)
-        only when the stored status may be overwritten by ours.
+        counts as done (the row's version is adopted, not rewritten). A write
+        skipped for a stale version is retried on the stored version (and its
+        stored progress) only when the stored status may be overwritten by ours.
         """
-        for attempt in range(attempts):
-            try:
-                if self.save():
-                    return True
-                durable = get_job_store().get(self.id)
-                if durable is not None and (
-                    durable.status is self.status
-                    or (self.status is Status.SCHEDULED and durable.status.rank > self.status.rank)
-                ):
-                    # Someone stored this status already (a worker healing the
-                    # row), or a worker healed the row and started the job: our
-                    # Scheduled write would only bump the version under them, or
-                    # be refused. Either way the schedule is on record.
-                    self._adopt_version(durable)
-                    return True
-                if (
-                    durable is not None
-                    and durable.version != self.version
-                    and may_overwrite(durable.status, self.status)
-                ):
-                    # Retry on the stored row, keeping the progress workers stored there.
-                    self.version = durable.version
-                    self.state = dict(durable.state)
-                    continue
-            except StoreError as exc:
-                logger.warning("job %s: snapshot write failed: %s", self.id, exc)
-            if attempt + 1 < attempts:
-                time.sleep(0.01 * 2**attempt)
-        return False
+        return _through().persist(self, attempts)
 
-    def _adopt_version(self, record: JobRecord) -> None:
+    @property
+    def write_lock(self) -> threading.RLock:
+        """Held while a snapshot is taken and written (a write is one unit)."""
+        return self._lock
+
+    def mark_saved(self, version: int, updated: datetime) -> None:
+        """The store took a snapshot: it now holds ``version``, written at ``updated``."""
+        with self._lock:
+            self.version = version
+            self.updated = updated
+
+    def adopt_version(self, record: JobRecord) -> None:
+        """Take the stored row's version and progress (not its status)."""
         with self._lock:
             self.version = record.version
             self.updated = record.updated
@@ -273,7 +216,7 @@ class Job:
         """Take the stored row's version, progress and error (not its status):
         the row was written by the engine running this job here."""
         with self._lock:
-            self._adopt_version(record)
+            self.adopt_version(record)
             self.error = record.error
 
     def adopt(self, record: JobRecord) -> None:
@@ -288,7 +231,7 @@ class Job:
     @staticmethod
     def get_saved(job_id: str) -> JobRecord | None:
         """The stored snapshot of job ``job_id``, or None."""
-        return get_job_store().get(job_id)
+        return _through().get_saved(job_id)
 
     def to_record(self) -> JobRecord:
         """A snapshot; workflows are included only when every task has an executor_id."""
@@ -342,10 +285,3 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, channel_id={self.channel_id!r}, status={self.status.value})"
-
-
-def _tell_running_here(job_id: str) -> None:
-    with _running_lock:
-        job = _running_here.get(job_id)
-    if job is not None:
-        job.cancel_event.set()

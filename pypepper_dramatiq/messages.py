@@ -8,8 +8,8 @@ from typing import Any
 import dramatiq
 
 from .errors import MessageError
+from .record import JobRecord
 from .rules import Position
-from .stores.base import JobRecord
 
 #: Actor that runs job steps on Dramatiq workers.
 STEP_ACTOR = "pypepper_dramatiq.step"

@@ -30,16 +30,17 @@ from .cancellation import CancelListener
 from .channel import ChannelConnector, manager
 from .config import seconds
 from .errors import MessageError, StoreError
-from .inflight import InFlight, LeaseKeeper
+from .inflight import LeaseKeeper
 from .messages import STEP_ACTOR, StepMessage
 from .orphans import AckKeeper
 from .outage import JOB_STORE, REDIS, shared_outage
+from .record import utcnow
 from .recovery import RecoverySweeper
 from .redis_layout import redis_client_of
 from .rules import Action
+from .running import running_here
 from .steps import Claim, Outcome, StepBook, StepSkipped
 from .store import get_job_store
-from .stores.base import utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class WorkflowMiddleware(Middleware):
         self.unknown_task_grace = seconds("unknown_task_grace", unknown_task_grace, zero=True)
         if dispatch_seconds is not None:
             dispatch_seconds = seconds("dispatch_seconds", dispatch_seconds)
-        self.inflight = InFlight()
+        self.inflight = running_here
         self.owner = _owner_id()
         self.book = StepBook(
             get_job_store, self.owner, lease_seconds, dispatch_seconds=dispatch_seconds

@@ -26,12 +26,12 @@ from dramatiq.common import dq_name
 from .errors import StoreError, StoreUnavailableError
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
+from .record import JobRecord, utcnow
 from .redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
 from .rules import Position
 from .status import Status
 from .steps import cursor_of
 from .store import get_job_store
-from .stores.base import JobRecord, utcnow
 
 logger = logging.getLogger(__name__)
 

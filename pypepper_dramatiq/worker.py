@@ -25,9 +25,10 @@ from .errors import (
 )
 from .events import COMPLETE, FAIL, RUN
 from .job import Job
+from .record import JobRecord, utcnow
+from .running import running_here
 from .status import Status
 from .store import get_job_store
-from .stores.base import JobRecord, utcnow
 from .task import Task
 from .workflow import Workflow
 
@@ -89,7 +90,7 @@ class Worker:
             return
         _log(job, "start")
         job.share_cancel_event()
-        with job.running_here():
+        with running_here.holding(job.id, job.cancel_event):
             try:
                 ended = await asyncio.to_thread(self._run_steps, job)
             except steps.OutcomeNotRecorded as exc:

@@ -1,227 +1,25 @@
-"""The job record and the contract every job store keeps."""
+"""The contract every job store keeps (the record itself is :mod:`pypepper_dramatiq.record`)."""
 
 from __future__ import annotations
 
 import abc
 import builtins
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime
 
-from ..errors import AmbiguousTaskNameError, NoTaskResultError
 from ..events import RUN, transition
+from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..status import Status
 
-#: Longest job id the stores accept.
-MAX_ID_LENGTH = 64
-
-
-def check_job_id(job_id: object) -> str:
-    """``job_id`` if it is a string of 1 to :data:`MAX_ID_LENGTH` characters, else ValueError."""
-    if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_ID_LENGTH:
-        raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {job_id!r}")
-    return job_id
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def as_utc(value: datetime) -> datetime:
-    """An aware UTC datetime; naive values are taken as UTC."""
-    return (
-        value.replace(tzinfo=timezone.utc)
-        if value.tzinfo is None
-        else value.astimezone(timezone.utc)
-    )
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """A snapshot of one job, as stored.
-
-    ``version`` is the version the writer last saw (0 for a job never stored);
-    a store accepts a write only if it still holds that version, and then
-    stores ``version + 1``.
-    """
-
-    id: str
-    channel_id: str = "default"
-    category: str | None = None
-    status: Status = Status.UNKNOWN
-    version: int = 0
-    created: datetime = field(default_factory=utcnow)
-    updated: datetime = field(default_factory=utcnow)
-    #: The workflows as JSON when every task has an ``executor_id``; else None.
-    payload: dict[str, Any] | None = None
-    #: Progress of a distributed run: cursor, task results, attempts.
-    state: dict[str, Any] = field(default_factory=dict)
-    #: The last error, as ``Type: message``.
-    error: str | None = None
-    #: The worker process holding the current step (None: free, or dispatched).
-    lease_owner: str | None = None
-    #: When the current step may be handed to another worker, unless renewed.
-    lease_expires: datetime | None = None
-
-    def __post_init__(self) -> None:
-        check_job_id(self.id)
-        object.__setattr__(self, "status", Status(self.status))
-        object.__setattr__(self, "created", as_utc(self.created))
-        object.__setattr__(self, "updated", as_utc(self.updated))
-        if self.lease_expires is not None:
-            object.__setattr__(self, "lease_expires", as_utc(self.lease_expires))
-
-    def evolve(self, **changes: Any) -> JobRecord:
-        return replace(self, **changes)
-
-    # -- results by task name -----------------------------------------------------------
-    #
-    # The state keeps results by position ("workflow.task": ``state["results"]["0.1"]``),
-    # which stays right when names repeat; the accessors below map the names of
-    # ``payload["workflows"][w]["tasks"][t]["name"]`` onto those positions.
-
-    def _task_names(self) -> builtins.list[builtins.list[str]]:
-        """The task names of each workflow, from the payload."""
-        if self.payload is None:
-            raise NoTaskResultError(
-                f"job {self.id} was stored without its workflows (a task has no "
-                "executor_id), so its results cannot be looked up by task name"
-            )
-        return [
-            [str(task.get("name", "")) for task in workflow.get("tasks", [])]
-            for workflow in self.payload.get("workflows", [])
-        ]
-
-    def result(self, name: str, workflow: int | None = None) -> Any:
-        """The stored result of the task named ``name``.
-
-        Args:
-            name: the task's name.
-            workflow: the index of its workflow in the job; needed only when
-                tasks of several workflows have this name.
-
-        Returns:
-            What the task returned (as JSON stored it), possibly None.
-
-        Raises:
-            AmbiguousTaskNameError: (a ``LookupError``) ``name`` names tasks of
-                several workflows and ``workflow`` is not given, or several
-                tasks of the same workflow; the message names their positions.
-            NoTaskResultError: (a ``KeyError``) the job has no such task (or no
-                such workflow), or the task has not produced a result (not run
-                yet, failed, or skipped: the message says which); also when the
-                record holds no workflows (``payload`` is None).
-        """
-        names = self._task_names()
-        where = f"job {self.id}"
-        if workflow is not None:
-            if not 0 <= workflow < len(names):
-                raise NoTaskResultError(f"{where} has no workflow {workflow} (it has {len(names)})")
-            where = f"workflow {workflow} of {where}"
-        found = [
-            (w, t)
-            for w, tasks in enumerate(names)
-            if workflow is None or w == workflow
-            for t, task_name in enumerate(tasks)
-            if task_name == name
-        ]
-        if not found:
-            raise NoTaskResultError(f"{where} has no task named {name!r}")
-        if len(found) > 1:
-            places = ", ".join(f"{w}.{t}" for w, t in found)
-            same_workflow = len({w for w, _ in found}) == 1
-            hint = (
-                'read record.state["results"] by position'
-                if same_workflow
-                else "pass workflow= to pick one"
-            )
-            raise AmbiguousTaskNameError(
-                f"task name {name!r} is ambiguous in {where}: tasks {places} "
-                f"(workflow.task) have it; {hint}"
-            )
-        w, t = found[0]
-        key = f"{w}.{t}"
-        results = self.state.get("results") or {}
-        if key in results:
-            return results[key]
-        task = f"task {name!r} ({key}) of job {self.id}"
-        if key in (self.state.get("skipped") or []):
-            raise NoTaskResultError(f"{task} has no result: it was skipped (optional, failed)")
-        error = (self.state.get("errors") or {}).get(key)
-        if error is not None:
-            raise NoTaskResultError(f"{task} has not produced a result: it failed ({error})")
-        raise NoTaskResultError(f"{task} has not produced a result yet")
-
-    def results_by_name(self) -> dict[str, Any]:
-        """The stored results, keyed by task name; tasks without a result are left out.
-
-        A name held by one task of the job is the key. A name held by tasks
-        of several workflows is never a key on its own (that would hide which
-        one it is): each such task is keyed ``"<workflow>.<name>"`` (e.g.
-        ``"1.fetch"``), or, if the name also repeats inside its workflow, by
-        its position ``"<workflow>.<task>"`` as in ``state["results"]``.
-
-        Raises:
-            NoTaskResultError: the record holds no workflows (``payload`` is None).
-        """
-        names = self._task_names()
-        results = self.state.get("results") or {}
-        count: dict[str, int] = {}
-        per_workflow: dict[tuple[int, str], int] = {}
-        for w, tasks in enumerate(names):
-            for task_name in tasks:
-                count[task_name] = count.get(task_name, 0) + 1
-                per_workflow[w, task_name] = per_workflow.get((w, task_name), 0) + 1
-        named: dict[str, Any] = {}
-        for w, tasks in enumerate(names):
-            for t, task_name in enumerate(tasks):
-                key = f"{w}.{t}"
-                if key not in results:
-                    continue
-                if count[task_name] == 1:
-                    named[task_name] = results[key]
-                elif per_workflow[w, task_name] == 1:
-                    named[f"{w}.{task_name}"] = results[key]
-                else:
-                    named[key] = results[key]
-        return named
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (for messages)."""
-        return {
-            "id": self.id,
-            "channel_id": self.channel_id,
-            "category": self.category,
-            "status": self.status.value,
-            "version": self.version,
-            "created": self.created.isoformat(),
-            "updated": self.updated.isoformat(),
-            "payload": self.payload,
-            "state": self.state,
-            "error": self.error,
-            "lease_owner": self.lease_owner,
-            "lease_expires": self.lease_expires.isoformat() if self.lease_expires else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobRecord:
-        return cls(
-            id=str(data["id"]),
-            channel_id=str(data.get("channel_id") or "default"),
-            category=data.get("category"),
-            status=Status(data.get("status", Status.UNKNOWN.value)),
-            version=int(data.get("version", 0)),
-            created=datetime.fromisoformat(data["created"]) if data.get("created") else utcnow(),
-            updated=datetime.fromisoformat(data["updated"]) if data.get("updated") else utcnow(),
-            payload=data.get("payload"),
-            state=dict(data.get("state") or {}),
-            error=data.get("error"),
-            lease_owner=data.get("lease_owner"),
-            lease_expires=(
-                datetime.fromisoformat(data["lease_expires"]) if data.get("lease_expires") else None
-            ),
-        )
+__all__ = [
+    "MAX_ID_LENGTH",
+    "IJobStore",
+    "JobRecord",
+    "as_utc",
+    "check_job_id",
+    "utcnow",
+    "why_not_claimable",
+]
 
 
 class IJobStore(abc.ABC):

@@ -1,0 +1,194 @@
+"""Where the model meets stores and channels: scheduling, saving and cancelling jobs.
+
+The :class:`~pypepper_dramatiq.job.Job` of the seed keeps its methods
+(``scheduled()``, ``save()``, ``persist()``, ``cancel()``, ``cancel_saved()``,
+``get_saved()``), but does no I/O of its own: each delegates to the
+:class:`Gateway` installed when this module is imported (the package imports
+it), so the model sits below the stores and channels it is written to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from .broker import get_broker
+from .channel import manager
+from .errors import (
+    ChannelFullError,
+    ChannelStoppedError,
+    InvalidTransitionError,
+    StoreError,
+    UnknownJobError,
+)
+from .events import CANCEL, INIT, SCHEDULE, transition
+from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
+from .record import JobRecord, utcnow
+from .redis_layout import CANCEL_CHANNEL, redis_client_of
+from .running import running_here
+from .status import Status, may_overwrite
+from .store import get_job_store
+
+logger = logging.getLogger(__name__)
+
+
+class Gateway:
+    """The model's way to the job store, the channels and the other workers."""
+
+    # -- scheduling -------------------------------------------------------------------
+
+    def schedule(self, job: Job) -> None:
+        """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``)."""
+        _require_sync()
+        store = get_job_store()  # a YAML durable backend never set up fails here, first
+        if job.version:
+            # A job stored before (e.g. rebuilt by from_record) may already have ended:
+            # a finished row is never overwritten, so refuse instead of queueing a no-op.
+            durable = store.get(job.id)
+            if durable is not None and durable.status.is_terminal:
+                raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
+        before = job.status
+        try:
+            job.apply_event(INIT)
+            job.apply_event(SCHEDULE)
+            channel = manager.available(job.channel_id)
+            result = channel.offer(job)
+        except BaseException:
+            job.restore_status(before)
+            raise
+        if result == "full":
+            job.restore_status(before)
+            raise ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
+        if result == "stopped":
+            job.restore_status(before)
+            raise ChannelStoppedError(f"channel {channel.id} is stopped")
+        logger.info(
+            "job %s scheduled on %s",
+            job.id,
+            channel.id,
+            extra={"action": "schedule", "job_id": job.id},
+        )
+        if not self.persist(job, SAVE_ATTEMPTS):
+            # The job is on the channel: do not roll back. The worker heals the row.
+            logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
+
+    # -- snapshots --------------------------------------------------------------------
+
+    def save(self, job: Job) -> bool:
+        """Write ``job``'s snapshot; True if the store took it (see ``Job.save``)."""
+        with job.write_lock:
+            now = utcnow()
+            record = job.to_record().evolve(updated=now)
+            if not get_job_store().put(record):
+                return False
+            job.mark_saved(record.version + 1, now)
+            return True
+
+    def persist(self, job: Job, attempts: int) -> bool:
+        """``save``, retried; never raises for store failures (see ``Job.persist``)."""
+        for attempt in range(attempts):
+            try:
+                if self.save(job):
+                    return True
+                durable = get_job_store().get(job.id)
+                if durable is not None and (
+                    durable.status is job.status
+                    or (job.status is Status.SCHEDULED and durable.status.rank > job.status.rank)
+                ):
+                    # Someone stored this status already (a worker healing the
+                    # row), or a worker healed the row and started the job: our
+                    # Scheduled write would only bump the version under them, or
+                    # be refused. Either way the schedule is on record.
+                    job.adopt_version(durable)
+                    return True
+                if (
+                    durable is not None
+                    and durable.version != job.version
+                    and may_overwrite(durable.status, job.status)
+                ):
+                    # Retry on the stored row, keeping the progress workers stored there.
+                    job.adopt_version(durable)
+                    continue
+            except StoreError as exc:
+                logger.warning("job %s: snapshot write failed: %s", job.id, exc)
+            if attempt + 1 < attempts:
+                time.sleep(0.01 * 2**attempt)
+        return False
+
+    def get_saved(self, job_id: str) -> JobRecord | None:
+        return get_job_store().get(job_id)
+
+    # -- cancelling -------------------------------------------------------------------
+
+    def cancel(self, job: Job) -> bool:
+        """CANCEL, set the cancel event, persist Cancelled, tell the workers."""
+        job.apply_event(CANCEL)
+        job.cancel_event.set()
+        logger.info("job %s cancelled", job.id, extra={"action": "cancel", "job_id": job.id})
+        persisted = self.persist(job, attempts=SAVE_ATTEMPTS)
+        publish_cancel(job.id)
+        return persisted
+
+    def cancel_saved(self, job_id: str) -> bool:
+        """Cancel the stored job ``job_id`` (see ``Job.cancel_saved``)."""
+        store = get_job_store()
+        for _ in range(CANCEL_ATTEMPTS):
+            record = store.get(job_id)
+            if record is None:
+                raise UnknownJobError(job_id)
+            if record.status is Status.CANCELLED:
+                running_here.cancel(job_id)
+                return True
+            if record.status not in (Status.SCHEDULED, Status.IN_PROGRESS):
+                raise InvalidTransitionError(CANCEL.value, record.status.value)
+            # A cancelled job has no step to lease (the running attempt's worker
+            # notices: its renewal no longer finds its lease).
+            cancelled = record.evolve(
+                status=transition(record.status, CANCEL),
+                updated=utcnow(),
+                lease_owner=None,
+                lease_expires=None,
+            )
+            if store.advance(cancelled):
+                logger.info(
+                    "job %s cancelled", job_id, extra={"action": "cancel", "job_id": job_id}
+                )
+                running_here.cancel(job_id)
+                publish_cancel(job_id)
+                return True
+        return False
+
+
+def publish_cancel(job_id: str, client: Any | None = None) -> bool:
+    """Announce a cancel to every worker over ``client`` (default: the Redis broker's).
+
+    The job row is the truth (Cancelled is written first); the message only
+    makes running attempts see it at once instead of at their next lease
+    renewal. False when there is no Redis to tell, or it could not be told.
+    """
+    client = client if client is not None else redis_client_of(get_broker())
+    if client is None:
+        return False
+    try:
+        client.publish(CANCEL_CHANNEL, job_id)
+    except Exception as exc:  # the lease keeper will notice it from the row instead
+        logger.warning("job %s: cancel not published (%s); workers see it on renewal", job_id, exc)
+        return False
+    return True
+
+
+def _require_sync() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "Job.scheduled() must be called from sync code; from async code use "
+        "await job.scheduled_async() (or apply INIT and SCHEDULE, await "
+        "channel.send(job), then job.save())"
+    )
+
+
+use_gateway(Gateway())

@@ -1,0 +1,157 @@
+"""What runs in this process now: one registry of attempts and jobs in flight.
+
+Both drivers register what they run here, so that a cancel heard in this
+process (``Job.cancel_saved`` here, or the Redis cancel listener) sets the
+running task's cancel event, whichever driver runs it. The Dramatiq driver's
+lease keeper renews the leases of the registered steps that hold one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from dramatiq.middleware import Interrupt
+from dramatiq.middleware.threading import raise_thread_exception
+
+logger = logging.getLogger(__name__)
+
+
+class StepCancelled(Interrupt):
+    """Raised in a worker thread whose task ignored its job's cancel event past the grace period."""
+
+
+@dataclass
+class Running:
+    """One attempt (or, for the in-process driver, one job) in flight in this process."""
+
+    job_id: str
+    thread_id: int
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    #: Its step holds a lease that this process's lease keeper renews (the
+    #: Dramatiq driver); the in-process driver holds its steps without one.
+    leased: bool = True
+    #: When the cancel was seen (monotonic), for the grace period.
+    cancel_seen: float | None = None
+    running: bool = True
+    interrupted: bool = False
+    #: When an interrupt was sent to its thread (monotonic); it lands only when
+    #: the thread next runs Python code, so a task blocked in C stops later.
+    interrupted_at: float | None = None
+
+
+class InFlight:
+    """Attempts running in this process, by job id: who to tell of a cancel."""
+
+    def __init__(self) -> None:
+        self._steps: dict[str, Running] = {}
+        self._lock = threading.Lock()
+
+    def start(
+        self, job_id: str, cancel_event: threading.Event | None = None, *, leased: bool = True
+    ) -> Running:
+        entry = Running(job_id, threading.get_ident(), leased=leased)
+        if cancel_event is not None:
+            entry.cancel_event = cancel_event
+        with self._lock:
+            self._steps[job_id] = entry
+        return entry
+
+    @contextmanager
+    def holding(self, job_id: str, cancel_event: threading.Event) -> Iterator[Running]:
+        """Register a job the in-process driver runs (no lease) while the block runs."""
+        entry = self.start(job_id, cancel_event, leased=False)
+        try:
+            yield entry
+        finally:
+            with self._lock:
+                if self._steps.get(job_id) is entry:
+                    del self._steps[job_id]
+
+    def finish(self, job_id: str) -> None:
+        """The attempt returned: it may no longer be interrupted."""
+        with self._lock:
+            entry = self._steps.get(job_id)
+            if entry is not None:
+                entry.running = False
+
+    def remove(self, job_id: str) -> None:
+        with self._lock:
+            self._steps.pop(job_id, None)
+
+    def ids(self) -> list[str]:
+        """Jobs whose running step holds a lease to renew."""
+        with self._lock:
+            return [
+                job_id for job_id, entry in self._steps.items() if entry.running and entry.leased
+            ]
+
+    def get(self, job_id: str) -> Running | None:
+        with self._lock:
+            return self._steps.get(job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        """Set the cancel event of ``job_id``'s running attempt; True if one runs here."""
+        with self._lock:
+            entry = self._steps.get(job_id)
+            if entry is None or not entry.running:
+                return False
+            first = entry.cancel_seen is None
+            if first:
+                entry.cancel_seen = time.monotonic()
+            entry.cancel_event.set()
+        if first:  # the lease keeper repeats it at every renewal: say it once
+            logger.info(
+                "job %s: cancel event set",
+                job_id,
+                extra={"action": "cancel_seen", "job_id": job_id},
+            )
+        return True
+
+    def interrupt_running(self, exc_type: type[BaseException]) -> list[str]:
+        """Send ``exc_type`` to the thread of every attempt still running here."""
+        sent = []
+        with self._lock:
+            for entry in self._steps.values():
+                if entry.running and not entry.interrupted:
+                    self._interrupt(entry, exc_type)
+                    sent.append(entry.job_id)
+        return sent
+
+    @staticmethod
+    def _interrupt(entry: Running, exc_type: type[BaseException]) -> None:
+        entry.interrupted = True
+        entry.interrupted_at = time.monotonic()
+        raise_thread_exception(entry.thread_id, exc_type)  # type: ignore[no-untyped-call]
+
+    def interrupt_overdue(self, grace: float) -> list[str]:
+        """Interrupt attempts still running ``grace`` seconds after their cancel."""
+        now = time.monotonic()
+        interrupted = []
+        with self._lock:
+            for entry in self._steps.values():
+                if (
+                    entry.running
+                    and not entry.interrupted
+                    and entry.cancel_seen is not None
+                    and now - entry.cancel_seen >= grace
+                ):
+                    self._interrupt(entry, StepCancelled)
+                    interrupted.append(entry.job_id)
+        for job_id in interrupted:
+            logger.warning(
+                "job %s: task ignored its cancel for %.1fs; interrupt sent (it lands when the "
+                "task next runs Python code: a call blocked in C finishes first)",
+                job_id,
+                grace,
+                extra={"action": "cancel_interrupt", "job_id": job_id},
+            )
+        return interrupted
+
+
+#: The registry of this process.
+running_here = InFlight()
