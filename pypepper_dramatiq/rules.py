@@ -103,8 +103,9 @@ class Step:
     skipped_optional: bool = False
 
 
-COMPLETE = Step(Action.COMPLETE)
-CANCEL = Step(Action.CANCEL)
+#: The decisions that carry no position (named apart from the events of ``events``).
+COMPLETE_STEP = Step(Action.COMPLETE)
+CANCEL_STEP = Step(Action.CANCEL)
 
 
 def _first_task_from(plan: Plan, workflow: int, task: int) -> Position | None:
@@ -119,9 +120,9 @@ def _first_task_from(plan: Plan, workflow: int, task: int) -> Position | None:
 def first_step(plan: Plan, *, cancelled: bool = False) -> Step:
     """Where a job starts."""
     if cancelled:
-        return CANCEL
+        return CANCEL_STEP
     start = _first_task_from(plan, 0, 0)
-    return COMPLETE if start is None else Step(Action.RUN, start)
+    return COMPLETE_STEP if start is None else Step(Action.RUN, start)
 
 
 def next_step(
@@ -137,7 +138,7 @@ def next_step(
     Cancellation wins over all.
     """
     if cancelled:
-        return CANCEL
+        return CANCEL_STEP
     policy = plan[at.workflow][at.task]
     if not succeeded and retriable:
         if at.attempt + 1 < policy.attempts_per_round:

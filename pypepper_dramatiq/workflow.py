@@ -105,7 +105,7 @@ class Workflow:
                 else:
                     time.sleep(step.delay)
                 if cancelled():
-                    step = rules.CANCEL
+                    step = rules.CANCEL_STEP
                     break
             task = self._tasks[position.task]
             succeeded, value = self.attempt(task)
