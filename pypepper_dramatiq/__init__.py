@@ -1,11 +1,12 @@
 """Durable workflow jobs for Dramatiq."""
 
 from . import gateway  # noqa: F401  (installs the gateway the Job methods use)
-from .actors import WorkflowTask, actor_task, workflow_task
-from .bootstrap import setup
-from .channel import Channel, ChannelManager, manager
+from .channels.channel import Channel, ChannelManager, manager
+from .channels.gates import SendResult
 from .config import Config, config
 from .context import CANCEL_EVENT_KEY, Context
+from .distributed.middleware import WorkflowMiddleware
+from .distributed.setup import setup
 from .errors import (
     AmbiguousTaskNameError,
     BrokerUnavailableError,
@@ -43,12 +44,12 @@ from .events import (
     build_scheduler_fsm,
 )
 from .executor import CallableExecutor, ExecutorRegistry, IExecutor, executor_registry
-from .gates import SendResult
+from .functions import WorkflowTask, actor_task, workflow_task
+from .inprocess.worker import Worker
 from .job import Job
-from .middleware import WorkflowMiddleware
 from .rules import Position, RetryPolicy
 from .status import Status
-from .store import (
+from .stores.registry import (
     IJobStore,
     JobRecord,
     PersistenceWarning,
@@ -59,7 +60,6 @@ from .store import (
     setup_from_config,
 )
 from .task import Task
-from .worker import Worker
 from .workflow import TaskOutcome, Workflow, WorkflowResult
 
 __version__ = "0.1.0"

@@ -324,7 +324,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
     import redis
 
     from .job import Job
-    from .store import reset_job_store, set_job_store
+    from .stores.registry import reset_job_store, set_job_store
 
     # A broker URL redis cannot use is refused before anything is written.
     client = redis.Redis.from_url(broker_url) if broker_url else None
@@ -445,7 +445,7 @@ def _list_channels(client: Any, *, as_json: bool) -> int:
 
 
 def _change_channel(client: Any, action: str, name: str, size: int | None) -> int:
-    from .gates import RedisGate
+    from .channels.gates import RedisGate
 
     key = f"{CHANNEL_KEY_PREFIX}{name}"
     known = bool(client.exists(key, f"{key}{WAITING_SUFFIX}"))

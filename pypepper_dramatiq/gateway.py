@@ -14,8 +14,9 @@ import logging
 import time
 from typing import Any
 
-from .broker import get_broker
-from .channel import manager
+from .channels.broker import get_broker
+from .channels.channel import manager
+from .engine.running import running_here
 from .errors import (
     ChannelFullError,
     ChannelStoppedError,
@@ -27,9 +28,8 @@ from .events import CANCEL, INIT, SCHEDULE, transition
 from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
-from .running import running_here
 from .status import Status, may_overwrite
-from .store import get_job_store
+from .stores.registry import get_job_store
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import dramatiq
 from dramatiq.broker import Broker
 
-from pypepper_dramatiq import broker as broker_module
 from pypepper_dramatiq import config, executor_registry, manager
-from pypepper_dramatiq.store import reset_job_store
+from pypepper_dramatiq.channels import broker as broker_module
+from pypepper_dramatiq.stores.registry import reset_job_store
 
 
 def _forget_everything(broker: Broker | None) -> None:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from pypepper_dramatiq.channels.gates import RedisGate
 from pypepper_dramatiq.cli import BROKER_ENV, main
-from pypepper_dramatiq.gates import RedisGate
 
 pytestmark = pytest.mark.redis
 

@@ -21,8 +21,8 @@ from pypepper_dramatiq import (
     reset_job_store,
     setup,
 )
-from pypepper_dramatiq import broker as broker_module
-from pypepper_dramatiq.messages import STEP_ACTOR
+from pypepper_dramatiq.channels import broker as broker_module
+from pypepper_dramatiq.channels.messages import STEP_ACTOR
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 

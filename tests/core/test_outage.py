@@ -10,8 +10,8 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import StoreUnavailableError, set_job_store
+from pypepper_dramatiq.distributed.recovery import RecoverySweeper
 from pypepper_dramatiq.outage import OutageLog, broker_unreachable
-from pypepper_dramatiq.recovery import RecoverySweeper
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

@@ -20,7 +20,7 @@ from pypepper_dramatiq import (
     manager,
     setup,
 )
-from pypepper_dramatiq.broker import get_broker
+from pypepper_dramatiq.channels.broker import get_broker
 
 pytestmark = pytest.mark.redis
 

@@ -31,7 +31,7 @@ from pypepper_dramatiq import (
     set_job_store,
     workflow_task,
 )
-from pypepper_dramatiq.messages import OPTION_KEY, STEP_ACTOR, StepMessage
+from pypepper_dramatiq.channels.messages import OPTION_KEY, STEP_ACTOR, StepMessage
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .conftest import CHANNEL, workflow_middleware

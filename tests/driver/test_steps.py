@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq import IJobStore, JobRecord, Position, RetryPolicy, Status, rules
-from pypepper_dramatiq.messages import StepMessage
-from pypepper_dramatiq.rules import Action
-from pypepper_dramatiq.steps import (
+from pypepper_dramatiq.channels.messages import StepMessage
+from pypepper_dramatiq.engine.ledger import (
     Claim,
     Outcome,
     Policies,
@@ -22,6 +21,7 @@ from pypepper_dramatiq.steps import (
     plan_of,
     policy_of,
 )
+from pypepper_dramatiq.rules import Action
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -330,11 +330,11 @@ def test_required_task_out_of_attempts_fails_the_job(store: IJobStore) -> None:
 def test_a_completing_job_logs_nothing_above_debug(
     store: IJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.steps")
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.engine.ledger")
     _, claim = in_progress(store, [task("a")])
     book_on(store).record(claim, Outcome(True, 7))
 
-    ours = [r for r in caplog.records if r.name == "pypepper_dramatiq.steps"]
+    ours = [r for r in caplog.records if r.name == "pypepper_dramatiq.engine.ledger"]
     assert {r.levelno for r in ours} == {logging.DEBUG}
     assert [r.action for r in ours] == ["start", "complete"]  # type: ignore[attr-defined]
 
@@ -342,7 +342,7 @@ def test_a_completing_job_logs_nothing_above_debug(
 def test_a_failing_job_logs_one_warning_with_its_error(
     store: IJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.steps")
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.engine.ledger")
     record, claim = in_progress(store, [task("a")])
     book_on(store).record(claim, Outcome(False, error="RuntimeError: boom"))
 
@@ -456,10 +456,10 @@ def test_two_threads_claiming_one_step_one_wins(store: IJobStore, started: bool)
 
 
 def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> None:
-    from pypepper_dramatiq.messages import StepMessage
+    from pypepper_dramatiq.channels.messages import StepMessage
+    from pypepper_dramatiq.engine.ledger import StepBook
     from pypepper_dramatiq.rules import Position
     from pypepper_dramatiq.status import Status
-    from pypepper_dramatiq.steps import StepBook
     from pypepper_dramatiq.stores.base import JobRecord
     from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -494,7 +494,7 @@ def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> No
 
 
 def test_policies_build_each_table_once_and_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pypepper_dramatiq.steps as steps_module
+    import pypepper_dramatiq.engine.ledger as steps_module
 
     stored_tasks = [task(f"t{i}", retry_count=i) for i in range(50)]
     built: list[str] = []

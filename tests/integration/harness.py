@@ -23,7 +23,7 @@ import redis
 from dramatiq.broker import Broker
 
 from pypepper_dramatiq import Job, Status, Task, Workflow, manager, reset_job_store, setup
-from pypepper_dramatiq import broker as broker_module
+from pypepper_dramatiq.channels import broker as broker_module
 from pypepper_dramatiq.errors import StoreError
 from pypepper_dramatiq.stores.base import JobRecord
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pypepper_dramatiq import Job, Status, Task, Workflow
-from pypepper_dramatiq.messages import StepMessage
+from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.rules import Position
 
 from .harness import Cluster, wait_for

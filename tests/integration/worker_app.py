@@ -26,7 +26,7 @@ import redis
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import Context, Task, executor_registry, setup, workflow_task
-from pypepper_dramatiq.actors import FunctionExecutor
+from pypepper_dramatiq.functions import FunctionExecutor
 
 #: Environment variables a worker reads, and their defaults.
 ENV = {
@@ -54,7 +54,7 @@ REDIS_URL = os.environ.get(ENV["redis_url"])
 STORE_URI = os.environ.get(ENV["store_uri"])
 
 if os.environ.get(ENV["debug_steps"]) == "1":
-    logging.getLogger("pypepper_dramatiq.steps").setLevel(logging.DEBUG)
+    logging.getLogger("pypepper_dramatiq.engine.ledger").setLevel(logging.DEBUG)
 
 if REDIS_URL and STORE_URI:
     broker = setup(

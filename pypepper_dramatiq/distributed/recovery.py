@@ -23,15 +23,15 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.common import dq_name
 
-from .errors import StoreError, StoreUnavailableError
-from .messages import DISPATCH_KEY, StepMessage, dispatch_of
-from .outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
-from .record import JobRecord, utcnow
-from .redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
-from .rules import Position
-from .status import Status
-from .steps import cursor_of
-from .store import get_job_store
+from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
+from ..engine.ledger import cursor_of
+from ..errors import StoreError, StoreUnavailableError
+from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
+from ..record import JobRecord, utcnow
+from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
+from ..rules import Position
+from ..status import Status
+from ..stores.registry import get_job_store
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import logging
 import threading
 from typing import Any
 
-from .outage import REDIS, shared_outage
-from .redis_layout import CANCEL_CHANNEL
-from .running import InFlight
+from ..engine.running import InFlight
+from ..outage import REDIS, shared_outage
+from ..redis_layout import CANCEL_CHANNEL
 
 logger = logging.getLogger(__name__)
 

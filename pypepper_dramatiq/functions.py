@@ -1,168 +1,28 @@
-"""Workflow tasks on Dramatiq: the step actor, ``@workflow_task``, and plain actors as tasks."""
+"""Plain functions and Dramatiq actors as workflow tasks: ``@workflow_task`` and ``actor_task``.
+
+A decorated function is registered as an executor under a stable id, so that
+any process (an in-process worker, a ``dramatiq`` worker) can rebuild and run
+the tasks of a stored job.
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
-import logging
 import sys
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import dramatiq
 from dramatiq.asyncio import async_to_sync
-from dramatiq.broker import Broker
-from dramatiq.middleware import Interrupt, Shutdown
-from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from . import history
-from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
-from .errors import UnknownExecutorError, is_retriable
+from .channels.broker import get_broker
+from .context import Context
 from .executor import IExecutor, executor_registry
-from .messages import STEP_ACTOR
-from .record import utcnow
-from .running import InFlight, StepCancelled
-from .steps import Claim, Outcome
 from .task import Task
 
 R = TypeVar("R")
-
-logger = logging.getLogger(__name__)
-
-#: What the middleware hands the step actor, per worker thread.
-current = threading.local()
-
-#: Marks an attempt cut short by worker shutdown: the step is handed back, not counted.
-HANDED_BACK = Outcome(False, error="handed back on worker shutdown")
-
-#: Stands for "nothing returned yet" (None is a result like any other).
-_NOTHING: Any = object()
-
-
-def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
-    """Run the claimed task once in this thread; never raises.
-
-    An interrupt (worker shutdown, a forced cancel, a time limit) that lands
-    after the task's function returned does not undo the attempt: Python
-    delivers such an interrupt only when the thread runs Python code again,
-    which for a task blocked in C (``time.sleep``, a socket read) can be
-    after its work finished. The returned value is then recorded as usual.
-    """
-    started = utcnow()
-    running = inflight.start(claim.record.id)
-    result = _NOTHING
-    try:
-        try:
-            task = Task.from_dict(claim.task)
-        except UnknownExecutorError as exc:
-            # Maybe a rolling deploy: the middleware decides whether to wait for a
-            # worker that knows the task or to fail it (unknown_task_grace).
-            return replace(
-                Outcome.failure(exc, retriable=False, started=started), unknown_task=True
-            )
-        task.context = Context(
-            {
-                CANCEL_EVENT_KEY: running.cancel_event,
-                JOB_ID_KEY: claim.record.id,
-                RESULTS_KEY: claim.results_by_name(),
-                POSITION_KEY: claim.position.to_list(),
-            }
-        )
-        result = task.executor.execute(task, task.context)
-        inflight.finish(claim.record.id)
-        return Outcome(True, result, started=started, ended=utcnow())
-    except Interrupt as exc:
-        if running.interrupted_at is not None:
-            logger.info(
-                "job %s: task stopped %.1fs after the interrupt was sent",
-                claim.record.id,
-                time.monotonic() - running.interrupted_at,
-                extra={"action": "interrupt_landed", "job_id": claim.record.id},
-            )
-        if result is not _NOTHING:  # landed after the function returned
-            return Outcome(True, result, started=started, ended=utcnow())
-        if isinstance(exc, Shutdown):
-            return HANDED_BACK
-        if isinstance(exc, TimeLimitExceeded):
-            timeout = claim.task.get("round_timeout", 0)
-            return Outcome.failure(
-                exc,
-                kind=history.TIMED_OUT,
-                started=started,
-                error=f"TaskTimeoutError: exceeded round_timeout={timeout:g}s",
-            )
-        if isinstance(exc, StepCancelled):
-            return Outcome.failure(
-                exc,
-                kind=history.CANCELLED,
-                started=started,
-                error="cancelled: the task was interrupted after the grace period",
-            )
-        return Outcome.failure(exc, started=started)
-    except Exception as exc:
-        return Outcome.failure(
-            exc, retriable=is_retriable(exc), kind=history.kind_of(exc), started=started
-        )
-    finally:
-        inflight.finish(claim.record.id)
-
-
-def _step(*args: Any, **kwargs: Any) -> None:
-    """Body of the step actor: run the step the middleware claimed, if it claimed one."""
-    claim: Claim | None = getattr(current, "claim", None)
-    inflight: InFlight | None = getattr(current, "inflight", None)
-    if claim is None or inflight is None:
-        if getattr(current, "handled", False):
-            return  # the middleware dealt with this message (a duplicate, a deferral...)
-        raise RuntimeError("the step actor runs only behind WorkflowMiddleware")
-    current.outcome = run_attempt(claim, inflight)
-
-
-class _ActorsOnly:
-    """A view of a broker on which declaring an actor does not declare its queue.
-
-    The step actor has no queue of its own: its messages travel on the
-    channels' queues. Declaring the actor the usual way would add a queue
-    every worker then consumes (and a RabbitMQ server then creates).
-    """
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._broker, name)
-
-    def declare_actor(self, actor: dramatiq.Actor[Any, Any]) -> None:
-        broker = self._broker
-        broker.emit_before("declare_actor", actor)
-        broker.actors[actor.actor_name] = actor
-        broker.emit_after("declare_actor", actor)
-
-
-def declare_step_actor(broker: Broker) -> dramatiq.Actor[Any, Any]:
-    """Register the step actor on ``broker`` (once), without declaring a queue."""
-    try:
-        existing: dramatiq.Actor[Any, Any] = broker.get_actor(STEP_ACTOR)
-        return existing
-    except dramatiq.errors.ActorNotFound:
-        pass
-    actor: dramatiq.Actor[Any, Any] = dramatiq.Actor(
-        _step,
-        broker=_ActorsOnly(broker),  # type: ignore[arg-type]
-        actor_name=STEP_ACTOR,
-        queue_name="default",
-        priority=0,
-        # No Dramatiq retries (the rules retry), no Dramatiq time limit unless the
-        # task has a round_timeout, and no immediate interrupt on shutdown: the
-        # middleware gives running attempts shutdown_grace, then hands them back.
-        options={"max_retries": 0, "time_limit": float("inf"), "notify_shutdown": False},
-    )
-    actor.broker = broker
-    return actor
 
 
 class FunctionExecutor(IExecutor):
@@ -350,8 +210,6 @@ def _resolve_actor(executor_id: str) -> IExecutor | None:
     """Registry fallback: ``actor:NAME`` names an actor declared on the current broker."""
     if not executor_id.startswith("actor:"):
         return None
-    from .broker import get_broker
-
     try:
         actor = get_broker().get_actor(executor_id[len("actor:") :])
     except dramatiq.errors.ActorNotFound:

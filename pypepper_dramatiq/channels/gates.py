@@ -26,8 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, cast
 
-from .errors import BrokerUnavailableError
-from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
+from ..errors import BrokerUnavailableError
+from ..redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 
 SendResult = Literal["ok", "full", "stopped"]
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import dramatiq
 
-from .errors import MessageError
-from .record import JobRecord
-from .rules import Position
+from ..errors import MessageError
+from ..record import JobRecord
+from ..rules import Position
 
 #: Actor that runs job steps on Dramatiq workers.
 STEP_ACTOR = "pypepper_dramatiq.step"

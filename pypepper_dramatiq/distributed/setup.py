@@ -9,13 +9,13 @@ from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
-from .actors import declare_step_actor
-from .broker import set_broker
-from .channel import manager
-from .config import config, count, seconds, section
-from .errors import ConfigError
+from ..channels.broker import set_broker
+from ..channels.channel import manager
+from ..config import config, count, seconds, section
+from ..errors import ConfigError
+from ..stores.registry import configure_job_store, setup_from_config
 from .middleware import WorkflowMiddleware
-from .store import configure_job_store, setup_from_config
+from .step_actor import declare_step_actor
 
 #: Dramatiq's Redis broker default is 60 s; ours is shorter so that messages
 #: prefetched by a dead worker come back sooner (see recovery.py).
@@ -108,7 +108,7 @@ def setup(
 
     Talks to no Redis: the Redis broker's connection pool connects on first
     use, and each channel applies its bound on its first call to Redis (see
-    :class:`~pypepper_dramatiq.gates.RedisGate`). A ``dramatiq`` worker whose
+    :class:`~pypepper_dramatiq.channels.gates.RedisGate`). A ``dramatiq`` worker whose
     module calls this starts while Redis is down, and Dramatiq's consumers
     retry until it is up. (The job store, when given, is opened here.)
 

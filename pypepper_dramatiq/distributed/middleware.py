@@ -25,22 +25,22 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware, Shutdown
 
-from . import actors
-from .cancellation import CancelListener
-from .channel import ChannelConnector, manager
-from .config import seconds
-from .errors import MessageError, StoreError
-from .inflight import LeaseKeeper
-from .messages import STEP_ACTOR, StepMessage
+from ..channels.channel import ChannelConnector, manager
+from ..channels.messages import STEP_ACTOR, StepMessage
+from ..config import seconds
+from ..engine.ledger import Claim, Outcome, StepBook, StepSkipped
+from ..engine.running import running_here
+from ..errors import MessageError, StoreError
+from ..outage import JOB_STORE, REDIS, shared_outage
+from ..record import utcnow
+from ..redis_layout import redis_client_of
+from ..rules import Action
+from ..stores.registry import get_job_store
+from . import step_actor
+from .cancel_listener import CancelListener
+from .leases import LeaseKeeper
 from .orphans import AckKeeper
-from .outage import JOB_STORE, REDIS, shared_outage
-from .record import utcnow
 from .recovery import RecoverySweeper
-from .redis_layout import redis_client_of
-from .rules import Action
-from .running import running_here
-from .steps import Claim, Outcome, StepBook, StepSkipped
-from .store import get_job_store
 
 logger = logging.getLogger(__name__)
 
@@ -178,9 +178,9 @@ class WorkflowMiddleware(Middleware):
         # Until a claim is made, the step actor returns without running
         # anything: a message we acknowledge unrun is normal here (a duplicate,
         # a stale redelivery), not worth Dramatiq's "was skipped" WARNING.
-        actors.current.claim = None
-        actors.current.outcome = None
-        actors.current.handled = True
+        step_actor.current.claim = None
+        step_actor.current.outcome = None
+        step_actor.current.handled = True
         try:
             step = StepMessage.from_message(message)
         except MessageError as exc:
@@ -199,8 +199,8 @@ class WorkflowMiddleware(Middleware):
             message.options["time_limit"] = int(timeout * 1000)
         else:
             message.options.pop("time_limit", None)
-        actors.current.claim = claim
-        actors.current.inflight = self.inflight
+        step_actor.current.claim = claim
+        step_actor.current.inflight = self.inflight
 
     def _claim(self, broker: Broker, step: StepMessage, message: Any) -> Claim | None:
         """Claim the step; None when the message must not run here (already dealt with)."""
@@ -293,16 +293,16 @@ class WorkflowMiddleware(Middleware):
     ) -> None:
         if message.actor_name != STEP_ACTOR:
             return
-        claim: Claim | None = getattr(actors.current, "claim", None)
-        outcome: Outcome | None = getattr(actors.current, "outcome", None)
-        actors.current.claim = actors.current.outcome = None
-        actors.current.handled = False
+        claim: Claim | None = getattr(step_actor.current, "claim", None)
+        outcome: Outcome | None = getattr(step_actor.current, "outcome", None)
+        step_actor.current.claim = step_actor.current.outcome = None
+        step_actor.current.handled = False
         if claim is None:
             return
         self.inflight.remove(claim.record.id)
         if outcome is None:
             outcome = Outcome(False, error=f"{type(exception).__name__}: {exception}")
-        if outcome is actors.HANDED_BACK:
+        if outcome is step_actor.HANDED_BACK:
             self._hand_back(broker, claim, StepMessage(claim.record.id, claim.position))
             return
         if outcome.unknown_task:

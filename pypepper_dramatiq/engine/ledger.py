@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from . import history, rules
-from .errors import ResultNotStorableError, StoreError, describe
-from .events import COMPLETE, FAIL, RUN, transition
-from .messages import StepMessage
-from .record import JobRecord, utcnow
-from .results import check_storable
-from .rules import Position, RetryPolicy
-from .status import Status
-from .stores.base import IJobStore, why_not_claimable
+from .. import history, rules
+from ..channels.messages import StepMessage
+from ..errors import ResultNotStorableError, StoreError, describe
+from ..events import COMPLETE, FAIL, RUN, transition
+from ..record import JobRecord, utcnow
+from ..results import check_storable
+from ..rules import Position, RetryPolicy
+from ..status import Status
+from ..stores.base import IJobStore, why_not_claimable
 
 logger = logging.getLogger(__name__)
 

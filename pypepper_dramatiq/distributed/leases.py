@@ -7,12 +7,12 @@ import threading
 import time
 from datetime import timedelta
 
-from .errors import StoreUnavailableError
-from .outage import JOB_STORE, shared_outage
-from .record import utcnow
-from .running import InFlight
-from .status import Status
-from .store import get_job_store
+from ..engine.running import InFlight
+from ..errors import StoreUnavailableError
+from ..outage import JOB_STORE, shared_outage
+from ..record import utcnow
+from ..status import Status
+from ..stores.registry import get_job_store
 
 logger = logging.getLogger(__name__)
 

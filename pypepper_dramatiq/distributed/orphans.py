@@ -28,9 +28,9 @@ from typing import Any
 
 from dramatiq import Message
 
-from .messages import STEP_ACTOR
-from .outage import REDIS, broker_unreachable, shared_outage
-from .redis_layout import acks_key, messages_key
+from ..channels.messages import STEP_ACTOR
+from ..outage import REDIS, broker_unreachable, shared_outage
+from ..redis_layout import acks_key, messages_key
 
 logger = logging.getLogger(__name__)
 

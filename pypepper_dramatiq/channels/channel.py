@@ -1,0 +1,385 @@
+"""Channels: named, optionally bounded Dramatiq queues that carry jobs.
+
+A channel's queue is a Dramatiq queue on the current broker (the in-memory
+stub broker by default). Its :class:`~pypepper_dramatiq.channels.gates.Gate` counts the
+jobs waiting and decides "ok", "full" or "stopped" atomically (in Redis when
+the broker is Redis), so a successful send and a stop never overlap.
+
+With Redis, a channel's bound and stop flag are kept there for every process
+and outlive them: :meth:`Channel.resize` / :meth:`ChannelManager.resize`
+change the bound, :meth:`Channel.resume` / :meth:`ChannelManager.resume` lift a
+stop (also from the shell: ``pypepper-dramatiq channels``).
+
+Creating a channel does no Redis I/O, so ``setup(channels=...)`` succeeds
+while Redis is down: the channel's first call to Redis applies its bound
+(see :class:`~pypepper_dramatiq.channels.gates.RedisGate`), or raises
+:class:`~pypepper_dramatiq.errors.BrokerUnavailableError` and is tried again
+by the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from dramatiq.broker import Broker, Consumer
+
+from ..config import count
+from ..errors import BrokerUnavailableError, MessageError, StoreError
+from ..events import FAIL, transition
+from ..job import Job
+from ..outage import broker_unreachable
+from ..record import JobRecord, utcnow
+from ..redis_layout import redis_client_of
+from ..rules import Position
+from ..status import Status
+from ..stores.registry import get_job_store
+from .broker import get_broker
+from .gates import Gate, LocalGate, RedisGate, SendResult
+from .messages import DISPATCH_KEY, StepMessage, dispatch_of
+
+logger = logging.getLogger(__name__)
+
+#: How long a blocked receive() sleeps between looks at the queue, in seconds.
+POLL_INTERVAL = 0.5
+
+
+class Channel:
+    """A queue of jobs.
+
+    Args:
+        channel_id: the channel's name, also its Dramatiq queue name.
+        maxsize: how many jobs may wait at once (0 = unbounded), or None for
+            "not given". With Redis the bound is shared and outlives processes:
+            a given ``maxsize`` replaces the stored one (logged at INFO when it
+            changes) at the channel's first call to Redis, None keeps it
+            (unbounded if none is stored). Without Redis, None is 0.
+        broker: the Dramatiq broker; the package's broker by default.
+        gate: admission state; shared through Redis when the broker is Redis,
+            process-local otherwise.
+
+    Creating a channel does not talk to Redis (a process starts while Redis is
+    down); its first admission, release or read does, or :meth:`connect`.
+
+    Raises:
+        ConfigError: ``maxsize`` is not a whole number >= 0.
+    """
+
+    def __init__(
+        self,
+        channel_id: str,
+        maxsize: int | None = None,
+        broker: Broker | None = None,
+        gate: Gate | None = None,
+    ) -> None:
+        if maxsize is not None:
+            maxsize = count("maxsize", maxsize)
+        self.id = channel_id
+        self.broker = broker or get_broker()
+        self.gate = gate or _gate_for(self.broker, channel_id, maxsize)
+        self.broker.declare_queue(channel_id)
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        # Jobs sent from this process, handed back as the same objects on receive.
+        self._local: dict[str, Job] = {}
+        self._consumer: Consumer | None = None
+
+    @property
+    def maxsize(self) -> int:
+        """The bound (0 = unbounded); with Redis, as stored there now."""
+        return self.gate.maxsize
+
+    def connect(self) -> None:
+        """Talk to Redis now: apply the bound given at creation (no-op without Redis).
+
+        Raises:
+            BrokerUnavailableError: Redis could not be reached; the next call tries again.
+        """
+        self.gate.connect()
+
+    @property
+    def stop(self) -> bool:
+        """Whether the channel is stopped: :meth:`request_stop`, not yet :meth:`resume`."""
+        return self.gate.stopped
+
+    def resize(self, maxsize: int) -> int:
+        """Change the bound to ``maxsize`` (0 = unbounded); returns the bound it replaced.
+
+        With Redis the new bound is stored there, for every process, now and
+        later. Jobs already waiting stay, even beyond a smaller bound.
+
+        Raises:
+            ConfigError: ``maxsize`` is not a whole number >= 0.
+        """
+        return self.gate.resize(count("maxsize", maxsize))
+
+    def resume(self) -> None:
+        """Accept jobs again after :meth:`request_stop` (with Redis, in every process).
+
+        A stop with Redis outlives the process that requested it: a restarted
+        producer finds the channel stopped until someone resumes it.
+        """
+        with self._lock:
+            self.gate.resume()
+        logger.info(
+            "channel %s: resumed",
+            self.id,
+            extra={"action": "resume_channel", "channel_id": self.id},
+        )
+
+    def length(self) -> int:
+        """Jobs waiting in the channel."""
+        return self.gate.waiting()
+
+    def offer(self, job: Job) -> SendResult:
+        """Enqueue ``job`` unless the channel is stopped or full (sync form of :meth:`send`)."""
+        with self._lock:
+            result = self.gate.admit(job.id)
+            if result != "ok":
+                return result
+            self._local[job.id] = job
+            try:
+                message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
+                sent = self.broker.enqueue(message)
+            except BaseException as exc:
+                self._local.pop(job.id, None)
+                with contextlib.suppress(BrokerUnavailableError):
+                    self.gate.release(job.id)
+                if broker_unreachable(exc):
+                    raise BrokerUnavailableError(
+                        f"the broker did not take job {job.id} for channel {self.id}: {exc}"
+                    ) from exc
+                raise
+        # The Scheduled write records which message carries the job, so that
+        # recovery can tell a job waiting in a queue from one whose message is gone.
+        job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(sent)})
+        self._wakeup.set()
+        return "ok"
+
+    async def send(self, job: Job) -> SendResult:
+        """Enqueue ``job``: ``"ok"``, or ``"full"`` / ``"stopped"`` when rejected."""
+        return self.offer(job)
+
+    def request_stop(self) -> None:
+        """Stop accepting jobs and wake a blocked :meth:`receive`. Queued jobs stay."""
+        with self._lock:
+            self.gate.request_stop()
+        self._wakeup.set()
+
+    def take(self) -> Job | None:
+        """The next waiting job, without blocking; None if there is none."""
+        while True:
+            message = self._next_message()
+            if message is None:
+                return None
+            job = self._decode(message)
+            if job is not None:
+                return job
+
+    async def receive(self) -> Job | None:
+        """The next job; waits while the channel is open and empty.
+
+        Returns None only when the channel is stopped and empty, so stopped
+        channels drain.
+        """
+        while True:
+            self._wakeup.clear()
+            stopped = self.stop  # read before looking: no send can follow a stop
+            job = self.take()
+            if job is not None:
+                return job
+            if stopped:
+                return None
+            await asyncio.to_thread(self._wakeup.wait, POLL_INTERVAL)
+
+    def _next_message(self) -> Any:
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = self.broker.consume(self.id, prefetch=1 << 30, timeout=0)
+            consumer = self._consumer
+        message = next(consumer)
+        if message is not None:
+            consumer.ack(message)
+        return message
+
+    def _decode(self, message: Any) -> Job | None:
+        try:
+            step = StepMessage.from_message(message)
+        except MessageError:
+            logger.exception("dropping undecodable message on channel %s", self.id)
+            return None
+        self.gate.release(step.job_id)
+        with self._lock:
+            job = self._local.pop(step.job_id, None)
+        if job is not None:
+            return job
+        if step.record is None:
+            logger.error("message for job %s carries no record; dropped", step.job_id)
+            return None
+        try:
+            job = Job.from_record(step.record)
+        except ValueError as exc:
+            # Its tasks' executors are not registered in this process: no attempt
+            # here can run it, and the message is consumed. Fail it, visibly.
+            logger.error("job %s cannot be rebuilt here (%s); marking it Failed", step.job_id, exc)
+            _fail_stored(step.record, f"the job cannot be rebuilt by this worker: {exc}")
+            return None
+        job.restore_status(step.record.status)
+        return job
+
+    def __repr__(self) -> str:
+        maxsize: object = "?"
+        # A repr (in a log line, a traceback) neither raises nor makes the
+        # channel's first call to Redis, which would apply its bound as a side
+        # effect: the bound is shown once some real call has reached Redis.
+        if self.gate.connected:
+            with contextlib.suppress(BrokerUnavailableError):
+                maxsize = self.maxsize
+        return f"Channel({self.id!r}, maxsize={maxsize})"
+
+
+def _fail_stored(record: JobRecord, error: str) -> None:
+    """Store ``record``'s job as Failed with ``error``, unless it already moved on."""
+    store = get_job_store()
+    try:
+        current = store.get(record.id)
+        if current is None:
+            current = record.evolve(version=0)
+        elif current.status is not Status.SCHEDULED:
+            return  # running, finished or cancelled elsewhere: leave it
+        store.put(
+            current.evolve(status=transition(current.status, FAIL), error=error, updated=utcnow())
+        )
+    except StoreError as exc:
+        logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
+
+
+def _gate_for(broker: Broker, channel_id: str, maxsize: int | None) -> Gate:
+    client = redis_client_of(broker)
+    if client is not None:
+        return RedisGate(client, channel_id, maxsize)
+    return LocalGate(maxsize, channel_id)
+
+
+class ChannelManager:
+    """The process's channels by id."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, Channel] = {}
+        self._lock = threading.Lock()
+
+    def new(self, channel_id: str, maxsize: int | None = None) -> Channel:
+        """The channel ``channel_id``, created with ``maxsize`` if this process has none yet.
+
+        Creating it with an explicit ``maxsize`` sets the bound (with Redis,
+        replacing the one stored there for every process); ``maxsize=None``
+        keeps the stored bound (unbounded when there is none). Once this
+        process holds the channel, a later ``maxsize`` is ignored and the same
+        object is returned: change the bound with :meth:`resize`.
+        """
+        with self._lock:
+            channel = self._channels.get(channel_id)
+            if channel is None:
+                channel = self._channels[channel_id] = Channel(channel_id, maxsize)
+            return channel
+
+    def available(self, channel_id: str, maxsize: int | None = None) -> Channel:
+        """Same as :meth:`new`: get the channel, creating it on first use.
+
+        Producers reach their channel this way (``Job.scheduled()``) without a
+        bound, so they never change the one stored in Redis.
+        """
+        return self.new(channel_id, maxsize)
+
+    def resize(self, channel_id: str, maxsize: int) -> int:
+        """Set the bound of ``channel_id`` (creating the channel if new); returns the old bound.
+
+        Raises:
+            ConfigError: ``maxsize`` is not a whole number >= 0.
+        """
+        maxsize = count("maxsize", maxsize)  # refused before a channel is created
+        return self.new(channel_id).resize(maxsize)
+
+    def resume(self, channel_id: str) -> None:
+        """Clear the stop flag of ``channel_id`` (creating the channel if new)."""
+        self.new(channel_id).resume()
+
+    def get(self, channel_id: str) -> Channel | None:
+        return self._channels.get(channel_id)
+
+    def remove(self, channel_id: str) -> Channel | None:
+        with self._lock:
+            return self._channels.pop(channel_id, None)
+
+    def clear(self) -> None:
+        """Forget every channel (tests, re-configuration)."""
+        with self._lock:
+            self._channels.clear()
+
+    def ids(self) -> list[str]:
+        return sorted(self._channels)
+
+    def connect_pending(self) -> list[str]:
+        """Make the first Redis call of every channel that has not made it yet.
+
+        That applies the bounds this process was given (see :meth:`Channel.connect`)
+        as soon as Redis answers, instead of at each channel's first job.
+
+        Returns:
+            The ids of the channels still not connected (Redis unreachable),
+            sorted; empty once every channel is.
+        """
+        with self._lock:
+            channels = list(self._channels.values())
+        pending = []
+        for channel in channels:
+            if channel.gate.connected:
+                continue
+            try:
+                channel.connect()
+            except BrokerUnavailableError as exc:
+                # Quiet on purpose: the parts of the process that need Redis
+                # log its outage; this only retries.
+                logger.debug("channel %s not connected yet: %s", channel.id, exc)
+                pending.append(channel.id)
+        return sorted(pending)
+
+
+class ChannelConnector(threading.Thread):
+    """Applies the bounds of a process's channels once Redis answers, then ends.
+
+    Meant for a worker process: its channels' first calls to Redis otherwise
+    come with its first job, so a bound it was given would wait until then.
+    Tries every ``interval`` seconds while Redis is down, logging nothing
+    above DEBUG.
+
+    Args:
+        channels: the channels to connect (the process's :data:`manager`).
+        interval: seconds between two tries.
+    """
+
+    def __init__(self, channels: ChannelManager, interval: float = 1.0) -> None:
+        super().__init__(name="pypepper-channels", daemon=True)
+        self.channels = channels
+        self.interval = interval
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            try:
+                if not self.channels.connect_pending():
+                    return
+            except Exception:  # a bug, not an outage: say it once and give up
+                logger.exception("connecting the channels failed; each connects on first use")
+                return
+            self._stop_event.wait(self.interval)
+
+
+#: The process-wide channel manager.
+manager = ChannelManager()

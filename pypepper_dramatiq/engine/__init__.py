@@ -1,0 +1,7 @@
+"""The engine both drivers share: claim a step, record its outcome under the rules.
+
+* :mod:`.ledger`: :class:`~.ledger.StepBook`, the claims and records of steps in the job store;
+* :mod:`.running`: the one registry of what runs in this process.
+
+The decisions themselves are :mod:`pypepper_dramatiq.rules` (pure).
+"""

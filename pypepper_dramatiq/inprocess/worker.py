@@ -1,0 +1,313 @@
+"""The in-process driver: takes jobs from a channel and runs their steps here.
+
+The steps go through the same engine as the Dramatiq driver's
+(:mod:`~pypepper_dramatiq.rules` decides, :class:`~pypepper_dramatiq.ledger.StepBook`
+records), in the worker's thread: a retry delay is a wait on the job's cancel
+event, and ``round_timeout`` is enforced by the workflow's attempt pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from .. import history, rules
+from ..channels.channel import Channel
+from ..engine import ledger
+from ..engine.running import running_here
+from ..errors import (
+    InvalidTransitionError,
+    JobRedeliveryError,
+    JobRequeuedError,
+    StoreError,
+    describe,
+    is_retriable,
+)
+from ..events import COMPLETE, FAIL, RUN
+from ..job import Job
+from ..record import JobRecord, utcnow
+from ..status import Status
+from ..stores.registry import get_job_store
+from ..task import Task
+from ..workflow import Workflow
+
+logger = logging.getLogger(__name__)
+
+
+class Worker:
+    """Consumes one channel; each job runs RUN -> workflows -> COMPLETE or FAIL."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+
+    async def run_once(self) -> Job | None:
+        """Receive and process one job; None when the channel is stopped and empty.
+
+        Raises:
+            JobRequeuedError: the RUN snapshot did not persist; the job went back
+                on the channel.
+            JobRedeliveryError: it could not go back either; it was marked Failed.
+        """
+        job = await self.channel.receive()
+        if job is None:
+            return None
+        await self.process(job)
+        return job
+
+    async def run_forever(self) -> None:
+        """Process jobs until the channel is stopped and drained.
+
+        Job errors are logged and the loop goes on, except that
+        :class:`JobRequeuedError` and a ``full`` :class:`JobRedeliveryError` are
+        re-raised at once, and a ``stopped`` one after the leftovers drained.
+        """
+        deferred: JobRedeliveryError | None = None
+        while True:
+            try:
+                job = await self.run_once()
+            except JobRequeuedError:
+                raise
+            except JobRedeliveryError as exc:
+                if exc.reason == "full":
+                    raise
+                deferred = exc
+                continue
+            except Exception:
+                logger.exception("worker on channel %s: job failed", self.channel.id)
+                continue
+            if job is None:
+                break
+        if deferred is not None:
+            raise deferred
+
+    async def process(self, job: Job) -> None:
+        """Carry one job through RUN, its steps, and COMPLETE or FAIL."""
+        if job.is_cancelled:
+            self._settle_cancelled(job)
+            return
+        if not self._start(job):
+            return
+        _log(job, "start")
+        job.share_cancel_event()
+        with running_here.holding(job.id, job.cancel_event):
+            try:
+                ended = await asyncio.to_thread(self._run_steps, job)
+            except ledger.OutcomeNotRecorded as exc:
+                # The work is done; only its last write failed: keep the ending
+                # the rules decided and retry the snapshot (never re-run).
+                logger.warning("job %s: its end could not be recorded: %s", job.id, exc)
+                job.follow_progress(exc.record.evolve(version=job.version))
+                self._finish(job, exc.record.error)
+                return
+            except Exception as exc:  # a bug outside the executors
+                logger.exception("job %s: its steps could not run to the end", job.id)
+                self._finish(job, describe(exc))
+                return
+        if ended is None:  # cancelled, or the row moved on: follow it
+            self._finish(job, None)
+            return
+        self._ended(job, ended)
+
+    def _run_steps(self, job: Job) -> JobRecord | None:
+        """Run the job's steps in this thread through the shared engine.
+
+        Each attempt is recorded in the job row as the Dramatiq driver records
+        it (:class:`~pypepper_dramatiq.ledger.StepBook`: results, attempts,
+        history, cursor, the rules' decision), so a job's stored state does not
+        depend on who ran it. Returns the row once the engine wrote its end
+        (Completed or Failed); None when it stopped without (a cancel, or a
+        write that lost to another writer).
+        """
+        tasks = [[task.spec() for task in workflow.get_tasks()] for workflow in job.workflows]
+        step = rules.first_step(ledger.plan_of(tasks), cancelled=job.is_cancelled)
+        if step.action is not rules.Action.RUN:
+            return None  # nothing to run (or cancelled): the end is written by _finish
+        book = ledger.StepBook(
+            get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True
+        )
+        record = job.to_record()
+        while True:
+            position = step.position
+            assert position is not None
+            if step.delay > 0:
+                job.cancel_event.wait(step.delay)
+            if job.is_cancelled:
+                return None
+            workflow = job.workflows[position.workflow]
+            task = workflow.get_tasks()[position.task]
+            outcome = _attempt(workflow, task)
+            try:
+                recorded = book.record_outcome(ledger.Claim(record, position, tasks), outcome)
+            except ledger.OutcomeNotRecorded as exc:
+                if exc.decision.action is not rules.Action.RUN:
+                    raise
+                # Go on: the next write carries this step's progress (same version).
+                logger.warning(
+                    "job %s: outcome of %s not recorded yet (%s); going on",
+                    job.id,
+                    position.key(),
+                    exc,
+                )
+                recorded = ledger.Recorded(exc.decision, exc.record)
+            if recorded is None:
+                return None
+            if outcome.succeeded:
+                job.context.results[task.name] = outcome.result
+            step, record = recorded.decision, recorded.record
+            if step.action is not rules.Action.RUN:
+                return record
+
+    def _ended(self, job: Job, ended: JobRecord) -> None:
+        """The engine wrote the end: the state machine follows it (no other write)."""
+        try:
+            job.apply_event(COMPLETE if ended.status is Status.COMPLETED else FAIL)
+        except InvalidTransitionError:
+            if not _cancelled(job):
+                raise
+        job.follow_progress(ended)
+        _log(job, "end", job.status)
+
+    # -- steps --------------------------------------------------------------
+
+    def _settle_cancelled(self, job: Job) -> None:
+        """Skip a cancelled job; make sure Cancelled is stored."""
+        _log(job, "skip_cancelled")
+        try:
+            durable = get_job_store().get(job.id)
+        except StoreError:
+            durable = None
+        if durable is None or durable.status is not Status.CANCELLED:
+            job.persist()
+
+    def _start(self, job: Job) -> bool:
+        """Heal, follow the durable row, RUN and persist it; True if work may start."""
+        before = job.status
+        store = get_job_store()
+        try:
+            durable = store.get(job.id)
+            if durable is None:
+                if not job.save():
+                    return self._start_failed(job, before)
+            elif durable.status is not Status.SCHEDULED:
+                _log(job, "follow_durable", durable.status)
+                job.adopt(durable)
+                return False
+            elif durable.version != job.version:
+                job.version = durable.version
+        except StoreError as exc:
+            logger.warning("job %s: store failed before RUN: %s", job.id, exc)
+            return self._start_failed(job, before)
+
+        job.apply_event(RUN)
+        try:
+            if job.save():
+                return True
+            durable = store.get(job.id)
+        except StoreError as exc:
+            logger.warning("job %s: RUN snapshot failed: %s", job.id, exc)
+            return self._start_failed(job, before)
+        if durable is not None and durable.status in (
+            Status.IN_PROGRESS,
+            Status.COMPLETED,
+            Status.FAILED,
+            Status.CANCELLED,
+        ):
+            _log(job, "follow_durable", durable.status)
+            job.adopt(durable)
+            return False
+        return self._start_failed(job, before)
+
+    def _start_failed(self, job: Job, before: Status) -> bool:
+        """The seed's RUN persist-failure path. Returns False or raises."""
+        if _status(job) is Status.CANCELLED:
+            job.persist()
+            return False
+        try:
+            job.apply_event(FAIL)
+        except InvalidTransitionError:
+            if _status(job) is Status.CANCELLED:  # a cancel won the race
+                job.persist()
+                return False
+            raise
+        job.error = "the RUN snapshot could not be persisted"
+        if job.persist():
+            _log(job, "fail_unpersisted_run")
+            return False
+        job.restore_status(before)
+        job.error = None
+        result = self.channel.offer(job)
+        if result == "ok":
+            _log(job, "requeue")
+            raise JobRequeuedError(job)
+        job.apply_event(FAIL)
+        job.error = f"could not be re-enqueued: channel {result}"
+        job.persist()
+        _log(job, "redelivery_failed", result)
+        raise JobRedeliveryError(job, result)
+
+    def _finish(self, job: Job, error: str | None) -> None:
+        """COMPLETE or FAIL, unless cancelled; then persist (retried, never re-run)."""
+        if not job.is_cancelled:
+            try:
+                job.apply_event(FAIL if error else COMPLETE)
+                job.error = error
+            except InvalidTransitionError:
+                if not _cancelled(job):
+                    raise
+        _log(job, "end", job.status)
+        if job.persist():
+            return
+        durable = _stored(job.id)
+        if durable is not None and durable.status is Status.CANCELLED:
+            # Cancelled by id (Job.cancel_saved) while it ran: follow the row.
+            _log(job, "follow_durable", durable.status)
+            job.adopt(durable)
+            return
+        logger.error("job %s ended %s but the snapshot did not persist", job.id, job.status)
+
+
+#: Who holds the steps an in-process Worker runs, as the job row names it.
+_IN_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:in-process"
+#: Unused by the in-process driver (it holds its steps without expiry), but the
+#: ledger needs one.
+_IN_PROCESS_LEASE = 30.0
+
+
+def _attempt(workflow: Workflow, task: Task) -> ledger.Outcome:
+    """One attempt in this thread, under the workflow's ``round_timeout`` pool."""
+    started = utcnow()
+    succeeded, value = workflow.attempt(task)
+    if succeeded:
+        return ledger.Outcome(True, value, started=started, ended=utcnow())
+    error = value if isinstance(value, BaseException) else RuntimeError(str(value))
+    return ledger.Outcome.failure(
+        error, retriable=is_retriable(error), kind=history.kind_of(error), started=started
+    )
+
+
+def _log(job: Job, action: str, detail: object = None) -> None:
+    logger.info(
+        "job %s %s%s",
+        job.id,
+        action,
+        "" if detail is None else f" ({detail})",
+        extra={"action": action, "job_id": job.id, "status": job.status.value},
+    )
+
+
+def _stored(job_id: str) -> JobRecord | None:
+    try:
+        return get_job_store().get(job_id)
+    except StoreError:
+        return None
+
+
+def _cancelled(job: Job) -> bool:
+    # Read through a call: another thread may cancel the job at any moment.
+    return job.is_cancelled
+
+
+def _status(job: Job) -> Status:
+    return job.status

@@ -1,0 +1,160 @@
+"""The process-wide job store: choose it by code or from the YAML file.
+
+When the loaded YAML names a durable backend (``scheduler.jobStore.backend``)
+and nothing was installed yet, saving or loading a job raises
+:class:`~pypepper_dramatiq.errors.StoreNotConfiguredError` (a ``ValueError``)
+instead of silently using memory.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from ..config import config, section
+from ..errors import ConfigError, StoreNotConfiguredError
+from .base import IJobStore, JobRecord
+from .memory import MemoryJobStore
+
+__all__ = [
+    "BACKENDS",
+    "IJobStore",
+    "JobRecord",
+    "PersistenceWarning",
+    "configure_job_store",
+    "get_job_store",
+    "reset_job_store",
+    "set_job_store",
+    "setup_from_config",
+]
+
+#: Backends ``configure_job_store`` knows.
+BACKENDS = ("memory", "postgres", "mysql")
+_DRIVERS = {"postgres": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+
+
+class PersistenceWarning(UserWarning):
+    """Jobs will be kept in memory although the YAML names a durable backend."""
+
+
+_lock = threading.RLock()
+_store: IJobStore | None = None
+_installed = False
+_warned = False
+
+
+def _yaml_backend() -> str | None:
+    backend = section(config.get_yml_config(), "scheduler", "jobStore").get("backend")
+    return None if backend is None else str(backend).lower()
+
+
+def get_job_store() -> IJobStore:
+    """The installed store (memory by default).
+
+    Raises:
+        StoreNotConfiguredError: the YAML names a durable backend that was
+            never set up.
+    """
+    global _store
+    with _lock:
+        if not _installed:
+            backend = _yaml_backend()
+            if backend not in (None, "memory"):
+                raise StoreNotConfiguredError(
+                    f"the YAML configuration names job store backend {backend!r} but it was "
+                    "never set up: call setup_from_config(config.get_yml_config()) "
+                    "or configure_job_store(...) first"
+                )
+        if _store is None:
+            _store = MemoryJobStore()
+        return _store
+
+
+def set_job_store(store: IJobStore) -> IJobStore:
+    """Install ``store`` for this process."""
+    global _store, _installed, _warned
+    if not isinstance(store, IJobStore):
+        raise TypeError(f"expected an IJobStore, got {type(store).__name__}")
+    with _lock:
+        backend = _yaml_backend()
+        if isinstance(store, MemoryJobStore) and backend not in (None, "memory") and not _warned:
+            _warned = True
+            warnings.warn(
+                f"jobs will be kept in memory, not in the {backend!r} backend "
+                "the YAML configuration names",
+                PersistenceWarning,
+                stacklevel=3,
+            )
+        old, _store, _installed = _store, store, True
+    if old is not None and old is not store:
+        old.close()
+    return store
+
+
+def _sql_uri(backend: str, options: dict[str, Any]) -> str:
+    uri = options.pop("uri", None) or options.pop("url", None)
+    if uri:
+        return str(uri)
+    host = options.pop("host", None)
+    if not host:
+        raise ConfigError(f"job store {backend!r} needs a uri or a host")
+    port = options.pop("port", None)
+    return URL.create(
+        _DRIVERS[backend],
+        username=options.pop("user", None) or options.pop("username", None),
+        password=options.pop("password", None),
+        host=str(host),
+        port=None if port is None else _port(port),
+        database=options.pop("db", None) or options.pop("database", None),
+    ).render_as_string(hide_password=False)
+
+
+def _port(value: object) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ConfigError(f"job store port must be a number from 1 to 65535, got {value!r}")
+    return value
+
+
+def configure_job_store(backend: str, **options: Any) -> IJobStore:
+    """Create and install a store.
+
+    Args:
+        backend: ``memory``, ``postgres`` or ``mysql``.
+        **options: for SQL, ``uri`` or ``host``/``port``/``user``/``password``/``db``;
+            ``migrate=True`` upgrades the schema first; the rest go to the engine.
+
+    Raises:
+        ConfigError: unknown backend, missing connection settings, or an
+            option the engine does not take.
+    """
+    name = str(backend).lower()
+    if name == "memory":
+        return set_job_store(MemoryJobStore())
+    if name not in _DRIVERS:
+        raise ConfigError(f"unknown job store backend {backend!r}; choose one of {BACKENDS}")
+    from .sql import SqlJobStore
+
+    opts = dict(options)
+    uri = _sql_uri(name, opts)
+    return set_job_store(SqlJobStore(uri, **opts))
+
+
+def setup_from_config(yml: dict[str, Any]) -> IJobStore:
+    """Install the store that ``scheduler.jobStore`` in ``yml`` names (memory if none)."""
+    options = section(yml, "scheduler", "jobStore")
+    backend = str(options.pop("backend", "memory"))
+    return configure_job_store(backend, **options)
+
+
+def reset_job_store() -> None:
+    """Forget the installed store; the YAML guard and the one-shot warning re-arm."""
+    global _store, _installed, _warned
+    with _lock:
+        old, _store, _installed, _warned = _store, None, False, False
+    if old is not None:
+        old.close()
