@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .errors import TaskCancelledError, TaskTimeoutError
+from .state import JobState
 
 #: Entries kept per task: the first attempt and the latest ``HISTORY_LIMIT - 1``.
 HISTORY_LIMIT = 10
@@ -78,17 +79,11 @@ def entry(
     return item
 
 
-def appended(state: dict[str, Any], key: str, item: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with ``item`` added to the history of task ``key`` (a new dict; bounded)."""
-    history = {k: list(v) for k, v in (state.get("history") or {}).items()}
-    entries = history.setdefault(key, [])
+def append(state: JobState, key: str, item: dict[str, Any]) -> None:
+    """Add ``item`` to the history of task ``key`` in ``state`` (bounded)."""
+    entries = state.history.setdefault(key, [])
     entries.append(item)
-    dropped = dict(state.get("history_dropped") or {})
     if len(entries) > HISTORY_LIMIT:
         # Keep the first attempt (how it all began) and the latest ones.
         del entries[1]
-        dropped[key] = int(dropped.get(key, 0)) + 1
-    new = dict(state, history=history)
-    if dropped:
-        new["history_dropped"] = dropped
-    return new
+        state.history_dropped[key] = state.history_dropped.get(key, 0) + 1

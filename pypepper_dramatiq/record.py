@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import AmbiguousTaskNameError, NoTaskResultError
+from .spec import TaskSpec
 from .status import Status
 
 #: Longest job id the stores accept.
@@ -88,7 +89,7 @@ class JobRecord:
                 "executor_id), so its results cannot be looked up by task name"
             )
         return [
-            [str(task.get("name", "")) for task in workflow.get("tasks", [])]
+            [TaskSpec.from_dict(task).name for task in workflow.get("tasks", [])]
             for workflow in self.payload.get("workflows", [])
         ]
 

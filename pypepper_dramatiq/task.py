@@ -10,6 +10,7 @@ from .context import Context
 from .errors import UnknownExecutorError
 from .executor import IExecutor, executor_registry
 from .rules import RetryPolicy
+from .spec import TaskSpec
 
 
 class Task:
@@ -109,31 +110,30 @@ class Task:
         """JSON form (as stored with its job); needs an ``executor_id``."""
         if self.executor_id is None:
             raise UnknownExecutorError(None, f"task {self.name!r}")
-        return self.spec()
+        return self.spec().to_dict()
 
-    def spec(self) -> dict[str, Any]:
-        """The stored form of this task, also without an ``executor_id`` (then
-        ``executor_id`` is None): what the engine reads of a task (name, retry
-        table, ``round_timeout``), whichever driver runs it."""
-        return {
-            "channel_id": self.channel_id,
-            "dag_id": self.dag_id,
-            "fingerprint": self.fingerprint,
-            "name": self.name,
-            "category": self.category,
-            "description": self.description,
-            "tags": list(self.tags),
-            "executor_id": self.executor_id,
-            "params": self.params,
-            "retry_count": self.policy.retry_count,
-            "retry_delay": self.policy.retry_delay,
-            "retry_until_completed": self.policy.retry_until_completed,
-            "retry_until_max": self.policy.retry_until_max,
-            "round_times": self.policy.round_times,
-            "round_timeout": self.round_timeout,
-            "round_timeout_join": self.round_timeout_join,
-            "optional": self.policy.optional,
-        }
+    def spec(self) -> TaskSpec:
+        """The stored form of this task (also without an ``executor_id``): what
+        the engine reads of a task, whichever driver runs it."""
+        return TaskSpec(
+            name=self.name,
+            executor_id=self.executor_id,
+            params=self.params,
+            retry_count=self.policy.retry_count,
+            retry_delay=self.policy.retry_delay,
+            retry_until_completed=self.policy.retry_until_completed,
+            retry_until_max=self.policy.retry_until_max,
+            round_times=self.policy.round_times,
+            round_timeout=self.round_timeout,
+            round_timeout_join=self.round_timeout_join,
+            optional=self.policy.optional,
+            channel_id=self.channel_id,
+            dag_id=self.dag_id,
+            fingerprint=self.fingerprint,
+            category=self.category,
+            description=self.description,
+            tags=tuple(self.tags),
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
@@ -142,32 +142,30 @@ class Task:
         Raises:
             UnknownExecutorError: (a ``ValueError``) for a missing or unknown id.
         """
-        executor_id = data.get("executor_id")
-        name = str(data.get("name", "?"))
-        if not executor_id:
-            raise UnknownExecutorError(None, f"task {name!r}")
-        executor = executor_registry.get(str(executor_id))
+        spec = TaskSpec.from_dict(data)
+        if spec.executor_id is None:
+            raise UnknownExecutorError(None, f"task {spec.name!r}")
         task = cls(
-            channel_id=str(data.get("channel_id", "default")),
-            dag_id=str(data.get("dag_id", "")),
-            fingerprint=str(data.get("fingerprint", "")),
-            name=name,
-            category=data.get("category"),
-            description=str(data.get("description", "")),
-            tags=list(data.get("tags") or []),
-            executor=executor,
-            retry_count=int(data.get("retry_count", 0)),
-            retry_delay=float(data.get("retry_delay", 0)),
-            retry_until_completed=bool(data.get("retry_until_completed", False)),
-            retry_until_max=int(data.get("retry_until_max", 1000)),
-            round_times=int(data.get("round_times", 1)),
-            round_timeout=float(data.get("round_timeout", 0)),
-            round_timeout_join=float(data.get("round_timeout_join", 0)),
-            optional=bool(data.get("optional", False)),
-            executor_id=str(executor_id),
+            channel_id=spec.channel_id,
+            dag_id=spec.dag_id,
+            fingerprint=spec.fingerprint,
+            name=spec.name,
+            category=spec.category,
+            description=spec.description,
+            tags=list(spec.tags),
+            executor=executor_registry.get(spec.executor_id),
+            retry_count=spec.retry_count,
+            retry_delay=spec.retry_delay,
+            retry_until_completed=spec.retry_until_completed,
+            retry_until_max=spec.retry_until_max,
+            round_times=spec.round_times,
+            round_timeout=spec.round_timeout,
+            round_timeout_join=spec.round_timeout_join,
+            optional=spec.optional,
+            executor_id=spec.executor_id,
         )
         # Read from JSON: no need to check (on every step of a worker) that it survives JSON.
-        task.params = dict(data.get("params") or {})
+        task.params = spec.params
         return task
 
     def __repr__(self) -> str:

@@ -10,13 +10,14 @@ import dramatiq
 from ..errors import MessageError
 from ..record import JobRecord
 from ..rules import Position
+from ..state import DISPATCH_KEY
+
+__all__ = ["DISPATCH_KEY", "OPTION_KEY", "STEP_ACTOR", "StepMessage", "dispatch_of"]
 
 #: Actor that runs job steps on Dramatiq workers.
 STEP_ACTOR = "pypepper_dramatiq.step"
 #: Key of our data in a message's options.
 OPTION_KEY = "pypepper"
-#: Key, in a job row's state, of the broker message that carries its first step.
-DISPATCH_KEY = "dispatch"
 
 
 def dispatch_of(message: dramatiq.Message[Any]) -> dict[str, Any]:

@@ -194,7 +194,7 @@ class WorkflowMiddleware(Middleware):
         if claim is None:
             return
         self._left_channel(message, step)
-        timeout = float(claim.task.get("round_timeout", 0) or 0)
+        timeout = claim.spec.round_timeout
         if timeout > 0:
             message.options["time_limit"] = int(timeout * 1000)
         else:

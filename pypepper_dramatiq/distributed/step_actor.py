@@ -81,7 +81,7 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
         if isinstance(exc, Shutdown):
             return HANDED_BACK
         if isinstance(exc, TimeLimitExceeded):
-            timeout = claim.task.get("round_timeout", 0)
+            timeout = claim.spec.round_timeout
             return Outcome.failure(
                 exc,
                 kind=history.TIMED_OUT,

@@ -7,10 +7,7 @@ the outcome and the next position that :mod:`~pypepper_dramatiq.rules`
 decides, again with compare-and-set. A stale or duplicate message fails the
 claim and is acknowledged without running user code.
 
-Row ``state`` keys: ``cursor`` (the position to run), ``results`` and
-``errors`` by task key (``"workflow.task"``), ``attempts`` per task key,
-``skipped`` (optional tasks that failed for good), ``history`` (per task key,
-the bounded attempt history of :mod:`~pypepper_dramatiq.history`).
+The row's ``state`` is :class:`~pypepper_dramatiq.state.JobState`.
 """
 
 from __future__ import annotations
@@ -29,6 +26,8 @@ from ..events import COMPLETE, FAIL, RUN, transition
 from ..record import JobRecord, utcnow
 from ..results import check_storable
 from ..rules import Position, RetryPolicy
+from ..spec import TaskSpec
+from ..state import JobState
 from ..status import Status
 from ..stores.base import IJobStore, why_not_claimable
 
@@ -125,6 +124,11 @@ class Claim:
     def task(self) -> dict[str, Any]:
         return self.tasks[self.position.workflow][self.position.task]
 
+    @property
+    def spec(self) -> TaskSpec:
+        """The stored form of the task this step runs."""
+        return TaskSpec.from_dict(self.task)
+
     def results_by_name(self) -> dict[str, Any]:
         """Results of finished tasks of this job, by task name."""
         results = self.record.state.get("results") or {}
@@ -133,7 +137,7 @@ class Claim:
             for t, task in enumerate(workflow):
                 key = f"{w}.{t}"
                 if key in results:
-                    named[str(task.get("name", key))] = results[key]
+                    named[TaskSpec.from_dict(task).name] = results[key]
         return named
 
 
@@ -198,18 +202,11 @@ def plan_of(tasks: Sequence[Sequence[dict[str, Any]]]) -> list[Policies]:
 
 
 def policy_of(task: dict[str, Any]) -> RetryPolicy:
-    return RetryPolicy(
-        retry_count=int(task.get("retry_count", 0)),
-        retry_delay=float(task.get("retry_delay", 0)),
-        retry_until_completed=bool(task.get("retry_until_completed", False)),
-        retry_until_max=int(task.get("retry_until_max", 1000)),
-        round_times=int(task.get("round_times", 1)),
-        optional=bool(task.get("optional", False)),
-    )
+    return TaskSpec.from_dict(task).policy
 
 
 def cursor_of(record: JobRecord) -> Position | None:
-    cursor = record.state.get("cursor")
+    cursor = record.state.get("cursor")  # only the cursor: no need to parse the rest
     return Position.from_list(cursor) if cursor else None
 
 
@@ -366,28 +363,23 @@ class StepBook:
         key = position.key()
         if outcome.succeeded:
             try:
-                check_storable(str(claim.task.get("name", key)), outcome.result)
+                check_storable(claim.spec.name, outcome.result)
             except ResultNotStorableError as exc:
                 outcome = Outcome.failure(exc, retriable=False, started=outcome.started)
-        state = history.appended(
-            claim.record.state,
-            key,
-            outcome.history_entry(position, self.owner, claim.record.updated),
+        state = JobState.from_dict(claim.record.state)
+        history.append(
+            state, key, outcome.history_entry(position, self.owner, claim.record.updated)
         )
-        results = dict(state.get("results") or {})
-        errors = dict(state.get("errors") or {})
-        attempts = dict(state.get("attempts") or {})
-        skipped = list(state.get("skipped") or [])
-        attempts[key] = int(attempts.get(key, 0)) + 1
+        state.attempts[key] = state.attempts.get(key, 0) + 1
         if outcome.succeeded:
-            results[key] = outcome.result
-            errors.pop(key, None)
+            state.results[key] = outcome.result
+            state.errors.pop(key, None)
         else:
-            errors[key] = outcome.error
+            state.errors[key] = outcome.error
             logger.info(
                 "job %s: task %s attempt %d (round %d) failed: %s",
                 claim.record.id,
-                claim.task.get("name", key),
+                claim.spec.name,
                 position.attempt + 1,
                 position.round + 1,
                 outcome.error,
@@ -401,13 +393,12 @@ class StepBook:
             claim.plan, position, outcome.succeeded, retriable=outcome.retriable
         )
         if decision.skipped_optional:
-            skipped.append(key)
-        state.update(results=results, errors=errors, attempts=attempts, skipped=skipped)
+            state.skipped.append(key)
         now = utcnow()
         changes: dict[str, Any] = {"updated": now, "lease_owner": None, "lease_expires": None}
         if decision.action is rules.Action.RUN:
             assert decision.position is not None
-            state["cursor"] = decision.position.to_list()
+            state.cursor = decision.position
             if self.holds_steps:
                 changes["lease_owner"] = self.owner
             else:
@@ -417,10 +408,10 @@ class StepBook:
         elif decision.action is rules.Action.COMPLETE:
             changes["status"] = transition(claim.record.status, COMPLETE)
         else:
-            name = claim.task.get("name", key)
+            name = claim.spec.name
             changes["status"] = transition(claim.record.status, FAIL)
             changes["error"] = f"task {name} failed: {outcome.error}"
-        updated = claim.record.evolve(state=state, **changes)
+        updated = claim.record.evolve(state=state.to_dict(), **changes)
         try:
             written = self._write(updated)
         except StoreError as exc:

@@ -120,7 +120,9 @@ class Worker:
         (Completed or Failed); None when it stopped without (a cancel, or a
         write that lost to another writer).
         """
-        tasks = [[task.spec() for task in workflow.get_tasks()] for workflow in job.workflows]
+        tasks = [
+            [task.spec().to_dict() for task in workflow.get_tasks()] for workflow in job.workflows
+        ]
         step = rules.first_step(ledger.plan_of(tasks), cancelled=job.is_cancelled)
         if step.action is not rules.Action.RUN:
             return None  # nothing to run (or cancelled): the end is written by _finish
