@@ -48,7 +48,13 @@ from ..status import Status, overwritable_by
 from .base import IJobStore, JobRecord
 from .schema import VERSION_TABLE, jobs
 
-__all__ = ["SqlJobStore", "head_revision", "schema_revision", "upgrade_schema"]
+__all__ = [
+    "PostgresJobStore",
+    "SqlJobStore",
+    "head_revision",
+    "schema_revision",
+    "upgrade_schema",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -381,12 +387,21 @@ def _lapsed(now: datetime, limit: int) -> Select[Any]:
 class SqlJobStore(IJobStore):
     """Job records in the ``scheduler_jobs`` table of a PostgreSQL or MySQL database.
 
+    The statements here are portable SQL (what MySQL and MariaDB run);
+    ``SqlJobStore(uri)`` of a PostgreSQL URL makes a :class:`PostgresJobStore`,
+    which overrides the hot statements with PostgreSQL's own.
+
     Args:
         uri: an SQLAlchemy URL, ``postgresql+psycopg://...`` or ``mysql+pymysql://...``.
         migrate: bring the schema to this package's head first; otherwise a
             database behind it raises :class:`~pypepper_dramatiq.errors.SchemaVersionError`.
         **engine_kwargs: passed on to :func:`sqlalchemy.create_engine`.
     """
+
+    def __new__(cls, uri: str, *args: Any, **kwargs: Any) -> SqlJobStore:
+        if cls is SqlJobStore and _backend_name(uri) == "postgresql":
+            cls = PostgresJobStore
+        return super().__new__(cls)
 
     def __init__(self, uri: str, *, migrate: bool = False, **engine_kwargs: Any) -> None:
         given = sorted(engine_kwargs)
@@ -411,8 +426,6 @@ class SqlJobStore(IJobStore):
         except BaseException:
             self._engine.dispose()
             raise
-        self._postgres = self._engine.dialect.name == "postgresql"
-        self._upsert = self._put_postgresql if self._postgres else self._put_insert_then_update
 
     @property
     def engine(self) -> Engine:
@@ -422,41 +435,14 @@ class SqlJobStore(IJobStore):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({_masked(self._engine)!r})"
 
-    @contextmanager
-    def _driver_cursor(self) -> Iterator[Any]:
-        """A cursor of a pooled driver connection, for the hot PostgreSQL statements.
-
-        SQLAlchemy's Connection and result objects cost more CPU per call than
-        these one-statement round trips themselves; the pool stays SQLAlchemy's.
-        A connection that fails is invalidated, so it is not handed out again.
-        """
-        connection = self._engine.raw_connection()
-        try:
-            cursor: Any = connection.cursor(row_factory=dict_row)
-            with cursor:
-                yield cursor
-        except _DRIVER_DISCONNECTS:
-            connection.invalidate()
-            raise
-        finally:
-            connection.close()
-
-    def _run(self, sql: str, params: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
-        """Execute a prepared hot statement: (rowcount, first row or None)."""
-        with self._driver_cursor() as cursor:
-            cursor.execute(sql, params, prepare=True)
-            row = cursor.fetchone() if cursor.description is not None else None
-            return cursor.rowcount, row
-
     def put(self, record: JobRecord) -> bool:
         return _once_more_if_stale(
             self._engine, f"saving job {record.id}", lambda: self._upsert(record)
         )
 
-    def _put_postgresql(self, record: JobRecord) -> bool:
-        return self._run(_PG_UPSERT, _pg_params(record))[0] == 1
-
-    def _put_insert_then_update(self, record: JobRecord) -> bool:
+    def _upsert(self, record: JobRecord) -> bool:
+        # Insert, and on a duplicate key update under the guard (MySQL has no
+        # conditional upsert that reports whether the guard held).
         values = _row_values(record)
         try:
             with self._engine.connect() as connection:
@@ -477,8 +463,6 @@ class SqlJobStore(IJobStore):
         )
 
     def _advance(self, record: JobRecord) -> bool:
-        if self._postgres:
-            return self._run(_PG_ADVANCE, _pg_params(record))[0] == 1
         values = _row_values(record)
         for column in ("id", "created", "version", "payload"):
             del values[column]
@@ -487,40 +471,11 @@ class SqlJobStore(IJobStore):
         with self._engine.connect() as connection:
             return connection.execute(stmt).rowcount == 1
 
-    def claim_step(
-        self,
-        job_id: str,
-        cursor: Sequence[int],
-        owner: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        start: bool = False,
-    ) -> JobRecord | None:
-        if not self._postgres:
-            return super().claim_step(job_id, cursor, owner, now, lease_until, start=start)
-        params = {
-            "id": job_id,
-            "cursor": json.dumps(list(cursor)),
-            "owner": owner,
-            "now": now,
-            "lease_until": lease_until,
-            "start": start,
-        }
-
-        def claim() -> dict[str, Any] | None:
-            return self._run(_PG_CLAIM, params)[1]
-
-        row = _once_more_if_stale(self._engine, f"claiming a step of job {job_id}", claim)
-        return None if row is None else _record(row)
-
     def get(self, job_id: str) -> JobRecord | None:
         row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))
         return None if row is None else _record(row)
 
     def _get(self, job_id: str) -> Any:
-        if self._postgres:
-            return self._run(_PG_GET, {"id": job_id})[1]
         with self._engine.connect() as connection:
             query = select(jobs).where(jobs.c.id == job_id)
             return connection.execute(query).mappings().first()
@@ -577,18 +532,16 @@ class SqlJobStore(IJobStore):
         # Deliberately no ``version = version + 1``: a renewal must not make the
         # owner's own next put look stale.
         renew = update(jobs).where(held).values(lease_expires=until)
-        doing = f"renewing {len(ids)} leases of {owner}"
-        with _boundary(self._engine, doing):
-            if self._postgres:
-                with self._engine.connect() as conn:
-                    rows = conn.execute(renew.returning(jobs.c.id, jobs.c.status)).all()
-            else:
-                # No RETURNING on UPDATE: read back in the same transaction. The
-                # renewed rows stay locked by it, so the read sees them as written.
-                with _transaction(self._engine) as conn:
-                    conn.execute(renew)
-                    rows = conn.execute(select(jobs.c.id, jobs.c.status).where(held)).all()
+        with _boundary(self._engine, f"renewing {len(ids)} leases of {owner}"):
+            rows = self._renew(renew, held)
         return {job_id: Status(status) for job_id, status in rows}
+
+    def _renew(self, renew: Any, held: Any) -> Sequence[Any]:
+        # No RETURNING on UPDATE: read back in the same transaction. The
+        # renewed rows stay locked by it, so the read sees them as written.
+        with _transaction(self._engine) as conn:
+            conn.execute(renew)
+            return conn.execute(select(jobs.c.id, jobs.c.status).where(held)).all()
 
     def recover_expired(
         self, now: datetime, lease_until: datetime, limit: int = 100
@@ -599,23 +552,9 @@ class SqlJobStore(IJobStore):
             "version": jobs.c.version + 1,
         }
         with _boundary(self._engine, "recovering lapsed leases"):
-            if self._postgres:
-                return self._recover_postgresql(now, limit, changes)
-            return self._recover_select_then_update(now, limit, changes)
+            return self._recover(now, limit, changes)
 
-    def _recover_postgresql(
-        self, now: datetime, limit: int, changes: dict[str, Any]
-    ) -> builtins.list[JobRecord]:
-        stmt = (
-            update(jobs)
-            .where(jobs.c.id.in_(_lapsed(now, limit)))
-            .values(changes)
-            .returning(*jobs.c)
-        )
-        with self._engine.connect() as conn:
-            return [_record(row) for row in conn.execute(stmt).mappings()]
-
-    def _recover_select_then_update(
+    def _recover(
         self, now: datetime, limit: int, changes: dict[str, Any]
     ) -> builtins.list[JobRecord]:
         # MySQL cannot LIMIT a subquery of IN, nor update the table it selects
@@ -633,6 +572,100 @@ class SqlJobStore(IJobStore):
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+class PostgresJobStore(SqlJobStore):
+    """:class:`SqlJobStore` on PostgreSQL: the hot statements in PostgreSQL's SQL.
+
+    ``put``, ``advance``, ``get`` and ``claim_step`` are fixed statements
+    (``INSERT ... ON CONFLICT DO UPDATE ... WHERE``, guarded ``UPDATE ...
+    RETURNING``) sent as prepared statements on the pooled psycopg connection:
+    building them with SQLAlchemy Core per call cost more CPU than the database
+    spent on them. Renewals and recovery use ``RETURNING`` in one statement.
+    """
+
+    @contextmanager
+    def _driver_cursor(self) -> Iterator[Any]:
+        """A cursor of a pooled driver connection, for the hot statements.
+
+        SQLAlchemy's Connection and result objects cost more CPU per call than
+        these one-statement round trips themselves; the pool stays SQLAlchemy's.
+        A connection that fails is invalidated, so it is not handed out again.
+        """
+        connection = self._engine.raw_connection()
+        try:
+            cursor: Any = connection.cursor(row_factory=dict_row)
+            with cursor:
+                yield cursor
+        except _DRIVER_DISCONNECTS:
+            connection.invalidate()
+            raise
+        finally:
+            connection.close()
+
+    def _run(self, sql: str, params: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        """Execute a prepared hot statement: (rowcount, first row or None)."""
+        with self._driver_cursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            row = cursor.fetchone() if cursor.description is not None else None
+            return cursor.rowcount, row
+
+    def _upsert(self, record: JobRecord) -> bool:
+        return self._run(_PG_UPSERT, _pg_params(record))[0] == 1
+
+    def _advance(self, record: JobRecord) -> bool:
+        return self._run(_PG_ADVANCE, _pg_params(record))[0] == 1
+
+    def _get(self, job_id: str) -> Any:
+        return self._run(_PG_GET, {"id": job_id})[1]
+
+    def claim_step(
+        self,
+        job_id: str,
+        cursor: Sequence[int],
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        start: bool = False,
+    ) -> JobRecord | None:
+        params = {
+            "id": job_id,
+            "cursor": json.dumps(list(cursor)),
+            "owner": owner,
+            "now": now,
+            "lease_until": lease_until,
+            "start": start,
+        }
+
+        def claim() -> dict[str, Any] | None:
+            return self._run(_PG_CLAIM, params)[1]
+
+        row = _once_more_if_stale(self._engine, f"claiming a step of job {job_id}", claim)
+        return None if row is None else _record(row)
+
+    def _renew(self, renew: Any, held: Any) -> Sequence[Any]:
+        with self._engine.connect() as conn:
+            return conn.execute(renew.returning(jobs.c.id, jobs.c.status)).all()
+
+    def _recover(
+        self, now: datetime, limit: int, changes: dict[str, Any]
+    ) -> builtins.list[JobRecord]:
+        stmt = (
+            update(jobs)
+            .where(jobs.c.id.in_(_lapsed(now, limit)))
+            .values(changes)
+            .returning(*jobs.c)
+        )
+        with self._engine.connect() as conn:
+            return [_record(row) for row in conn.execute(stmt).mappings()]
+
+
+def _backend_name(uri: str) -> str | None:
+    try:
+        return make_url(uri).get_backend_name()
+    except Exception:  # a bad URL: the constructor names the problem
+        return None
 
 
 def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:

@@ -24,6 +24,7 @@ from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.schema import VERSION_TABLE, jobs
 from pypepper_dramatiq.stores.sql import (
     MIGRATIONS,
+    PostgresJobStore,
     SqlJobStore,
     head_revision,
     schema_revision,
@@ -352,3 +353,17 @@ def test_a_newest_first_page_after_a_cursor_reads_an_index_backwards(
         )
     assert index in plan and "Backward" in plan, plan
     assert "Sort" not in plan, plan  # read in order from the index, not sorted afterwards
+
+
+@pytest.mark.postgres
+@pytest.mark.mysql
+def test_each_dialect_gets_its_own_store_class(postgres_uri: str, mysql_uri: str) -> None:
+    # PostgreSQL's hot statements live in a class of their own, not in branches.
+    pg = SqlJobStore(postgres_uri, migrate=True)
+    my = SqlJobStore(mysql_uri, migrate=True)
+    try:
+        assert type(pg) is PostgresJobStore and isinstance(pg, SqlJobStore)
+        assert type(my) is SqlJobStore
+    finally:
+        pg.close()
+        my.close()
