@@ -27,7 +27,6 @@ from dramatiq.middleware import Middleware, Shutdown
 
 from ..channels.channel import ChannelConnector, manager
 from ..channels.messages import STEP_ACTOR, StepMessage
-from ..config import seconds
 from ..engine.ledger import Claim, Outcome, StepBook, StepSkipped
 from ..engine.running import running_here
 from ..errors import MessageError, StoreError
@@ -35,6 +34,7 @@ from ..outage import JOB_STORE, REDIS, shared_outage
 from ..record import utcnow
 from ..redis_layout import redis_client_of
 from ..rules import Action
+from ..settings import Settings
 from ..stores.registry import get_job_store
 from . import step_actor
 from .cancel_listener import CancelListener
@@ -49,47 +49,47 @@ class WorkflowMiddleware(Middleware):
     """Runs workflow steps with durable state, leases, cancellation and recovery.
 
     Args:
-        lease_seconds: how long a step stays reserved without renewal; a
-            SIGKILLed worker's step is recovered about this long after it died.
-        sweep_interval: seconds between recovery sweeps.
-        cancel_grace: seconds a task may ignore its cancel event before its
-            thread is interrupted.
-        defer_seconds: delay before retrying a message whose claim failed
-            because the store was unreachable.
-        dispatch_seconds: how long a step's message may wait in its queue
-            before recovery sends it again (default: max(60, 2 * lease_seconds)).
-        shutdown_grace: on worker shutdown (SIGTERM), seconds running
-            attempts may take to finish (and be recorded) before they are
-            interrupted and handed back to another worker; 0 interrupts at once.
-        unknown_task_grace: how long a step whose task this worker does not
-            know (a rolling deploy: new code submitted it, old workers run) is
-            handed back for a worker that knows it, before it fails naming the id.
+        settings: the timing settings (see :class:`~pypepper_dramatiq.settings.Settings`,
+            which documents each); or give them one by one as keyword arguments.
     """
 
     def __init__(
         self,
+        settings: Settings | None = None,
         *,
-        lease_seconds: float = 30.0,
-        sweep_interval: float = 5.0,
-        cancel_grace: float = 10.0,
-        defer_seconds: float = 2.0,
+        lease_seconds: float | None = None,
+        sweep_interval: float | None = None,
+        cancel_grace: float | None = None,
+        defer_seconds: float | None = None,
         dispatch_seconds: float | None = None,
-        shutdown_grace: float = 10.0,
-        unknown_task_grace: float = 300.0,
+        shutdown_grace: float | None = None,
+        unknown_task_grace: float | None = None,
     ) -> None:
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
-        self.lease_seconds = lease_seconds = seconds("lease_seconds", lease_seconds)
-        self.sweep_interval = seconds("sweep_interval", sweep_interval)
-        self.cancel_grace = seconds("cancel_grace", cancel_grace, zero=True)
-        self.defer_seconds = seconds("defer_seconds", defer_seconds)
-        self.shutdown_grace = seconds("shutdown_grace", shutdown_grace, zero=True)
-        self.unknown_task_grace = seconds("unknown_task_grace", unknown_task_grace, zero=True)
-        if dispatch_seconds is not None:
-            dispatch_seconds = seconds("dispatch_seconds", dispatch_seconds)
+        if settings is None:
+            settings = Settings.of(
+                lease_seconds=lease_seconds,
+                sweep_interval=sweep_interval,
+                cancel_grace=cancel_grace,
+                defer_seconds=defer_seconds,
+                dispatch_seconds=dispatch_seconds,
+                shutdown_grace=shutdown_grace,
+                unknown_task_grace=unknown_task_grace,
+            )
+        self.settings = settings
+        self.lease_seconds = settings.lease_seconds
+        self.sweep_interval = settings.sweep_interval
+        self.cancel_grace = settings.cancel_grace
+        self.defer_seconds = settings.defer_seconds
+        self.shutdown_grace = settings.shutdown_grace
+        self.unknown_task_grace = settings.unknown_task_grace
         self.inflight = running_here
         self.owner = _owner_id()
         self.book = StepBook(
-            get_job_store, self.owner, lease_seconds, dispatch_seconds=dispatch_seconds
+            get_job_store,
+            self.owner,
+            settings.lease_seconds,
+            dispatch_seconds=settings.next_step_dispatch_seconds,
         )
         self._threads: list[Any] = []
         self._stopping = threading.Event()

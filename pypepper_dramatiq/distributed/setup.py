@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
@@ -11,34 +11,18 @@ from dramatiq.middleware import TimeLimit
 
 from ..channels.broker import set_broker
 from ..channels.channel import manager
-from ..config import config, count, seconds, section
+from ..config import config, count, section
 from ..errors import ConfigError
+from ..settings import YAML_KEYS, Settings
 from ..stores.registry import configure_job_store, setup_from_config
 from .middleware import WorkflowMiddleware
 from .step_actor import declare_step_actor
 
-#: Dramatiq's Redis broker default is 60 s; ours is shorter so that messages
-#: prefetched by a dead worker come back sooner (see recovery.py).
-DEFAULT_HEARTBEAT_TIMEOUT_MS = 20_000
-
-
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-_T = TypeVar("_T")
 
 
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
-_SCHEDULER_KEYS = (
-    "broker",
-    "channels",
-    "jobStore",
-    "leaseSeconds",
-    "sweepInterval",
-    "cancelGrace",
-    "dispatchSeconds",
-    "shutdownGrace",
-    "unknownTaskGrace",
-    "deferSeconds",
-)
+_SCHEDULER_KEYS = ("broker", "channels", "jobStore", *YAML_KEYS.values())
 
 
 def _refuse_unknown(
@@ -51,15 +35,6 @@ def _refuse_unknown(
             f"unknown key {', '.join(unknown)} under {where} in {path}; "
             f"known keys: {', '.join(known)}"
         )
-
-
-def _yaml_seconds(
-    scheduler: dict[str, Any], key: str, given: _T, *, zero: bool = False
-) -> float | _T:
-    """The YAML's ``scheduler.<key>`` if set (checked, named in errors), else ``given``."""
-    if scheduler.get(key) is None:
-        return given
-    return seconds(f"scheduler.{key}", scheduler[key], zero=zero)
 
 
 def _backend_of(uri: str) -> str:
@@ -95,14 +70,14 @@ def setup(
     broker: Broker | None = None,
     channels: dict[str, int] | list[str] | None = None,
     migrate: bool = False,
-    lease_seconds: float = 30.0,
-    sweep_interval: float = 5.0,
-    cancel_grace: float = 10.0,
+    lease_seconds: float | None = None,
+    sweep_interval: float | None = None,
+    cancel_grace: float | None = None,
     dispatch_seconds: float | None = None,
-    shutdown_grace: float = 10.0,
-    unknown_task_grace: float = 300.0,
-    defer_seconds: float = 2.0,
-    heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
+    shutdown_grace: float | None = None,
+    unknown_task_grace: float | None = None,
+    defer_seconds: float | None = None,
+    heartbeat_timeout_ms: int | None = None,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
 
@@ -124,9 +99,9 @@ def setup(
             ``dramatiq`` worker importing this module consumes them.
         migrate: upgrade the database schema first.
         lease_seconds, sweep_interval, cancel_grace, dispatch_seconds,
-        shutdown_grace, unknown_task_grace, defer_seconds: see
-            :class:`WorkflowMiddleware`.
-        heartbeat_timeout_ms: the Redis broker's heartbeat timeout.
+        shutdown_grace, unknown_task_grace, defer_seconds, heartbeat_timeout_ms:
+            the timing settings (:class:`~pypepper_dramatiq.settings.Settings`
+            documents each and its default); a YAML ``scheduler`` key wins.
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
@@ -149,26 +124,27 @@ def setup(
             else:  # naming a channel again without a bound keeps the one the YAML gave
                 declared.setdefault(str(channel_id), None)
 
+    settings = Settings.of(
+        scheduler,
+        lease_seconds=lease_seconds,
+        sweep_interval=sweep_interval,
+        cancel_grace=cancel_grace,
+        dispatch_seconds=dispatch_seconds,
+        shutdown_grace=shutdown_grace,
+        unknown_task_grace=unknown_task_grace,
+        defer_seconds=defer_seconds,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+    )
     if broker is None:
         if broker_url:
             if not isinstance(broker_url, str) or not broker_url.startswith(_REDIS_SCHEMES):
                 raise ConfigError(
                     f"broker_url {broker_url!r}: expected a redis://, rediss:// or unix:// URL"
                 )
-            broker = _redis_broker(broker_url, heartbeat_timeout_ms)
+            broker = _redis_broker(broker_url, settings.heartbeat_timeout_ms)
         else:
             broker = StubBroker()
-    middleware = WorkflowMiddleware(
-        lease_seconds=_yaml_seconds(scheduler, "leaseSeconds", lease_seconds),
-        sweep_interval=_yaml_seconds(scheduler, "sweepInterval", sweep_interval),
-        cancel_grace=_yaml_seconds(scheduler, "cancelGrace", cancel_grace, zero=True),
-        dispatch_seconds=_yaml_seconds(scheduler, "dispatchSeconds", dispatch_seconds),
-        shutdown_grace=_yaml_seconds(scheduler, "shutdownGrace", shutdown_grace, zero=True),
-        unknown_task_grace=_yaml_seconds(
-            scheduler, "unknownTaskGrace", unknown_task_grace, zero=True
-        ),
-        defer_seconds=_yaml_seconds(scheduler, "deferSeconds", defer_seconds),
-    )
+    middleware = WorkflowMiddleware(settings)
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)
         broker.add_middleware(middleware, before=TimeLimit if has_time_limit else None)

@@ -26,6 +26,7 @@ from ..events import COMPLETE, FAIL, RUN, transition
 from ..record import JobRecord, utcnow
 from ..results import check_storable
 from ..rules import Position, RetryPolicy
+from ..settings import Settings
 from ..spec import TaskSpec
 from ..state import JobState
 from ..status import Status
@@ -242,9 +243,9 @@ class StepBook:
         self.holds_steps = holds_steps
         self.lease_seconds = lease_seconds
         self.write_attempts = write_attempts
-        self.dispatch_seconds = (
-            dispatch_seconds if dispatch_seconds is not None else max(60.0, 2 * lease_seconds)
-        )
+        self.dispatch_seconds = Settings(
+            lease_seconds=lease_seconds, dispatch_seconds=dispatch_seconds
+        ).next_step_dispatch_seconds
 
     # -- before the attempt ----------------------------------------------------
 

@@ -1,0 +1,100 @@
+"""The timing settings of a worker process, parsed once into one typed object.
+
+``setup()`` reads them from its arguments and the YAML's ``scheduler`` section;
+:class:`~pypepper_dramatiq.distributed.middleware.WorkflowMiddleware` and the
+Redis broker take them from here. Each value is checked once, and a bad one is
+a :class:`~pypepper_dramatiq.errors.ConfigError` naming the option (or the YAML
+key it came from). The defaults are written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .config import seconds
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a worker process keeps time.
+
+    Args:
+        lease_seconds: how long a step stays reserved without renewal; a
+            SIGKILLed worker's step is recovered about this long after it died.
+        sweep_interval: seconds between recovery sweeps.
+        cancel_grace: seconds a task may ignore its cancel event before its
+            thread is interrupted.
+        defer_seconds: delay before retrying a message whose claim failed
+            because the store was unreachable.
+        dispatch_seconds: how long a step's message may wait in its queue
+            before recovery sends it again (None: max(60, 2 * lease_seconds)).
+        shutdown_grace: on worker shutdown (SIGTERM), seconds running attempts
+            may take to finish (and be recorded) before they are interrupted
+            and handed back to another worker; 0 interrupts at once.
+        unknown_task_grace: how long a step whose task this worker does not
+            know (a rolling deploy) is handed back for a worker that knows it,
+            before it fails naming the executor id.
+        heartbeat_timeout_ms: the Redis broker's heartbeat timeout: how long the
+            messages a dead worker had prefetched wait before they come back.
+    """
+
+    lease_seconds: float = 30.0
+    sweep_interval: float = 5.0
+    cancel_grace: float = 10.0
+    defer_seconds: float = 2.0
+    dispatch_seconds: float | None = None
+    shutdown_grace: float = 10.0
+    unknown_task_grace: float = 300.0
+    heartbeat_timeout_ms: int = 20_000
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None or field.name != "dispatch_seconds":
+                object.__setattr__(self, field.name, _checked(field.name, field.name, value))
+
+    @property
+    def next_step_dispatch_seconds(self) -> float:
+        """``dispatch_seconds``, or its default when not set."""
+        if self.dispatch_seconds is not None:
+            return self.dispatch_seconds
+        return max(60.0, 2 * self.lease_seconds)
+
+    @classmethod
+    def of(cls, yaml_section: dict[str, Any] | None = None, **given: Any) -> Settings:
+        """Settings from the YAML's ``scheduler`` section (camelCase keys; they win
+        when present) and ``given`` arguments (None: the default). A bad YAML
+        value is named by its key (``scheduler.leaseSeconds``)."""
+        values: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        for name, key in YAML_KEYS.items():
+            if yaml_section and yaml_section.get(key) is not None:
+                values[name] = _checked(name, f"scheduler.{key}", yaml_section[key])
+        return cls(**values)
+
+
+#: The YAML key (under ``scheduler``) of each setting.
+YAML_KEYS = {
+    "lease_seconds": "leaseSeconds",
+    "sweep_interval": "sweepInterval",
+    "cancel_grace": "cancelGrace",
+    "defer_seconds": "deferSeconds",
+    "dispatch_seconds": "dispatchSeconds",
+    "shutdown_grace": "shutdownGrace",
+    "unknown_task_grace": "unknownTaskGrace",
+    "heartbeat_timeout_ms": "heartbeatTimeoutMs",
+}
+
+
+def _checked(name: str, label: str, value: object) -> Any:
+    """``value`` checked as setting ``name``; a ConfigError names ``label``."""
+    if name == "heartbeat_timeout_ms":
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{label} must be a whole number of milliseconds > 0, got {value!r}")
+        return value
+    return seconds(label, value, zero=name in _ZERO_ALLOWED)
+
+
+#: Settings for which 0 means "not at all" rather than an error.
+_ZERO_ALLOWED = frozenset({"cancel_grace", "shutdown_grace", "unknown_task_grace"})
