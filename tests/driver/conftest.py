@@ -18,8 +18,10 @@ from process_state import clean_process_state
 import pypepper_dramatiq
 from pypepper_dramatiq import WorkflowMiddleware
 
-#: The channel (and Dramatiq queue) the driver tests schedule jobs on.
-CHANNEL = "driver-jobs"
+from .drivers import CHANNEL, DramatiqDriver, Driver, InProcessDriver
+
+__all__ = ["CHANNEL", "workflow_middleware"]
+
 #: Short enough that a cancel is noticed by lease renewal within about a second.
 LEASE_SECONDS = 3.0
 SWEEP_INTERVAL = 0.5
@@ -85,3 +87,15 @@ def start_worker(stub_broker: StubBroker) -> Iterator[Callable[[], dramatiq.Work
 def stub_worker(start_worker: Callable[[], dramatiq.Worker]) -> dramatiq.Worker:
     """A started :class:`dramatiq.Worker` on the stub broker (stopped after the test)."""
     return start_worker()
+
+
+@pytest.fixture(params=["inprocess", "dramatiq"])
+def driver(
+    request: pytest.FixtureRequest,
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+) -> Driver:
+    """The same stub broker and ``setup()`` for both; only what consumes the channel differs."""
+    if request.param == "inprocess":
+        return InProcessDriver()
+    return DramatiqDriver(stub_broker, start_worker)

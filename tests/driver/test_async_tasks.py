@@ -23,11 +23,10 @@ from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import Context, Job, Status, Task, actor_task, workflow_task
 
-from .test_driver_contract import (
+from .drivers import (
     JOB_TIMEOUT,
     DramatiqDriver,
     Driver,
-    InProcessDriver,
     make_job,
     run,
 )
@@ -123,18 +122,6 @@ async def hog(task: Task, context: Context, key: str, seconds: float) -> str:
 
 
 # -- fixtures -------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["inprocess", "dramatiq"])
-def driver(
-    request: pytest.FixtureRequest,
-    stub_broker: StubBroker,
-    start_worker: Callable[[], dramatiq.Worker],
-) -> Driver:
-    """Both drivers, as in ``test_driver_contract``."""
-    if request.param == "inprocess":
-        return InProcessDriver()
-    return DramatiqDriver(stub_broker, start_worker)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ dicts under a lock.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
@@ -27,23 +26,25 @@ from dramatiq.brokers.stub import StubBroker
 from pypepper_dramatiq import (
     Context,
     Job,
-    JobRecord,
     NonRetriableError,
     Status,
     Task,
-    Worker,
-    Workflow,
-    get_job_store,
     manager,
     workflow_task,
 )
 
 from .conftest import CHANNEL
+from .drivers import (
+    JOB_TIMEOUT,
+    DramatiqDriver,
+    Driver,
+    _stored,
+    make_job,
+    run,
+)
 
 #: Timer granularity allowed when asserting that a wait lasted at least its delay.
 EPSILON = 0.01
-#: Upper bound for any one job to end (a hang, not a speed check).
-JOB_TIMEOUT = 30.0
 
 # -- call accounting shared by the tasks ----------------------------------------------------
 
@@ -143,94 +144,6 @@ def wait_for_cancel(task: Task, context: Context, key: str, limit: float = 20.0)
     return "stopped"
 
 
-# -- the drivers ----------------------------------------------------------------------------
-
-
-def _stored(job: Job) -> JobRecord:
-    record = get_job_store().get(job.id)
-    assert record is not None, f"job {job.id} has no row"
-    return record
-
-
-class InProcessDriver:
-    """Runs queued jobs with ``Worker(channel).run_forever()`` in a thread, after a stop.
-
-    The stop makes ``run_forever`` drain what was queued and return.
-    """
-
-    #: A task busy past its round_timeout is abandoned, not interrupted: it runs on.
-    interrupts_busy_tasks = False
-
-    def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
-        self._errors: list[BaseException] = []
-
-    def start(self) -> None:
-        channel = manager.available(CHANNEL)
-        channel.request_stop()
-
-        def consume_all() -> None:
-            try:
-                asyncio.run(Worker(channel).run_forever())
-            except BaseException as exc:
-                self._errors.append(exc)
-
-        self._thread = threading.Thread(target=consume_all, name="inprocess-driver", daemon=True)
-        self._thread.start()
-
-    def wait(self, *jobs: Job) -> list[JobRecord]:
-        assert self._thread is not None
-        self._thread.join(JOB_TIMEOUT)
-        assert not self._thread.is_alive(), "the in-process worker did not drain the channel"
-        assert not self._errors, self._errors
-        return [_stored(job) for job in jobs]
-
-
-class DramatiqDriver:
-    """Runs queued jobs with a ``dramatiq.Worker`` on the stub broker.
-
-    Done when every job's row is terminal and the broker and worker are idle.
-    """
-
-    #: Dramatiq's TimeLimit raises in the busy thread.
-    interrupts_busy_tasks = True
-
-    def __init__(self, broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]) -> None:
-        self.broker = broker
-        self._start_worker = start_worker
-        self.worker: dramatiq.Worker | None = None
-
-    def start(self) -> None:
-        self.worker = self._start_worker()
-
-    def wait(self, *jobs: Job) -> list[JobRecord]:
-        assert self.worker is not None
-        deadline = time.monotonic() + JOB_TIMEOUT
-        while not all(_stored(job).status.is_terminal for job in jobs):
-            assert time.monotonic() < deadline, [_stored(job) for job in jobs]
-            time.sleep(0.02)
-        # Let messages still in flight (a cancelled attempt, a duplicate) finish;
-        # fail_fast: nothing in these scenarios may be dead-lettered.
-        self.broker.join(CHANNEL, timeout=int(JOB_TIMEOUT * 1000), fail_fast=True)
-        self.worker.join()
-        return [_stored(job) for job in jobs]
-
-
-Driver = InProcessDriver | DramatiqDriver
-
-
-@pytest.fixture(params=["inprocess", "dramatiq"])
-def driver(
-    request: pytest.FixtureRequest,
-    stub_broker: StubBroker,
-    start_worker: Callable[[], dramatiq.Worker],
-) -> Driver:
-    """The same stub broker and ``setup()`` for both; only what consumes the channel differs."""
-    if request.param == "inprocess":
-        return InProcessDriver()
-    return DramatiqDriver(stub_broker, start_worker)
-
-
 @pytest.fixture
 def prefix() -> Iterator[str]:
     """A prefix for this test's call keys; its accounting is dropped afterwards."""
@@ -241,19 +154,6 @@ def prefix() -> Iterator[str]:
             for key in [k for k in table if k.startswith(value)]:
                 del table[key]
         LOG[:] = [k for k in LOG if not k.startswith(value)]
-
-
-def make_job(*workflows: list[Task]) -> Job:
-    job = Job(category="contract", channel_id=CHANNEL)
-    job.workflows.extend(Workflow(tasks) for tasks in workflows)
-    return job
-
-
-def run(driver: Driver, *jobs: Job) -> list[JobRecord]:
-    for job in jobs:
-        job.scheduled()
-    driver.start()
-    return driver.wait(*jobs)
 
 
 # -- the retry table ------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+"""The two drivers as the contract tests drive them, and helpers to run jobs on them.
+
+:class:`InProcessDriver` runs queued jobs with ``Worker(channel).run_forever()``;
+:class:`DramatiqDriver` with a ``dramatiq.Worker`` on the stub broker. The
+``driver`` fixture (``conftest.py``) gives each test both, in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+
+from pypepper_dramatiq import Job, JobRecord, Task, Worker, Workflow, get_job_store, manager
+
+#: The channel (and Dramatiq queue) the driver tests schedule jobs on.
+CHANNEL = "driver-jobs"
+#: Upper bound for any one job to end (a hang, not a speed check).
+JOB_TIMEOUT = 30.0
+
+
+def _stored(job: Job) -> JobRecord:
+    record = get_job_store().get(job.id)
+    assert record is not None, f"job {job.id} has no row"
+    return record
+
+
+class InProcessDriver:
+    """Runs queued jobs with ``Worker(channel).run_forever()`` in a thread, after a stop.
+
+    The stop makes ``run_forever`` drain what was queued and return.
+    """
+
+    #: A task busy past its round_timeout is abandoned, not interrupted: it runs on.
+    interrupts_busy_tasks = False
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._errors: list[BaseException] = []
+
+    def start(self) -> None:
+        channel = manager.available(CHANNEL)
+        channel.request_stop()
+
+        def consume_all() -> None:
+            try:
+                asyncio.run(Worker(channel).run_forever())
+            except BaseException as exc:
+                self._errors.append(exc)
+
+        self._thread = threading.Thread(target=consume_all, name="inprocess-driver", daemon=True)
+        self._thread.start()
+
+    def wait(self, *jobs: Job) -> list[JobRecord]:
+        assert self._thread is not None
+        self._thread.join(JOB_TIMEOUT)
+        assert not self._thread.is_alive(), "the in-process worker did not drain the channel"
+        assert not self._errors, self._errors
+        return [_stored(job) for job in jobs]
+
+
+class DramatiqDriver:
+    """Runs queued jobs with a ``dramatiq.Worker`` on the stub broker.
+
+    Done when every job's row is terminal and the broker and worker are idle.
+    """
+
+    #: Dramatiq's TimeLimit raises in the busy thread.
+    interrupts_busy_tasks = True
+
+    def __init__(self, broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]) -> None:
+        self.broker = broker
+        self._start_worker = start_worker
+        self.worker: dramatiq.Worker | None = None
+
+    def start(self) -> None:
+        self.worker = self._start_worker()
+
+    def wait(self, *jobs: Job) -> list[JobRecord]:
+        assert self.worker is not None
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not all(_stored(job).status.is_terminal for job in jobs):
+            assert time.monotonic() < deadline, [_stored(job) for job in jobs]
+            time.sleep(0.02)
+        # Let messages still in flight (a cancelled attempt, a duplicate) finish;
+        # fail_fast: nothing in these scenarios may be dead-lettered.
+        self.broker.join(CHANNEL, timeout=int(JOB_TIMEOUT * 1000), fail_fast=True)
+        self.worker.join()
+        return [_stored(job) for job in jobs]
+
+
+Driver = InProcessDriver | DramatiqDriver
+
+
+def make_job(*workflows: list[Task]) -> Job:
+    job = Job(category="contract", channel_id=CHANNEL)
+    job.workflows.extend(Workflow(tasks) for tasks in workflows)
+    return job
+
+
+def run(driver: Driver, *jobs: Job) -> list[JobRecord]:
+    for job in jobs:
+        job.scheduled()
+    driver.start()
+    return driver.wait(*jobs)
