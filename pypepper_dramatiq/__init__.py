@@ -1,9 +1,16 @@
-"""Durable workflow jobs for Dramatiq."""
+"""Durable workflow jobs for Dramatiq.
+
+The names users need are here. The seed's modules keep their paths
+(``pypepper_dramatiq.job``, ``.task``, ``.workflow``, ``.events``,
+``.status``, ``.channel``, ``.worker``, ``.store``, ``.executor``,
+``.config``, ``.errors``): the state machine's events and
+``build_scheduler_fsm`` are in ``pypepper_dramatiq.events``.
+"""
 
 from . import gateway  # noqa: F401  (installs the gateway the Job methods use)
+from .channels.admission import SendResult
 from .channels.channel import Channel, ChannelManager, manager
-from .channels.gates import SendResult
-from .config import Config, config
+from .config import config
 from .context import CANCEL_EVENT_KEY, Context
 from .distributed.middleware import WorkflowMiddleware
 from .distributed.setup import setup
@@ -32,22 +39,11 @@ from .errors import (
     UnknownExecutorError,
     UnknownJobError,
 )
-from .events import (
-    CANCEL,
-    COMPLETE,
-    FAIL,
-    INIT,
-    RUN,
-    SCHEDULE,
-    Event,
-    SchedulerFSM,
-    build_scheduler_fsm,
-)
-from .executor import CallableExecutor, ExecutorRegistry, IExecutor, executor_registry
+from .executor import CallableExecutor, IExecutor, executor_registry
 from .functions import WorkflowTask, actor_task, workflow_task
 from .inprocess.worker import Worker
 from .job import Job
-from .rules import Position, RetryPolicy
+from .rules import RetryPolicy
 from .status import Status
 from .stores.registry import (
     IJobStore,
@@ -69,26 +65,14 @@ __all__ = [
     "CANCEL_EVENT_KEY",
     "Context",
     "Job",
-    "Position",
     "RetryPolicy",
     "Status",
     "Task",
     "TaskOutcome",
     "Workflow",
     "WorkflowResult",
-    # events
-    "CANCEL",
-    "COMPLETE",
-    "FAIL",
-    "INIT",
-    "RUN",
-    "SCHEDULE",
-    "Event",
-    "SchedulerFSM",
-    "build_scheduler_fsm",
     # executors
     "CallableExecutor",
-    "ExecutorRegistry",
     "IExecutor",
     "executor_registry",
     # the Dramatiq driver
@@ -104,7 +88,6 @@ __all__ = [
     "Worker",
     "manager",
     # stores and configuration
-    "Config",
     "IJobStore",
     "JobRecord",
     "PersistenceWarning",

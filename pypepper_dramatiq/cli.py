@@ -445,7 +445,7 @@ def _list_channels(client: Any, *, as_json: bool) -> int:
 
 
 def _change_channel(client: Any, action: str, name: str, size: int | None) -> int:
-    from .channels.gates import RedisGate
+    from .channels.admission import RedisGate
 
     key = f"{CHANNEL_KEY_PREFIX}{name}"
     known = bool(client.exists(key, f"{key}{WAITING_SUFFIX}"))

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from pypepper_dramatiq.channels.gates import RedisGate
+from pypepper_dramatiq.channels.admission import RedisGate
 from pypepper_dramatiq.cli import BROKER_ENV, main
 
 pytestmark = pytest.mark.redis

@@ -1,7 +1,7 @@
 """Channels: named, optionally bounded Dramatiq queues that carry jobs.
 
 A channel's queue is a Dramatiq queue on the current broker (the in-memory
-stub broker by default). Its :class:`~pypepper_dramatiq.channels.gates.Gate` counts the
+stub broker by default). Its :class:`~pypepper_dramatiq.channels.admission.Gate` counts the
 jobs waiting and decides "ok", "full" or "stopped" atomically (in Redis when
 the broker is Redis), so a successful send and a stop never overlap.
 
@@ -12,7 +12,7 @@ stop (also from the shell: ``pypepper-dramatiq channels``).
 
 Creating a channel does no Redis I/O, so ``setup(channels=...)`` succeeds
 while Redis is down: the channel's first call to Redis applies its bound
-(see :class:`~pypepper_dramatiq.channels.gates.RedisGate`), or raises
+(see :class:`~pypepper_dramatiq.channels.admission.RedisGate`), or raises
 :class:`~pypepper_dramatiq.errors.BrokerUnavailableError` and is tried again
 by the next call.
 """
@@ -37,8 +37,8 @@ from ..redis_layout import redis_client_of
 from ..rules import Position
 from ..status import Status
 from ..stores.registry import get_job_store
+from .admission import Gate, LocalGate, RedisGate, SendResult
 from .broker import get_broker
-from .gates import Gate, LocalGate, RedisGate, SendResult
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 
 logger = logging.getLogger(__name__)

@@ -83,7 +83,7 @@ def setup(
 
     Talks to no Redis: the Redis broker's connection pool connects on first
     use, and each channel applies its bound on its first call to Redis (see
-    :class:`~pypepper_dramatiq.channels.gates.RedisGate`). A ``dramatiq`` worker whose
+    :class:`~pypepper_dramatiq.channels.admission.RedisGate`). A ``dramatiq`` worker whose
     module calls this starts while Redis is down, and Dramatiq's consumers
     retry until it is up. (The job store, when given, is opened here.)
 

@@ -206,6 +206,23 @@ def policy_of(task: dict[str, Any]) -> RetryPolicy:
     return TaskSpec.from_dict(task).policy
 
 
+def heal(store: IJobStore, scheduled: JobRecord) -> JobRecord:
+    """Write the Scheduled row its producer could not, and return the row as stored.
+
+    ``scheduled`` is the job as its producer scheduled it (the first message's
+    record, or the in-process worker's Job). If another writer stored the row
+    first, theirs is returned (it may have moved on).
+
+    Raises:
+        StoreError: the store failed, or the row cannot be read back.
+    """
+    store.put(scheduled.evolve(version=0))  # False: another writer stored it first
+    record = store.get(scheduled.id)
+    if record is None:
+        raise StoreError(f"job {scheduled.id}: the healed row cannot be read back")
+    return record
+
+
 def cursor_of(record: JobRecord) -> Position | None:
     cursor = record.state.get("cursor")  # only the cursor: no need to parse the rest
     return Position.from_list(cursor) if cursor else None
@@ -339,11 +356,7 @@ class StepBook:
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
         if step.record is None:
             raise StepSkipped(step.job_id, "no such job in the store", dead=True)
-        healed = step.record.evolve(status=Status.SCHEDULED, version=0)
-        store.put(healed)  # False: another writer stored it first; read theirs
-        record = store.get(step.job_id)
-        if record is None:
-            raise StoreError(f"job {step.job_id}: the healed row cannot be read back")
+        record = heal(store, step.record)
         _log("heal", step.job_id, step.position)
         return record
 

@@ -190,9 +190,10 @@ class Worker:
         try:
             durable = store.get(job.id)
             if durable is None:
-                if not job.save():
-                    return self._start_failed(job, before)
-            elif durable.status is not Status.SCHEDULED:
+                # The same heal as the Dramatiq driver's (the seed: persist Scheduled first).
+                durable = ledger.heal(store, job.to_record())
+                _log(job, "heal")
+            if durable.status is not Status.SCHEDULED:
                 _log(job, "follow_durable", durable.status)
                 job.adopt(durable)
                 return False

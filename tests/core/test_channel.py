@@ -13,8 +13,6 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import (
-    INIT,
-    SCHEDULE,
     CallableExecutor,
     Channel,
     ChannelEnqueueError,
@@ -30,6 +28,7 @@ from pypepper_dramatiq import (
     manager,
 )
 from pypepper_dramatiq import channel as channel_module
+from pypepper_dramatiq.events import INIT, SCHEDULE
 
 FIXED_TIME = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
 

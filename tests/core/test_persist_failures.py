@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq import (
-    INIT,
-    SCHEDULE,
     CallableExecutor,
     InvalidTransitionError,
     Job,
@@ -24,6 +22,7 @@ from pypepper_dramatiq import (
     manager,
     set_job_store,
 )
+from pypepper_dramatiq.events import INIT, SCHEDULE
 from pypepper_dramatiq.stores.base import JobRecord
 
 from .scripted_store import ScriptedStore

@@ -15,9 +15,6 @@ import pytest
 
 from pypepper_dramatiq import (
     CANCEL_EVENT_KEY,
-    INIT,
-    RUN,
-    SCHEDULE,
     CallableExecutor,
     Context,
     IExecutor,
@@ -34,6 +31,7 @@ from pypepper_dramatiq import (
     manager,
     set_job_store,
 )
+from pypepper_dramatiq.events import INIT, RUN, SCHEDULE
 from pypepper_dramatiq.job import CANCEL_ATTEMPTS
 from pypepper_dramatiq.stores.base import JobRecord, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from pypepper_dramatiq import (
+from pypepper_dramatiq import InvalidTransitionError, PypepperError, Status
+from pypepper_dramatiq.events import (
     CANCEL,
     COMPLETE,
     FAIL,
@@ -15,9 +16,6 @@ from pypepper_dramatiq import (
     RUN,
     SCHEDULE,
     Event,
-    InvalidTransitionError,
-    PypepperError,
-    Status,
     build_scheduler_fsm,
 )
 from pypepper_dramatiq.status import may_overwrite, overwritable_by

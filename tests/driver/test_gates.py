@@ -25,7 +25,7 @@ from pypepper_dramatiq import (
     setup,
 )
 from pypepper_dramatiq.channels import broker as broker_module
-from pypepper_dramatiq.channels.gates import Gate, LocalGate, RedisGate
+from pypepper_dramatiq.channels.admission import Gate, LocalGate, RedisGate
 
 THREADS = 8
 
@@ -267,7 +267,7 @@ def test_an_explicit_maxsize_replaces_the_stored_bound(
     gates = RedisGates(redis_url)
     try:
         first = gates.new(maxsize=2)
-        with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.channels.gates"):
+        with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.channels.admission"):
             later = gates.peer(first, maxsize=5)  # a restarted process, configured anew
             same = gates.peer(first, maxsize=5)  # the same bound again: no change to log
 
@@ -397,7 +397,7 @@ def test_setup_with_a_new_bound_changes_the_stored_one(
     setup(broker_url=redis_url, channels={small: 2})
     assert manager.available(small).maxsize == 2
 
-    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.channels.gates"):
+    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.channels.admission"):
         setup(broker_url=redis_url, channels={small: 5})  # the issue: this used to admit 2
         channel = manager.available(small)
         # The channel's first call to Redis applies the bound setup() was given.

@@ -31,13 +31,13 @@ from pypepper_dramatiq import (
     manager,
     setup,
 )
+from pypepper_dramatiq.channels.admission import RedisGate
 from pypepper_dramatiq.channels.broker import get_broker
 from pypepper_dramatiq.channels.channel import ChannelConnector, ChannelManager
-from pypepper_dramatiq.channels.gates import RedisGate
 from pypepper_dramatiq.redis_layout import CHANNEL_KEY_PREFIX
 
 #: Where the gates' bound changes are logged.
-GATES_LOGGER = "pypepper_dramatiq.channels.gates"
+GATES_LOGGER = "pypepper_dramatiq.channels.admission"
 
 
 def make_job(channel_id: str) -> Job:

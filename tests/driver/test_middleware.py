@@ -15,13 +15,10 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import (
-    INIT,
-    SCHEDULE,
     CallableExecutor,
     Context,
     Job,
     JobRecord,
-    Position,
     Status,
     StoreUnavailableError,
     Task,
@@ -32,6 +29,8 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import OPTION_KEY, STEP_ACTOR, StepMessage
+from pypepper_dramatiq.events import INIT, SCHEDULE
+from pypepper_dramatiq.rules import Position
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .conftest import CHANNEL, workflow_middleware

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq import IJobStore, JobRecord, Position, RetryPolicy, Status, rules
+from pypepper_dramatiq import IJobStore, JobRecord, RetryPolicy, Status, rules
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.ledger import (
     Claim,
@@ -21,7 +21,7 @@ from pypepper_dramatiq.engine.ledger import (
     plan_of,
     policy_of,
 )
-from pypepper_dramatiq.rules import Action
+from pypepper_dramatiq.rules import Action, Position
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
