@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from .channels.broker import get_broker
@@ -28,6 +29,7 @@ from .events import CANCEL, INIT, SCHEDULE, transition
 from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
+from .start_times import SHORT_DELAY_SECONDS, start_times
 from .status import Status, may_overwrite
 from .stores.registry import get_job_store
 
@@ -39,9 +41,25 @@ class Gateway:
 
     # -- scheduling -------------------------------------------------------------------
 
-    def schedule(self, job: Job) -> None:
-        """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``)."""
+    def schedule(
+        self,
+        job: Job,
+        *,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        max_start_delay: float | timedelta | None = None,
+    ) -> str:
+        """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``).
+
+        A delayed job's first message rides on a Dramatiq delayed message when
+        the delay is short; a longer one, on Redis, is held in the store (no
+        message) and the recovery sweep sends it shortly before it is due. On
+        other brokers (the in-process channel) the message goes at once and the
+        worker waits for the planned start.
+        """
         _require_sync()
+        now = utcnow()
+        times = start_times(now, delay=delay, eta=eta, max_start_delay=max_start_delay)
         store = get_job_store()  # a YAML durable backend never set up fails here, first
         if job.version:
             # A job stored before (e.g. rebuilt by from_record) may already have ended:
@@ -50,19 +68,26 @@ class Gateway:
             if durable is not None and durable.status.is_terminal:
                 raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
         before = job.status
+        wait = times.delay_from(now)
+        on_redis = redis_client_of(get_broker()) is not None
+        hold = on_redis and wait > SHORT_DELAY_SECONDS
+        job.not_before, job.start_deadline = times.not_before, times.deadline
+        job.release_at = times.not_before if hold else None
         try:
             job.apply_event(INIT)
             job.apply_event(SCHEDULE)
             channel = manager.available(job.channel_id)
-            result = channel.offer(job)
+            result = channel.offer(job, delay=wait if on_redis else 0.0, hold=hold)
         except BaseException:
             job.restore_status(before)
+            job.not_before = job.start_deadline = job.release_at = None
             raise
-        if result == "full":
+        if result != "ok":
             job.restore_status(before)
+            job.not_before = job.start_deadline = job.release_at = None
+        if result == "full":
             raise ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
         if result == "stopped":
-            job.restore_status(before)
             raise ChannelStoppedError(f"channel {channel.id} is stopped")
         logger.info(
             "job %s scheduled on %s",
@@ -73,6 +98,7 @@ class Gateway:
         if not self.persist(job, SAVE_ATTEMPTS):
             # The job is on the channel: do not roll back. The worker heals the row.
             logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
+        return job.id
 
     # -- snapshots --------------------------------------------------------------------
 

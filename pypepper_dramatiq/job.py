@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY, Context
@@ -27,7 +27,14 @@ CANCEL_ATTEMPTS = 20
 class JobGateway(Protocol):
     """What a :class:`Job` asks of the world outside the model (see :mod:`.gateway`)."""
 
-    def schedule(self, job: Job) -> None: ...
+    def schedule(
+        self,
+        job: Job,
+        *,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        max_start_delay: float | timedelta | None = None,
+    ) -> str: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...
     def cancel(self, job: Job) -> bool: ...
@@ -75,6 +82,11 @@ class Job:
         self.created: datetime = utcnow()
         self.updated: datetime = self.created
         self.error: str | None = None
+        #: The planned start, the latest permitted start, and (for a job held in
+        #: the store) when its first message is due: set by ``scheduled()``.
+        self.not_before: datetime | None = None
+        self.start_deadline: datetime | None = None
+        self.release_at: datetime | None = None
         self.state: dict[str, Any] = {}
         self.context = Context(
             {CANCEL_EVENT_KEY: threading.Event(), JOB_ID_KEY: self.id, RESULTS_KEY: {}}
@@ -121,19 +133,34 @@ class Job:
 
     # -- lifecycle ----------------------------------------------------------
 
-    def scheduled(self) -> None:
-        """INIT, SCHEDULE, send to the channel, then persist Scheduled.
+    def scheduled(
+        self,
+        *,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        max_start_delay: float | timedelta | None = None,
+    ) -> str:
+        """INIT, SCHEDULE, send to the channel, then persist Scheduled; returns the job id.
 
         Must be called from sync code (RuntimeError inside a running event loop).
+
+        Args:
+            delay: seconds (or a timedelta): start no earlier than now + delay.
+            eta: a timezone-aware datetime: start no earlier than it.
+            max_start_delay: seconds (or a timedelta): a job not started by its
+                planned start plus this ends Cancelled, before any of its code
+                runs (0: no lateness allowed).
 
         Raises:
             ChannelFullError, ChannelStoppedError: nothing was queued; the
                 status is rolled back so ``scheduled()`` can be retried.
             InvalidTransitionError: the job cannot be scheduled from its status.
+            ValueError, TypeError: a bad option (naive eta, negative delay, both
+                delay and eta...), named; nothing was queued or stored.
         """
-        _through().schedule(self)
+        return _through().schedule(self, delay=delay, eta=eta, max_start_delay=max_start_delay)
 
-    async def scheduled_async(self, *args: Any, **kwargs: Any) -> None:
+    async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:
         """:meth:`scheduled` for async code (``await job.scheduled_async()``).
 
         Runs :meth:`scheduled` with the same arguments on a worker thread
@@ -148,7 +175,7 @@ class Job:
             The errors of :meth:`scheduled`, unchanged (ChannelFullError,
             ChannelStoppedError, InvalidTransitionError, StoreNotConfiguredError...).
         """
-        await asyncio.to_thread(self.scheduled, *args, **kwargs)
+        return await asyncio.to_thread(self.scheduled, *args, **kwargs)
 
     def cancel(self) -> bool:
         """CANCEL, set the cancel event, persist Cancelled; True once persisted.
@@ -247,6 +274,9 @@ class Job:
                 payload=self._payload(),
                 state=dict(self.state),
                 error=self.error,
+                not_before=self.not_before,
+                release_at=self.release_at,
+                start_deadline=self.start_deadline,
             )
 
     def _payload(self) -> dict[str, Any] | None:
@@ -281,6 +311,8 @@ class Job:
         job.created, job.updated = record.created, record.updated
         job.state = dict(record.state)
         job.error = record.error
+        job.not_before, job.start_deadline = record.not_before, record.start_deadline
+        job.release_at = record.release_at
         return job
 
     def __repr__(self) -> str:

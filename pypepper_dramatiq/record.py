@@ -63,14 +63,23 @@ class JobRecord:
     lease_owner: str | None = None
     #: When the current step may be handed to another worker, unless renewed.
     lease_expires: datetime | None = None
+    #: The planned start: no step is claimed before it (None: at once).
+    not_before: datetime | None = None
+    #: A job held in the store (a long delay): when its first message is due to
+    #: be sent by the recovery sweep (None: its message was sent).
+    release_at: datetime | None = None
+    #: The latest permitted start; a Scheduled job past it is cancelled (None: none).
+    start_deadline: datetime | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.id)
         object.__setattr__(self, "status", Status(self.status))
         object.__setattr__(self, "created", as_utc(self.created))
         object.__setattr__(self, "updated", as_utc(self.updated))
-        if self.lease_expires is not None:
-            object.__setattr__(self, "lease_expires", as_utc(self.lease_expires))
+        for name in _OPTIONAL_TIMES:
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, as_utc(value))
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
@@ -201,7 +210,7 @@ class JobRecord:
             "state": self.state,
             "error": self.error,
             "lease_owner": self.lease_owner,
-            "lease_expires": self.lease_expires.isoformat() if self.lease_expires else None,
+            **{name: _iso(getattr(self, name)) for name in _OPTIONAL_TIMES},
         }
 
     @classmethod
@@ -218,7 +227,17 @@ class JobRecord:
             state=dict(data.get("state") or {}),
             error=data.get("error"),
             lease_owner=data.get("lease_owner"),
-            lease_expires=(
-                datetime.fromisoformat(data["lease_expires"]) if data.get("lease_expires") else None
-            ),
+            **{name: _from_iso(data.get(name)) for name in _OPTIONAL_TIMES},
         )
+
+
+#: The record's optional times (each a nullable column of the SQL store).
+_OPTIONAL_TIMES = ("lease_expires", "not_before", "release_at", "start_deadline")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _from_iso(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None

@@ -79,7 +79,7 @@ class Channel:
             maxsize = count("maxsize", maxsize)
         self.id = channel_id
         self.broker = broker or get_broker()
-        self.gate = gate or _gate_for(self.broker, channel_id, maxsize)
+        self.gate = gate or gate_for(self.broker, channel_id, maxsize)
         self.broker.declare_queue(channel_id)
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
@@ -134,16 +134,22 @@ class Channel:
         """Jobs waiting in the channel."""
         return self.gate.waiting()
 
-    def offer(self, job: Job) -> SendResult:
-        """Enqueue ``job`` unless the channel is stopped or full (sync form of :meth:`send`)."""
+    def offer(self, job: Job, *, delay: float = 0.0, hold: bool = False) -> SendResult:
+        """Enqueue ``job`` unless the channel is stopped or full (sync form of :meth:`send`).
+
+        Args:
+            delay: seconds the broker keeps the message before delivering it.
+            hold: admit the job but send no message: the job is held in the
+                store and the recovery sweep sends its message when it is due.
+        """
         with self._lock:
             result = self.gate.admit(job.id)
-            if result != "ok":
+            if result != "ok" or hold:
                 return result
             self._local[job.id] = job
             try:
                 message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
-                sent = self.broker.enqueue(message)
+                sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
             except BaseException as exc:
                 self._local.pop(job.id, None)
                 with contextlib.suppress(BrokerUnavailableError):
@@ -257,7 +263,9 @@ def _fail_stored(record: JobRecord, error: str) -> None:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
 
 
-def _gate_for(broker: Broker, channel_id: str, maxsize: int | None) -> Gate:
+def gate_for(broker: Broker, channel_id: str, maxsize: int | None = None) -> Gate:
+    """The admission gate of ``channel_id`` on ``broker`` (shared through Redis there),
+    without declaring its queue: for a process that only needs to give a slot back."""
     client = redis_client_of(broker)
     if client is not None:
         return RedisGate(client, channel_id, maxsize)

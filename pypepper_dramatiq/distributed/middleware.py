@@ -210,6 +210,15 @@ class WorkflowMiddleware(Middleware):
                 claim = self.book.claim(step)
             except StepSkipped as exc:
                 self._store_outage.ok()
+                if exc.retry_at is not None:
+                    # Early (the job is planned later): the message comes back when due.
+                    wait = max(0.0, (exc.retry_at - utcnow()).total_seconds())
+                    if not self._enqueue(broker, step.to_message(message.queue_name), delay=wait):
+                        self.logger.warning(
+                            "job %s: early message not put back; the recovery sweep sends it again",
+                            step.job_id,
+                        )
+                    return None
                 self._left_channel(message, step)
                 if exc.dead:
                     self.logger.error("dead-lettering message %s: %s", message.message_id, exc)

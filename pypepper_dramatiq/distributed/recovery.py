@@ -15,6 +15,7 @@ on a broker without Redis).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from datetime import datetime, timedelta
@@ -23,8 +24,9 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.common import dq_name
 
+from ..channels.channel import gate_for, manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
-from ..engine.ledger import cursor_of
+from ..engine.ledger import StepBook, cursor_of
 from ..errors import StoreError, StoreUnavailableError
 from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
 from ..record import JobRecord, utcnow
@@ -34,6 +36,11 @@ from ..status import Status
 from ..stores.registry import get_job_store
 
 logger = logging.getLogger(__name__)
+
+
+#: How far ahead of a held job's planned start its message is sent (plus one interval),
+#: so that the sweep's period does not make it late.
+RELEASE_AHEAD_SECONDS = 1.0
 
 
 class RecoverySweeper(threading.Thread):
@@ -57,6 +64,7 @@ class RecoverySweeper(threading.Thread):
         self.interval = interval
         self.batch = batch
         self._stop_event = threading.Event()
+        self.book = StepBook(get_job_store, owner, lease_seconds)
         #: Where the next look at Scheduled rows starts (created, id); None: the oldest.
         self._scheduled_after: tuple[datetime, str] | None = None
         self._store_outage = shared_outage(JOB_STORE)
@@ -133,10 +141,58 @@ class RecoverySweeper(threading.Thread):
                 position.key(),
                 extra={"action": "recover", "job_id": record.id},
             )
+        released = self.release_due(now)
+        self.cancel_overdue(now)
         resent = self.resend_lost_first_steps(now)
         if failed is not None:
             raise failed
-        return len(recovered) + resent
+        return len(recovered) + released + resent
+
+    def release_due(self, now: datetime) -> int:
+        """Send the first message of the jobs held in the store (long delays) that
+        are due before the next pass, each delayed to arrive at its planned start."""
+        store = get_job_store()
+        until = now + timedelta(seconds=self.interval + RELEASE_AHEAD_SECONDS)
+        released = 0
+        for record in store.due_releases(until, self.batch):
+            wait = 0.0
+            if record.not_before is not None:
+                wait = max(0.0, (record.not_before - now).total_seconds())
+            if record.channel_id not in self.broker.get_declared_queues():
+                self.broker.declare_queue(record.channel_id)
+            message = StepMessage(record.id, Position(), record.evolve(release_at=None))
+            sent = self.broker.enqueue(
+                message.to_message(record.channel_id), delay=int(wait * 1000) or None
+            )
+            # Compare-and-set: a job cancelled meanwhile keeps its row (the message
+            # sent is then acknowledged unrun).
+            store.advance(
+                record.evolve(
+                    release_at=None,
+                    updated=now,
+                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
+                )
+            )
+            released += 1
+        return released
+
+    def cancel_overdue(self, now: datetime) -> int:
+        """Cancel the Scheduled jobs past their start deadline that nobody picked up."""
+        cancelled = 0
+        for record in get_job_store().overdue(now, self.batch):
+            if self.book.cancel_overdue(record, now):
+                cancelled += 1
+                # The job leaves its channel: give its slot back (also for a channel
+                # this process does not serve: its queue is not declared here).
+                channel = manager.get(record.channel_id)
+                gate = (
+                    channel.gate
+                    if channel is not None
+                    else gate_for(self.broker, record.channel_id)
+                )
+                with contextlib.suppress(Exception):
+                    gate.release(record.id)
+        return cancelled
 
     def _send(self, step: StepMessage, channel_id: str) -> Any:
         if channel_id not in self.broker.get_declared_queues():
@@ -163,7 +219,15 @@ class RecoverySweeper(threading.Thread):
         )
         self._scheduled_after = (rows[-1].created, rows[-1].id) if len(rows) >= self.batch else None
         cutoff = now - timedelta(seconds=self.dispatch_seconds)
-        stale = [r for r in rows if r.updated < cutoff]
+        # A job held in the store has no message yet, and one planned later waits
+        # in a delay queue: neither has lost anything.
+        stale = [
+            r
+            for r in rows
+            if r.updated < cutoff
+            and r.release_at is None
+            and (r.not_before is None or r.not_before <= now)
+        ]
         if not stale:
             return 0
         resent = 0

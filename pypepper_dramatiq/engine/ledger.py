@@ -22,7 +22,7 @@ from typing import Any, overload
 from .. import history, rules
 from ..channels.messages import StepMessage
 from ..errors import ResultNotStorableError, StoreError, describe
-from ..events import COMPLETE, FAIL, RUN, transition
+from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
 from ..record import JobRecord, utcnow
 from ..results import check_storable
 from ..rules import Position, RetryPolicy
@@ -41,12 +41,21 @@ CLAIM_ATTEMPTS = 3
 class StepSkipped(Exception):
     """The message must be acknowledged without running: stale, duplicate, or job ended."""
 
-    def __init__(self, job_id: str, reason: str, *, dead: bool = False) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        reason: str,
+        *,
+        dead: bool = False,
+        retry_at: datetime | None = None,
+    ) -> None:
         super().__init__(f"job {job_id}: {reason}")
         self.job_id = job_id
         self.reason = reason
         #: The message can never run (unknown job, no stored workflows): dead-letter it.
         self.dead = dead
+        #: The job may not start yet: send the message again to arrive at this time.
+        self.retry_at = retry_at
 
 
 @dataclass(frozen=True)
@@ -332,6 +341,12 @@ class StepBook:
         lease = now + timedelta(seconds=self.lease_seconds)
         start = step.position == Position()
         reason = why_not_claimable(record, step.position.to_list(), now, start)
+        if reason is not None and start and record.status is Status.SCHEDULED:
+            if record.start_deadline is not None and record.start_deadline < now:
+                self.cancel_overdue(record, now)
+                raise StepSkipped(record.id, reason)
+            if record.not_before is not None and record.not_before > now:
+                raise StepSkipped(record.id, reason, retry_at=record.not_before)
         if reason is not None:
             raise StepSkipped(record.id, reason)
         if record.status is Status.SCHEDULED:
@@ -352,6 +367,28 @@ class StepBook:
             return claimed, first.position, tasks
         claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
         return claimed, step.position, tasks
+
+    def cancel_overdue(self, record: JobRecord, now: datetime) -> bool:
+        """End a Scheduled job past its start deadline: Cancelled, with an error naming
+        the deadline, before any of its code runs. False if the row moved meanwhile."""
+        assert record.start_deadline is not None
+        late = (now - record.start_deadline).total_seconds()
+        error = (
+            f"start deadline passed: not started by {record.start_deadline.isoformat()} "
+            f"(max_start_delay after its planned start); {late:.1f}s late"
+        )
+        cancelled = record.evolve(
+            status=transition(record.status, CANCEL), error=error, updated=now, release_at=None
+        )
+        written = self._store().advance(cancelled)
+        if written:
+            logger.info(
+                "job %s cancelled: %s",
+                record.id,
+                error,
+                extra={"action": "deadline_cancel", "job_id": record.id},
+            )
+        return written
 
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
         if step.record is None:

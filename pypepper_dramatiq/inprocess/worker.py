@@ -25,7 +25,7 @@ from ..errors import (
     describe,
     is_retriable,
 )
-from ..events import COMPLETE, FAIL, RUN
+from ..events import CANCEL, COMPLETE, FAIL, RUN
 from ..job import Job
 from ..record import JobRecord, utcnow
 from ..status import Status
@@ -86,6 +86,17 @@ class Worker:
         """Carry one job through RUN, its steps, and COMPLETE or FAIL."""
         if job.is_cancelled:
             self._settle_cancelled(job)
+            return
+        if job.not_before is not None:
+            # Planned later: wait for it here (a cancel wakes the wait).
+            wait = (job.not_before - utcnow()).total_seconds()
+            if wait > 0:
+                await asyncio.to_thread(job.cancel_event.wait, wait)
+            if _cancelled(job):
+                self._settle_cancelled(job)
+                return
+        if job.start_deadline is not None and job.start_deadline < utcnow():
+            self._cancel_overdue(job)
             return
         if not self._start(job):
             return
@@ -172,6 +183,19 @@ class Worker:
         _log(job, "end", job.status)
 
     # -- steps --------------------------------------------------------------
+
+    def _cancel_overdue(self, job: Job) -> None:
+        """The job was not started by its start deadline: it ends Cancelled, unrun."""
+        assert job.start_deadline is not None
+        late = (utcnow() - job.start_deadline).total_seconds()
+        job.apply_event(CANCEL)
+        job.cancel_event.set()
+        job.error = (
+            f"start deadline passed: not started by {job.start_deadline.isoformat()} "
+            f"(max_start_delay after its planned start); {late:.1f}s late"
+        )
+        _log(job, "deadline_cancel")
+        job.persist()
 
     def _settle_cancelled(self, job: Job) -> None:
         """Skip a cancelled job; make sure Cancelled is stored."""

@@ -147,6 +147,28 @@ class IJobStore(abc.ABC):
         the rows as updated.
         """
 
+    def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        """Scheduled jobs held in the store whose first message is due by ``until``
+        (``release_at <= until``), soonest first. Stores with an index override it."""
+        rows = [
+            r
+            for r in self.list(status=Status.SCHEDULED)
+            if r.release_at is not None and r.release_at <= until
+        ]
+        rows.sort(key=lambda r: (r.release_at or until, r.id))
+        return rows[:limit]
+
+    def overdue(self, now: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        """Scheduled jobs whose start deadline passed before ``now``, oldest deadline
+        first. Stores with an index override it."""
+        rows = [
+            r
+            for r in self.list(status=Status.SCHEDULED)
+            if r.start_deadline is not None and r.start_deadline < now
+        ]
+        rows.sort(key=lambda r: (r.start_deadline or now, r.id))
+        return rows[:limit]
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
@@ -160,10 +182,17 @@ def why_not_claimable(
     same predicate in their claiming statement): the job is InProgress at that
     cursor and no live lease holds it (no owner, or an expiry before ``now``;
     an owner without expiry holds it for good), or, with ``start``, the job is
-    Scheduled (its first step).
+    Scheduled (its first step), its planned start has come and its start
+    deadline has not passed.
     """
     if record.status is Status.SCHEDULED:
-        return None if start else f"not started, message for {cursor}"
+        if not start:
+            return f"not started, message for {cursor}"
+        if record.not_before is not None and record.not_before > now:
+            return f"planned to start at {record.not_before.isoformat()}"
+        if record.start_deadline is not None and record.start_deadline < now:
+            return f"its start deadline passed at {record.start_deadline.isoformat()}"
+        return None
     if record.status is not Status.IN_PROGRESS:
         return f"job is {record.status.value}"
     at = list(record.state.get("cursor") or [])

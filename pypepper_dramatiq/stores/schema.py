@@ -77,8 +77,14 @@ jobs = Table(
     Column("error", Text, nullable=True),
     Column("lease_owner", String(128), nullable=True),
     Column("lease_expires", UtcDateTime(), nullable=True),
+    Column("not_before", UtcDateTime(), nullable=True),
+    Column("release_at", UtcDateTime(), nullable=True),
+    Column("start_deadline", UtcDateTime(), nullable=True),
     Index("ix_scheduler_jobs_status_created", "status", "created", "id"),
     Index("ix_scheduler_jobs_channel_status_created", "channel_id", "status", "created", "id"),
     # The recovery query: InProgress rows whose lease lapsed, oldest first.
     Index("ix_scheduler_jobs_status_lease_expires", "status", "lease_expires"),
+    # The sweep's queries: held jobs due for release, Scheduled jobs past their deadline.
+    Index("ix_scheduler_jobs_status_release_at", "status", "release_at"),
+    Index("ix_scheduler_jobs_status_start_deadline", "status", "start_deadline"),
 )

@@ -287,6 +287,9 @@ def _row_values(record: JobRecord) -> dict[str, Any]:
         "error": record.error,
         "lease_owner": record.lease_owner,
         "lease_expires": record.lease_expires,
+        "not_before": record.not_before,
+        "release_at": record.release_at,
+        "start_deadline": record.start_deadline,
     }
 
 
@@ -304,12 +307,15 @@ def _record(row: Any) -> JobRecord:
         error=row["error"],
         lease_owner=row["lease_owner"],
         lease_expires=row["lease_expires"],
+        not_before=row["not_before"],
+        release_at=row["release_at"],
+        start_deadline=row["start_deadline"],
     )
 
 
 _COLUMNS = (
     "id, channel_id, category, status, version, created, updated, payload, state, error, "
-    "lease_owner, lease_expires"
+    "lease_owner, lease_expires, not_before, release_at, start_deadline"
 )
 
 #: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
@@ -318,13 +324,14 @@ _PG_UPSERT = f"""
 INSERT INTO scheduler_jobs ({_COLUMNS})
 VALUES (%(id)s, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1, %(created)s,
         %(updated)s, %(payload)s::jsonb, %(state)s::jsonb, %(error)s, %(lease_owner)s,
-        %(lease_expires)s)
+        %(lease_expires)s, %(not_before)s, %(release_at)s, %(start_deadline)s)
 ON CONFLICT (id) DO UPDATE SET
     channel_id = EXCLUDED.channel_id, category = EXCLUDED.category,
     status = EXCLUDED.status, version = scheduler_jobs.version + 1,
     updated = EXCLUDED.updated, payload = EXCLUDED.payload, state = EXCLUDED.state,
     error = EXCLUDED.error, lease_owner = EXCLUDED.lease_owner,
-    lease_expires = EXCLUDED.lease_expires
+    lease_expires = EXCLUDED.lease_expires, not_before = EXCLUDED.not_before,
+    release_at = EXCLUDED.release_at, start_deadline = EXCLUDED.start_deadline
 WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
 """
 
@@ -332,7 +339,8 @@ _PG_ADVANCE = """
 UPDATE scheduler_jobs SET
     status = %(status)s, version = version + 1, updated = %(updated)s,
     state = %(state)s::jsonb, error = %(error)s, lease_owner = %(lease_owner)s,
-    lease_expires = %(lease_expires)s
+    lease_expires = %(lease_expires)s, not_before = %(not_before)s,
+    release_at = %(release_at)s, start_deadline = %(start_deadline)s
 WHERE id = %(id)s AND version = %(version)s AND status = ANY(%(allowed)s)
 """
 
@@ -346,7 +354,9 @@ UPDATE scheduler_jobs SET
 WHERE id = %(id)s AND (
     (status = 'InProgress' AND state -> 'cursor' = %(cursor)s::jsonb
         AND (lease_owner IS NULL OR lease_expires < %(now)s))
-    OR (status = 'Scheduled' AND %(start)s))
+    OR (status = 'Scheduled' AND %(start)s
+        AND (not_before IS NULL OR not_before <= %(now)s)
+        AND (start_deadline IS NULL OR start_deadline >= %(now)s)))
 RETURNING {_COLUMNS}
 """
 
@@ -569,6 +579,26 @@ class SqlJobStore(IJobStore):
             rows = conn.execute(select(jobs).where(jobs.c.id.in_(ids))).mappings().all()
         order = {job_id: i for i, job_id in enumerate(ids)}
         return sorted((_record(row) for row in rows), key=lambda r: order[r.id])
+
+    def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.status == Status.SCHEDULED.value, jobs.c.release_at <= until)
+            .order_by(jobs.c.release_at, jobs.c.id)
+            .limit(limit)
+        )
+        with _boundary(self._engine, "listing jobs due for release"), self._engine.connect() as c:
+            return [_record(row) for row in c.execute(query).mappings()]
+
+    def overdue(self, now: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.status == Status.SCHEDULED.value, jobs.c.start_deadline < now)
+            .order_by(jobs.c.start_deadline, jobs.c.id)
+            .limit(limit)
+        )
+        with _boundary(self._engine, "listing overdue jobs"), self._engine.connect() as c:
+            return [_record(row) for row in c.execute(query).mappings()]
 
     def close(self) -> None:
         self._engine.dispose()

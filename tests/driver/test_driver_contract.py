@@ -582,3 +582,34 @@ def test_both_drivers_store_the_same_state_for_the_same_job(driver: Driver, pref
         "1.0": ["succeeded"],
     }
     assert record.lease_owner is None and record.lease_expires is None
+
+
+# -- start times ----------------------------------------------------------------------------
+
+
+def test_a_delayed_job_does_not_start_before_its_planned_time(driver: Driver, prefix: str) -> None:
+    key = f"{prefix}later"
+    job = make_job([flaky.task(name="later", key=key)])
+    scheduled_at = time.monotonic()
+    job.scheduled(delay=0.8)
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert record.status is Status.COMPLETED
+    assert calls(key) == 1
+    assert STARTS[key][0] - scheduled_at >= 0.8 - EPSILON
+
+
+def test_a_job_past_its_start_deadline_ends_cancelled_without_running(
+    driver: Driver, prefix: str
+) -> None:
+    key = f"{prefix}late"
+    job = make_job([flaky.task(name="late", key=key)])
+    job.scheduled(max_start_delay=0.2)
+    time.sleep(0.5)  # no worker picked it up in time
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert calls(key) == 0
+    assert record.status is Status.CANCELLED
+    assert record.error is not None and "start deadline passed" in record.error

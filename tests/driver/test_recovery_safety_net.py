@@ -158,3 +158,65 @@ def test_a_delayed_step_message_no_consumer_holds_is_put_back(
     }  # the kept one is held; a plain actor's message is not ours to resend
     assert _queued_job_ids(broker, dq) == ["job-1"]
     assert step.actor_name == STEP_ACTOR
+
+
+def test_a_held_job_is_released_to_arrive_at_its_planned_start(broker: RedisBroker) -> None:
+    store = MemoryJobStore()
+    set_job_store(store)
+    sweeper = RecoverySweeper(broker, "me", lease_seconds=1, interval=1, dispatch_seconds=10)
+    now = utcnow()
+    soon = now + timedelta(seconds=1.5)
+    due = JobRecord(
+        id="due", channel_id=QUEUE, status=Status.SCHEDULED, not_before=soon, release_at=soon
+    )
+    later = JobRecord(
+        id="later",
+        channel_id=QUEUE,
+        status=Status.SCHEDULED,
+        not_before=now + timedelta(minutes=5),
+        release_at=now + timedelta(minutes=5),
+    )
+    assert store.put(due) and store.put(later)
+
+    assert sweeper.release_due(now) == 1
+
+    assert _queued_job_ids(broker) == []  # not in the queue yet: delayed to its start
+    [delayed] = _queued_job_ids(broker, f"{QUEUE}.DQ")
+    assert delayed == "due"
+    raw = broker.client.hvals(f"{broker.namespace}:{QUEUE}.DQ.msgs")[0]
+    eta_ms = Message.decode(raw).options["eta"]
+    assert abs(eta_ms / 1000 - soon.timestamp()) < 0.5
+    row = store.get("due")
+    assert row is not None and row.release_at is None and row.state[DISPATCH_KEY]
+    assert sweeper.release_due(now) == 0  # released once
+    kept = store.get("later")
+    assert kept is not None and kept.release_at == later.release_at  # not due yet
+
+
+def test_the_sweep_cancels_a_job_nobody_started_by_its_deadline(broker: RedisBroker) -> None:
+    store = MemoryJobStore()
+    set_job_store(store)
+    sweeper = RecoverySweeper(broker, "me", lease_seconds=1, interval=1)
+    now = utcnow()
+    late = JobRecord(
+        id="late",
+        channel_id=QUEUE,
+        status=Status.SCHEDULED,
+        start_deadline=now - timedelta(seconds=3),
+    )
+    in_time = JobRecord(
+        id="in-time",
+        channel_id=QUEUE,
+        status=Status.SCHEDULED,
+        start_deadline=now + timedelta(seconds=30),
+    )
+    assert store.put(late) and store.put(in_time)
+
+    assert sweeper.cancel_overdue(now) == 1
+
+    row = store.get("late")
+    assert row is not None and row.status is Status.CANCELLED
+    assert row.error is not None and "start deadline passed" in row.error
+    assert "3.0s late" in row.error
+    kept = store.get("in-time")
+    assert kept is not None and kept.status is Status.SCHEDULED

@@ -330,6 +330,49 @@ class TestJobStoreContract:
         assert ids(after=(same_instant, "f"), status=Status.FAILED) == ["g"]
         assert ids(after=(T0 + timedelta(minutes=4), "g")) == []
 
+    # -- start times ------------------------------------------------------------------------
+
+    def test_start_times_round_trip_through_put_and_advance(self, store: IJobStore) -> None:
+        times = {
+            "not_before": T0 + timedelta(minutes=5),
+            "release_at": T0 + timedelta(minutes=5),
+            "start_deadline": T0 + timedelta(minutes=6, microseconds=250),
+        }
+        assert store.put(job(status=Status.SCHEDULED, **times))
+        row = stored(store)
+        assert {k: getattr(row, k) for k in times} == times
+        assert store.advance(row.evolve(release_at=None))
+        assert stored(store).release_at is None
+        assert stored(store).not_before == times["not_before"]
+
+    def test_due_releases_lists_held_scheduled_jobs_due_soonest_first(
+        self, store: IJobStore
+    ) -> None:
+        rows = [
+            ("later", Status.SCHEDULED, T0 + timedelta(minutes=9)),
+            ("due", Status.SCHEDULED, T0 + timedelta(minutes=1)),
+            ("sooner", Status.SCHEDULED, T0),
+            ("sent", Status.SCHEDULED, None),
+            ("running", Status.IN_PROGRESS, T0),
+        ]
+        for job_id, status, release_at in rows:
+            assert store.put(job(job_id, status=status, release_at=release_at))
+        until = T0 + timedelta(minutes=2)
+        assert [r.id for r in store.due_releases(until)] == ["sooner", "due"]
+        assert [r.id for r in store.due_releases(until, limit=1)] == ["sooner"]
+
+    def test_overdue_lists_scheduled_jobs_past_their_deadline(self, store: IJobStore) -> None:
+        rows = [
+            ("late", Status.SCHEDULED, T0 - timedelta(seconds=1)),
+            ("later", Status.SCHEDULED, T0 - timedelta(minutes=5)),
+            ("in-time", Status.SCHEDULED, T0 + timedelta(seconds=1)),
+            ("none", Status.SCHEDULED, None),
+            ("started", Status.IN_PROGRESS, T0 - timedelta(minutes=9)),
+        ]
+        for job_id, status, deadline in rows:
+            assert store.put(job(job_id, status=status, start_deadline=deadline))
+        assert [r.id for r in store.overdue(T0)] == ["later", "late"]
+
     # -- JSON ------------------------------------------------------------------------------
 
     def test_payload_and_state_round_trip(self, store: IJobStore) -> None:
