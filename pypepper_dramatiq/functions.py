@@ -20,6 +20,7 @@ from dramatiq.asyncio import async_to_sync
 from .channels.broker import get_broker
 from .context import Context
 from .executor import IExecutor, executor_registry
+from .spec import POLICY_KEYS
 from .task import Task
 
 R = TypeVar("R")
@@ -80,21 +81,9 @@ async def _never_called() -> None:
 _ASYNC_TO_SYNC_CODE = getattr(async_to_sync(_never_called), "__code__", None)
 
 
-_POLICY_KEYS = {
-    "retry_count",
-    "retry_delay",
-    "retry_until_completed",
-    "retry_until_max",
-    "round_times",
-    "round_timeout",
-    "round_timeout_join",
-    "optional",
-}
-
-
 def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    policy = {k: v for k, v in options.items() if k in _POLICY_KEYS}
-    params = {k: v for k, v in options.items() if k not in _POLICY_KEYS}
+    policy = {k: v for k, v in options.items() if k in POLICY_KEYS}
+    params = {k: v for k, v in options.items() if k not in POLICY_KEYS}
     return policy, params
 
 
@@ -152,7 +141,7 @@ def workflow_task(
     an event loop of its own in the worker thread; a cancel of the job
     cancels it, and ``round_timeout`` bounds it (``TaskTimeoutError``).
     """
-    unknown = set(policy) - _POLICY_KEYS
+    unknown = set(policy) - POLICY_KEYS
     if unknown:
         raise TypeError(f"workflow_task got unknown options: {', '.join(sorted(unknown))}")
 

@@ -16,6 +16,19 @@ from .rules import RetryPolicy
 
 #: The retry table of a task stored without one (its defaults are RetryPolicy's).
 _DEFAULT_POLICY = RetryPolicy()
+#: The stored fields that say how a task is retried and timed (``@workflow_task``'s options).
+POLICY_KEYS = frozenset(
+    {
+        "retry_count",
+        "retry_delay",
+        "retry_until_completed",
+        "retry_until_max",
+        "round_times",
+        "round_timeout",
+        "round_timeout_join",
+        "optional",
+    }
+)
 
 
 @dataclass(frozen=True)
