@@ -150,20 +150,26 @@ class RecoverySweeper(threading.Thread):
 
     def release_due(self, now: datetime) -> int:
         """Send the first message of the jobs held in the store (long delays) that
-        are due before the next pass, each delayed to arrive at its planned start."""
+        are due before the next pass, each delayed to arrive at its planned start.
+
+        Batch after batch until none is due (many jobs may share one eta), each
+        message sent before its row is marked, so a batch never repeats a row.
+        """
         store = get_job_store()
         until = now + timedelta(seconds=self.interval + RELEASE_AHEAD_SECONDS)
-        released = 0
-        for record in store.due_releases(until, self.batch):
+        seen: set[str] = set()
+        while batch := [r for r in store.due_releases(until, self.batch) if r.id not in seen]:
+            seen.update(r.id for r in batch)  # a row whose mark lost a race is not resent
+            self._release(store, batch, now)
+        return len(seen)
+
+    def _release(self, store: Any, batch: list[JobRecord], now: datetime) -> None:
+        for record in batch:
             wait = 0.0
             if record.not_before is not None:
                 wait = max(0.0, (record.not_before - now).total_seconds())
-            if record.channel_id not in self.broker.get_declared_queues():
-                self.broker.declare_queue(record.channel_id)
-            message = StepMessage(record.id, Position(), record.evolve(release_at=None))
-            sent = self.broker.enqueue(
-                message.to_message(record.channel_id), delay=int(wait * 1000) or None
-            )
+            step = StepMessage(record.id, Position(), record.evolve(release_at=None))
+            sent = self._send(step, record.channel_id, delay=wait)
             # Compare-and-set: a job cancelled meanwhile keeps its row (the message
             # sent is then acknowledged unrun).
             store.advance(
@@ -173,8 +179,6 @@ class RecoverySweeper(threading.Thread):
                     state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
                 )
             )
-            released += 1
-        return released
 
     def cancel_overdue(self, now: datetime) -> int:
         """Cancel the Scheduled jobs past their start deadline that nobody picked up."""
@@ -194,10 +198,14 @@ class RecoverySweeper(threading.Thread):
                     gate.release(record.id)
         return cancelled
 
-    def _send(self, step: StepMessage, channel_id: str) -> Any:
-        if channel_id not in self.broker.get_declared_queues():
+    def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
+        # Redis takes a message for any queue; declaring one here would make this
+        # worker consume a channel it does not serve. The stub broker needs it.
+        if redis_client_of(self.broker) is None and channel_id not in (
+            self.broker.get_declared_queues()
+        ):
             self.broker.declare_queue(channel_id)
-        return self.broker.enqueue(step.to_message(channel_id))
+        return self.broker.enqueue(step.to_message(channel_id), delay=int(delay * 1000) or None)
 
     def resend_lost_first_steps(self, now: datetime) -> int:
         """Send again the first message of Scheduled jobs whose message is gone.

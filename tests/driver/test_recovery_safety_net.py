@@ -220,3 +220,26 @@ def test_the_sweep_cancels_a_job_nobody_started_by_its_deadline(broker: RedisBro
     assert "3.0s late" in row.error
     kept = store.get("in-time")
     assert kept is not None and kept.status is Status.SCHEDULED
+
+
+def test_one_pass_releases_every_due_job_batch_after_batch(broker: RedisBroker) -> None:
+    # Many jobs may share one eta: a pass must not leave some for the next one.
+    store = MemoryJobStore()
+    set_job_store(store)
+    sweeper = RecoverySweeper(broker, "me", lease_seconds=1, interval=1, batch=2)
+    now = utcnow()
+    for i in range(5):
+        assert store.put(
+            JobRecord(
+                id=f"j{i}",
+                channel_id=QUEUE,
+                status=Status.SCHEDULED,
+                not_before=now,
+                release_at=now,
+            )
+        )
+
+    assert sweeper.release_due(now) == 5
+
+    assert sorted(_queued_job_ids(broker)) == [f"j{i}" for i in range(5)]
+    assert all(r.release_at is None for r in store.list())
