@@ -15,7 +15,7 @@ from .env import ROOT, Stack
 from .harness import LIVE, LOGS
 from .scenarios import FULL, QUICK, run_all
 
-SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm")
+SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm", "delayed")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -127,6 +127,19 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         ):
             if key in durable:
                 out.append([scenario, label, "-", _fmt(durable[key], 2), "-", "-"])
+    for size, held in results.get("delayed", {}).items():
+        scenario = f"6. delayed {int(size):,} (held, etas over 10 s)"
+        cells = (
+            ("Redis used_memory while waiting (MiB)", _fmt(held["redis_bytes_waiting"] / 2**20)),
+            ("worker peak RSS while waiting (MiB)", _fmt(held["worker_rss_waiting"] / 2**20)),
+            (
+                "done after eta p50 / p99 (ms)",
+                f"{_fmt(held['lag_p50_ms'])} / {_fmt(held['lag_p99_ms'])}",
+            ),
+            ("earliest done after eta (ms; never negative)", _fmt(held["earliest_ms"])),
+        )
+        for label, cell in cells:
+            out.append([scenario, label, "-", cell, "-", "-"])
     storm = results.get("retry_storm")
     if storm:
         scenario = f"5. retry storm {storm['jobs']:,} jobs"
@@ -214,6 +227,22 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             length["10"]["ms_per_job"] / length["1"]["ms_per_job"],
             10.5,
             "<=",
+        )
+    held = results.get("delayed", {})
+    counts = sorted(held, key=int)
+    if len(counts) == 2:
+        small, big = (held[c] for c in counts)
+        check(
+            f"delayed: worker RSS, {int(counts[1]):,} / {int(counts[0]):,} waiting",
+            big["worker_rss_waiting"] / small["worker_rss_waiting"],
+            1.2,
+            "<",
+        )
+        check(
+            f"delayed: Redis memory, {int(counts[1]):,} / {int(counts[0]):,} waiting",
+            big["redis_bytes_waiting"] / small["redis_bytes_waiting"],
+            1.5,
+            "<",
         )
     backlog = results.get("backlog", {})
     sizes = sorted(backlog, key=int)

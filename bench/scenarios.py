@@ -34,10 +34,11 @@ class Sizes:
     backlog: tuple[int, int]
     storm_jobs: int
     probe_batch: int
+    delayed: tuple[int, int]  #: delayed jobs waiting at once: a small and a large count
 
 
-QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10)
-FULL = Sizes(3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20)
+QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500))
+FULL = Sizes(3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20, (100, 10000))
 
 
 def median(values: list[float]) -> float:
@@ -359,6 +360,56 @@ def retry_storm(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     }
 
 
+# -- 6. delayed jobs --------------------------------------------------------------------------
+
+#: Seconds over which the etas of one run are spread (jobs rarely share one instant).
+ETA_SPREAD = 10.0
+
+
+def delayed(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """Jobs held for a delay longer than Dramatiq's delayed messages carry: what they
+    cost while they wait (worker RSS, Redis memory), and how late they run."""
+    from datetime import datetime, timezone
+
+    results: dict[str, Any] = {}
+    for size in sizes.delayed:
+        stack.reset()
+        worker = durable.worker(1)
+        worker.sample_rss()
+        try:
+            # The first eta comes once every job is sent (about 1 ms each), plus margin.
+            first_eta = time.time() + 12 + size * 0.002
+            etas: dict[str, float] = {}
+            for i in range(size):
+                key = uuid.uuid4().hex
+                etas[key] = first_eta + ETA_SPREAD * i / size
+                job = durable.app.job(1, key)
+                job.scheduled(eta=datetime.fromtimestamp(etas[key], timezone.utc))
+            time.sleep(max(0.0, first_eta - time.time() - 1))
+            redis_waiting = stack.redis_memory()
+            rss_waiting = worker.peak_rss
+            wait_until(lambda n=size: durable.done() >= n, 600, f"delayed {size}", worker)
+            done = durable.done_times()
+        finally:
+            worker.stop()
+        lags = [done[key] - eta for key, eta in etas.items() if key in done]
+        out = {
+            "redis_bytes_waiting": redis_waiting,
+            "worker_rss_waiting": rss_waiting,
+            "lag_p50_ms": percentile(lags, 50) * 1000,
+            "lag_p99_ms": percentile(lags, 99) * 1000,
+            "earliest_ms": min(lags) * 1000,
+        }
+        results[str(size)] = out
+        print(
+            f"  delayed {size}: waiting Redis {redis_waiting / 2**20:.1f} MiB, worker RSS "
+            f"{rss_waiting / 2**20:.0f} MiB; done after eta p50 {out['lag_p50_ms']:.0f} ms, "
+            f"p99 {out['lag_p99_ms']:.0f} ms, earliest {out['earliest_ms']:.0f} ms",
+            flush=True,
+        )
+    return results
+
+
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
     from .harness import CeleryCompetitor
 
@@ -370,6 +421,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("latency", lambda: latency(stack, [plain, durable, celery], sizes)),
         ("backlog", lambda: backlog(stack, [plain, durable], sizes)),
         ("retry_storm", lambda: retry_storm(stack, durable, sizes)),
+        ("delayed", lambda: delayed(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

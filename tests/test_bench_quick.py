@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm")
+SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm", "delayed")
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
