@@ -31,6 +31,15 @@ class StartTimes:
         return max(0.0, (self.not_before - now).total_seconds())
 
 
+def missed_deadline(deadline: datetime, now: datetime) -> str:
+    """The error a job cancelled for its start deadline is stored with."""
+    late = (now - deadline).total_seconds()
+    return (
+        f"start deadline passed: not started by {deadline.isoformat()} "
+        f"(max_start_delay after its planned start); {late:.1f}s late"
+    )
+
+
 def _seconds(name: str, value: object) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()

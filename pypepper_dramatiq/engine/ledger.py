@@ -28,6 +28,7 @@ from ..results import check_storable
 from ..rules import Position, RetryPolicy
 from ..settings import Settings
 from ..spec import TaskSpec
+from ..start_times import missed_deadline
 from ..state import JobState
 from ..status import Status
 from ..stores.base import IJobStore, why_not_claimable
@@ -372,11 +373,7 @@ class StepBook:
         """End a Scheduled job past its start deadline: Cancelled, with an error naming
         the deadline, before any of its code runs. False if the row moved meanwhile."""
         assert record.start_deadline is not None
-        late = (now - record.start_deadline).total_seconds()
-        error = (
-            f"start deadline passed: not started by {record.start_deadline.isoformat()} "
-            f"(max_start_delay after its planned start); {late:.1f}s late"
-        )
+        error = missed_deadline(record.start_deadline, now)
         cancelled = record.evolve(
             status=transition(record.status, CANCEL), error=error, updated=now, release_at=None
         )

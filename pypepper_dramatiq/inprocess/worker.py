@@ -28,6 +28,7 @@ from ..errors import (
 from ..events import CANCEL, COMPLETE, FAIL, RUN
 from ..job import Job
 from ..record import JobRecord, utcnow
+from ..start_times import missed_deadline
 from ..status import Status
 from ..stores.registry import get_job_store
 from ..task import Task
@@ -187,13 +188,9 @@ class Worker:
     def _cancel_overdue(self, job: Job) -> None:
         """The job was not started by its start deadline: it ends Cancelled, unrun."""
         assert job.start_deadline is not None
-        late = (utcnow() - job.start_deadline).total_seconds()
         job.apply_event(CANCEL)
         job.cancel_event.set()
-        job.error = (
-            f"start deadline passed: not started by {job.start_deadline.isoformat()} "
-            f"(max_start_delay after its planned start); {late:.1f}s late"
-        )
+        job.error = missed_deadline(job.start_deadline, utcnow())
         _log(job, "deadline_cancel")
         job.persist()
 
