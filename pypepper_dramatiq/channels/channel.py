@@ -318,6 +318,20 @@ class ChannelManager:
     def get(self, channel_id: str) -> Channel | None:
         return self._channels.get(channel_id)
 
+    def release_slot(self, channel_id: str, job_id: str, broker: Broker | None = None) -> None:
+        """``job_id`` left ``channel_id`` (taken by a worker, dropped, or cancelled
+        unrun): give its slot back. Works for a channel this process does not serve
+        (its queue is not declared for that); a failure is logged, not raised, as
+        bookkeeping must not stop the work that follows it."""
+        channel = self._channels.get(channel_id)
+        gate = channel.gate if channel is not None else gate_for(broker or get_broker(), channel_id)
+        try:
+            gate.release(job_id)
+        except Exception:
+            logger.warning(
+                "channel %s: slot of job %s not given back", channel_id, job_id, exc_info=True
+            )
+
     def remove(self, channel_id: str) -> Channel | None:
         with self._lock:
             return self._channels.pop(channel_id, None)

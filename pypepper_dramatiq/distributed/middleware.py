@@ -257,11 +257,8 @@ class WorkflowMiddleware(Middleware):
         Only a job's first message (the one carrying its record) counts in the
         channel; later steps were never admitted, so they cost no release.
         """
-        if step.record is None:
-            return
-        channel = manager.get(message.queue_name)
-        if channel is not None:
-            _quietly(channel.gate.release, step.job_id)
+        if step.record is not None:
+            manager.release_slot(message.queue_name, step.job_id)
 
     def _pass_on(self, broker: Broker, step: StepMessage, message: Any) -> None:
         """Give an unclaimed step to another worker.
@@ -409,10 +406,3 @@ UNKNOWN_TASK_RETRY_SECONDS = 1.0
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _quietly(fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        logger.warning("channel bookkeeping failed", exc_info=True)

@@ -15,7 +15,6 @@ on a broker without Redis).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from datetime import datetime, timedelta
@@ -24,7 +23,7 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.common import dq_name
 
-from ..channels.channel import gate_for, manager
+from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from ..engine.ledger import StepBook, cursor_of
 from ..errors import StoreError, StoreUnavailableError
@@ -186,16 +185,7 @@ class RecoverySweeper(threading.Thread):
         for record in get_job_store().overdue(now, self.batch):
             if self.book.cancel_overdue(record, now):
                 cancelled += 1
-                # The job leaves its channel: give its slot back (also for a channel
-                # this process does not serve: its queue is not declared here).
-                channel = manager.get(record.channel_id)
-                gate = (
-                    channel.gate
-                    if channel is not None
-                    else gate_for(self.broker, record.channel_id)
-                )
-                with contextlib.suppress(Exception):
-                    gate.release(record.id)
+                manager.release_slot(record.channel_id, record.id, self.broker)
         return cancelled
 
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
