@@ -12,7 +12,7 @@ from alembic.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from services import PostgresServer, free_port
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import Connection, create_engine, event, inspect, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.schema import CreateTable
@@ -280,19 +280,24 @@ def test_migrations_build_exactly_the_declared_schema(empty_postgres_uri: str) -
     assert differences == []
 
 
+def _fill_4000_jobs(connection: Connection) -> None:
+    """4,000 rows of four statuses on channel "c", one second apart, then ANALYZE."""
+    statuses = ["Scheduled", "InProgress", "Completed", "Failed"]
+    connection.execute(
+        text(
+            "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated,"
+            " state) SELECT 'j' || n, 'c', (CAST(:statuses AS text[]))[1 + n % 4], 1,"
+            " now() - n * interval '1 second', now(), '{}' FROM generate_series(1, 4000) n"
+        ),
+        {"statuses": statuses},
+    )
+    connection.execute(text("ANALYZE scheduler_jobs"))
+
+
 @pytest.mark.postgres
 def test_listing_by_status_reads_an_index(pg_store: SqlJobStore) -> None:
-    statuses = ["Scheduled", "InProgress", "Completed", "Failed"]
     with pg_store.engine.connect() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated,"
-                " state) SELECT 'j' || n, 'c', (CAST(:statuses AS text[]))[1 + n % 4], 1,"
-                " now() - n * interval '1 second', now(), '{}' FROM generate_series(1, 4000) n"
-            ),
-            {"statuses": statuses},
-        )
-        connection.execute(text("ANALYZE scheduler_jobs"))
+        _fill_4000_jobs(connection)
         plan = "\n".join(
             row[0]
             for row in connection.execute(
@@ -317,17 +322,8 @@ def test_listing_by_status_reads_an_index(pg_store: SqlJobStore) -> None:
 def test_a_newest_first_page_after_a_cursor_reads_an_index_backwards(
     pg_store: SqlJobStore, filters: dict[str, str], index: str
 ) -> None:
-    statuses = ["Scheduled", "InProgress", "Completed", "Failed"]
     with pg_store.engine.connect() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO scheduler_jobs (id, channel_id, status, version, created, updated,"
-                " state) SELECT 'j' || n, 'c', (CAST(:statuses AS text[]))[1 + n % 4], 1,"
-                " now() - n * interval '1 second', now(), '{}' FROM generate_series(1, 4000) n"
-            ),
-            {"statuses": statuses},
-        )
-        connection.execute(text("ANALYZE scheduler_jobs"))
+        _fill_4000_jobs(connection)
     # The statement the store itself sends, caught on its way to the driver.
     sent: list[tuple[str, object]] = []
 
