@@ -11,6 +11,8 @@ CANCEL_EVENT_KEY = "cancel_event"
 JOB_ID_KEY = "job_id"
 #: Key of the results of the job's finished tasks (name -> result).
 RESULTS_KEY = "results"
+#: Key of the results of the jobs this one waited for (parent id -> task name -> result).
+PARENT_RESULTS_KEY = "parent_results"
 #: Key of the step's position ``[workflow, task, round, attempt]`` (distributed runs).
 POSITION_KEY = "position"
 
@@ -56,6 +58,16 @@ class Context:
     def results(self) -> dict[str, Any]:
         """Results of the tasks of this job that finished before this one, by task name."""
         results = self.context.setdefault(RESULTS_KEY, {})
+        assert isinstance(results, dict)
+        return results
+
+    @property
+    def parent_results(self) -> dict[str, dict[str, Any]]:
+        """For a job scheduled ``after=`` other jobs: their results, by parent job
+        id, then task name (``context.parent_results[parent_id]["fetch"]``).
+        Empty for a job without parents. A parent that failed or was cancelled
+        (``on_parent_failure="ignore"``) has the results of its tasks that finished."""
+        results = self.context.setdefault(PARENT_RESULTS_KEY, {})
         assert isinstance(results, dict)
         return results
 

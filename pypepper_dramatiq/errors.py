@@ -72,6 +72,21 @@ class UnknownJobError(PypepperError, LookupError):
         self.job_id = job_id
 
 
+class DuplicateJobError(PypepperError):
+    """Another active job holds this unique key (or this job id is already stored)."""
+
+    def __init__(self, unique_key: str | None, existing_id: str | None) -> None:
+        if unique_key is None:
+            message = f"job {existing_id!r} is already stored"
+        else:
+            holder = "a job that just ended" if existing_id is None else f"job {existing_id!r}"
+            message = f"unique key {unique_key!r} is held by {holder} (Scheduled or InProgress)"
+        super().__init__(message)
+        self.unique_key = unique_key
+        #: The id of the job that holds the key (None: it ended while we looked).
+        self.existing_id = existing_id
+
+
 class NonRetriableError(PypepperError):
     """Raised by a task: this failure will not go away; skip its remaining attempts.
 

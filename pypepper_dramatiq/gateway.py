@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,8 +21,10 @@ from .channels.broker import get_broker
 from .channels.channel import manager
 from .engine.running import running_here
 from .errors import (
+    BrokerUnavailableError,
     ChannelFullError,
     ChannelStoppedError,
+    DuplicateJobError,
     InvalidTransitionError,
     StoreError,
     UnknownJobError,
@@ -29,11 +33,18 @@ from .events import CANCEL, INIT, SCHEDULE, transition
 from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
-from .start_times import SHORT_DELAY_SECONDS, start_times
+from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
 from .status import Status, may_overwrite
 from .stores.registry import get_job_store
+from .waits import ON_CONFLICT, Waits, check_choice, check_unique_key, parent_ids
 
 logger = logging.getLogger(__name__)
+
+#: Tries of a keyed insert while key holders come and go.
+CONFLICT_ATTEMPTS = 5
+#: How long a producer has to send the message of a job it stored first (a unique
+#: key, parents) before the recovery sweep sends it instead.
+HANDOFF_SECONDS = 15.0
 
 
 class Gateway:
@@ -47,6 +58,10 @@ class Gateway:
         *,
         delay: float | timedelta | None = None,
         eta: datetime | None = None,
+        unique_key: str | None = None,
+        on_conflict: str = "skip",
+        after: Iterable[Job | str] | Job | str = (),
+        on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
     ) -> str:
         """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``).
@@ -56,10 +71,19 @@ class Gateway:
         message) and the recovery sweep sends it shortly before it is due. On
         other brokers (the in-process channel) the message goes at once and the
         worker waits for the planned start.
+
+        A job with a unique key or parents takes another path (:meth:`_guarded`):
+        its row is stored before any message, so that the database decides the
+        key and the wait first. A plain job pays nothing for it.
         """
         _require_sync()
         now = utcnow()
         times = start_times(now, delay=delay, eta=eta, max_start_delay=max_start_delay)
+        key = check_unique_key(unique_key)
+        check_choice("on_conflict", on_conflict, ON_CONFLICT)
+        waits = Waits(parent_ids(after), on_parent_failure)
+        if job.id in waits.parents:
+            raise ValueError(f"job {job.id} cannot be scheduled after itself")
         store = get_job_store()  # a YAML durable backend never set up fails here, first
         if job.version:
             # A job stored before (e.g. rebuilt by from_record) may already have ended:
@@ -67,6 +91,8 @@ class Gateway:
             durable = store.get(job.id)
             if durable is not None and durable.status.is_terminal:
                 raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
+        if key is not None or waits.parents:
+            return self._guarded(job, times, now, key, on_conflict, waits)
         before = job.status
         wait = times.delay_from(now)
         on_redis = redis_client_of(get_broker()) is not None
@@ -79,26 +105,157 @@ class Gateway:
             channel = manager.available(job.channel_id)
             result = channel.offer(job, delay=wait if on_redis else 0.0, hold=hold)
         except BaseException:
-            job.restore_status(before)
-            job.not_before = job.start_deadline = job.release_at = None
+            _roll_back(job, before)
             raise
         if result != "ok":
-            job.restore_status(before)
-            job.not_before = job.start_deadline = job.release_at = None
-        if result == "full":
-            raise ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
-        if result == "stopped":
-            raise ChannelStoppedError(f"channel {channel.id} is stopped")
-        logger.info(
-            "job %s scheduled on %s",
-            job.id,
-            channel.id,
-            extra={"action": "schedule", "job_id": job.id},
-        )
+            _roll_back(job, before)
+        _raise_refused(result, channel)
+        _log_scheduled(job, channel.id)
         if not self.persist(job, SAVE_ATTEMPTS):
             # The job is on the channel: do not roll back. The worker heals the row.
             logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
         return job.id
+
+    def _guarded(
+        self,
+        job: Job,
+        times: StartTimes,
+        now: datetime,
+        key: str | None,
+        on_conflict: str,
+        waits: Waits,
+    ) -> str:
+        """Schedule a job with a unique key or parents: the row first, then the message.
+
+        The insert is where the database refuses a second active job per key;
+        ``on_conflict`` then decides. Returns the id of the job in charge.
+        """
+        store = get_job_store()
+        if waits.parents:
+            stored = {record.id for record in store.get_many(waits.parents)}
+            for parent in waits.parents:
+                if parent not in stored:
+                    raise UnknownJobError(parent)
+        conflict: DuplicateJobError | None = None
+        for _ in range(CONFLICT_ATTEMPTS):
+            try:
+                self._insert_then_send(job, times, now, key, waits)
+                return job.id
+            except DuplicateJobError as exc:
+                if exc.unique_key is None:  # this job id is stored already
+                    raise
+                conflict = exc
+            holder = conflict.existing_id
+            if holder is None:
+                continue  # the holder ended while we looked: try again
+            if on_conflict == "skip":
+                logger.info(
+                    "job %s not scheduled: key %r is held by job %s",
+                    job.id,
+                    key,
+                    holder,
+                    extra={"action": "skip_duplicate", "job_id": job.id, "holder": holder},
+                )
+                return holder
+            if on_conflict == "raise":
+                raise conflict
+            if on_conflict == "replace" and self._replace(holder, job.id):
+                continue
+            # "after" (or "replace" of a holder that already started): wait for it,
+            # and take the key when the wait ends.
+            waits = replace(waits, key=key, holder=holder)
+            key = None
+        assert conflict is not None
+        raise conflict
+
+    def _insert_then_send(
+        self, job: Job, times: StartTimes, now: datetime, key: str | None, waits: Waits
+    ) -> None:
+        """Admit ``job``, insert its Scheduled row, then send its message unless held.
+
+        Until the message is sent (and marked), the row is due for release in
+        :data:`HANDOFF_SECONDS`: a producer that dies in between leaves the
+        sending to the recovery sweep.
+        """
+        before = job.status
+        wait = times.delay_from(now)
+        on_redis = redis_client_of(get_broker()) is not None
+        waiting = bool(waits.awaited)
+        held = on_redis and (waiting or wait > SHORT_DELAY_SECONDS)
+        job.not_before, job.start_deadline = times.not_before, times.deadline
+        job.unique_key = key
+        job.waits = replace(waits, held=held).to_dict() if waiting else None
+        if waiting:
+            job.release_at = None  # released when the wait ends
+        elif held:
+            job.release_at = times.not_before
+        else:
+            job.release_at = max(now + timedelta(seconds=HANDOFF_SECONDS), times.not_before or now)
+        try:
+            job.apply_event(INIT)
+            job.apply_event(SCHEDULE)
+            channel = manager.available(job.channel_id)
+            result = channel.offer(job, hold=True)  # admission only
+        except BaseException:
+            _roll_back(job, before)
+            raise
+        if result != "ok":
+            _roll_back(job, before)
+        _raise_refused(result, channel)
+        try:
+            written = get_job_store().put(job.to_record().evolve(version=0, updated=now))
+        except BaseException:
+            manager.release_slot(channel.id, job.id)
+            _roll_back(job, before)
+            raise
+        if not written:
+            manager.release_slot(channel.id, job.id)
+            _roll_back(job, before)
+            raise DuplicateJobError(None, job.id)
+        job.mark_saved(1, now)
+        _log_scheduled(job, channel.id)
+        if held:
+            return
+        try:
+            channel.dispatch(job, delay=wait if on_redis else 0.0)
+        except BrokerUnavailableError as exc:
+            logger.warning(
+                "job %s is stored but its message was not sent (%s); the recovery sweep sends it",
+                job.id,
+                exc,
+            )
+            return
+        job.release_at = None
+        if not self.persist(job, SAVE_ATTEMPTS):
+            logger.warning("job %s is queued but its dispatch was not recorded", job.id)
+
+    def _replace(self, holder_id: str, by: str) -> bool:
+        """Cancel the key holder if it has not started; True if it no longer holds the key."""
+        store = get_job_store()
+        for _ in range(CANCEL_ATTEMPTS):
+            holder = store.get(holder_id)
+            if holder is None or holder.status.is_terminal:
+                return True
+            if holder.status is not Status.SCHEDULED:
+                return False  # running: not interrupted, the new job waits for it
+            cancelled = holder.evolve(
+                status=transition(holder.status, CANCEL),
+                error=f"replaced by job {by} (on_conflict='replace')",
+                updated=utcnow(),
+                release_at=None,
+            )
+            if store.advance(cancelled):
+                logger.info(
+                    "job %s cancelled: replaced by job %s",
+                    holder_id,
+                    by,
+                    extra={"action": "replace", "job_id": holder_id, "by": by},
+                )
+                manager.release_slot(holder.channel_id, holder_id)
+                running_here.cancel(holder_id)
+                publish_cancel(holder_id)
+                return True
+        return False
 
     # -- snapshots --------------------------------------------------------------------
 
@@ -203,6 +360,29 @@ def publish_cancel(job_id: str, client: Any | None = None) -> bool:
         logger.warning("job %s: cancel not published (%s); workers see it on renewal", job_id, exc)
         return False
     return True
+
+
+def _roll_back(job: Job, before: Status) -> None:
+    """Undo what scheduling set on ``job`` (nothing was queued or stored)."""
+    job.restore_status(before)
+    job.not_before = job.start_deadline = job.release_at = None
+    job.unique_key = job.waits = None
+
+
+def _raise_refused(result: str, channel: Any) -> None:
+    if result == "full":
+        raise ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
+    if result == "stopped":
+        raise ChannelStoppedError(f"channel {channel.id} is stopped")
+
+
+def _log_scheduled(job: Job, channel_id: str) -> None:
+    logger.info(
+        "job %s scheduled on %s",
+        job.id,
+        channel_id,
+        extra={"action": "schedule", "job_id": job.id},
+    )
 
 
 def _require_sync() -> None:

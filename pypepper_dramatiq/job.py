@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY, Context
+from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, PARENT_RESULTS_KEY, RESULTS_KEY, Context
 from .errors import UnknownExecutorError
 from .events import Event, SchedulerFSM, build_scheduler_fsm
 from .record import JobRecord, check_job_id, utcnow
@@ -16,7 +17,7 @@ from .status import Status
 from .task import Task
 from .workflow import Workflow
 
-__all__ = ["CANCEL_EVENT_KEY", "Job"]
+__all__ = ["CANCEL_EVENT_KEY", "Job", "chain"]
 
 #: How often internal snapshot writes are tried before giving up.
 SAVE_ATTEMPTS = 3
@@ -33,6 +34,10 @@ class JobGateway(Protocol):
         *,
         delay: float | timedelta | None = None,
         eta: datetime | None = None,
+        unique_key: str | None = None,
+        on_conflict: str = "skip",
+        after: Iterable[Job | str] | Job | str = (),
+        on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
     ) -> str: ...
     def save(self, job: Job) -> bool: ...
@@ -87,6 +92,9 @@ class Job:
         self.not_before: datetime | None = None
         self.start_deadline: datetime | None = None
         self.release_at: datetime | None = None
+        #: The unique key the job holds, and what it waits for: set by ``scheduled()``.
+        self.unique_key: str | None = None
+        self.waits: dict[str, Any] | None = None
         self.state: dict[str, Any] = {}
         self.context = Context(
             {CANCEL_EVENT_KEY: threading.Event(), JOB_ID_KEY: self.id, RESULTS_KEY: {}}
@@ -130,6 +138,7 @@ class Job:
                 task.context.context[CANCEL_EVENT_KEY] = self.cancel_event
                 task.context.context[JOB_ID_KEY] = self.id
                 task.context.context[RESULTS_KEY] = self.context.context[RESULTS_KEY]
+                task.context.context[PARENT_RESULTS_KEY] = self.state.get(PARENT_RESULTS_KEY) or {}
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -138,27 +147,57 @@ class Job:
         *,
         delay: float | timedelta | None = None,
         eta: datetime | None = None,
+        unique_key: str | None = None,
+        on_conflict: str = "skip",
+        after: Iterable[Job | str] | Job | str = (),
+        on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
     ) -> str:
-        """INIT, SCHEDULE, send to the channel, then persist Scheduled; returns the job id.
+        """INIT, SCHEDULE, send to the channel, persist Scheduled; returns the id of the
+        job left in charge of the work (this one's, or the key holder's on a skip).
 
         Must be called from sync code (RuntimeError inside a running event loop).
+        With no option it behaves as seed 000's ``scheduled()``.
 
         Args:
             delay: seconds (or a timedelta): start no earlier than now + delay.
             eta: a timezone-aware datetime: start no earlier than it.
+            unique_key: at most one active (Scheduled or InProgress) job per key.
+            on_conflict: when another active job holds ``unique_key``:
+                ``"skip"`` stores nothing and returns the holder's id;
+                ``"replace"`` cancels a holder not started yet and takes the key
+                (a running holder is not interrupted: then as ``"after"``);
+                ``"after"`` stores this job to run once the holder ended;
+                ``"raise"`` raises :class:`~pypepper_dramatiq.errors.DuplicateJobError`.
+            after: jobs (or job ids) this job waits for; each must be stored.
+            on_parent_failure: when a parent ends Failed or Cancelled:
+                ``"propagate"`` fails this job (its error names the parent),
+                ``"cancel"`` cancels it, ``"ignore"`` runs it anyway.
             max_start_delay: seconds (or a timedelta): a job not started by its
                 planned start plus this ends Cancelled, before any of its code
-                runs (0: no lateness allowed).
+                runs (0: no lateness allowed). Waits do not move it.
 
         Raises:
             ChannelFullError, ChannelStoppedError: nothing was queued; the
                 status is rolled back so ``scheduled()`` can be retried.
+            DuplicateJobError: ``on_conflict="raise"`` and the key is held
+                (``existing_id`` names the holder).
+            UnknownJobError: a job of ``after`` is not stored.
             InvalidTransitionError: the job cannot be scheduled from its status.
             ValueError, TypeError: a bad option (naive eta, negative delay, both
-                delay and eta...), named; nothing was queued or stored.
+                delay and eta, an unknown on_conflict...), named; nothing was
+                queued or stored.
         """
-        return _through().schedule(self, delay=delay, eta=eta, max_start_delay=max_start_delay)
+        return _through().schedule(
+            self,
+            delay=delay,
+            eta=eta,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
+            after=after,
+            on_parent_failure=on_parent_failure,
+            max_start_delay=max_start_delay,
+        )
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:
         """:meth:`scheduled` for async code (``await job.scheduled_async()``).
@@ -277,6 +316,8 @@ class Job:
                 not_before=self.not_before,
                 release_at=self.release_at,
                 start_deadline=self.start_deadline,
+                unique_key=self.unique_key,
+                waits=self.waits,
             )
 
     def _payload(self) -> dict[str, Any] | None:
@@ -313,7 +354,29 @@ class Job:
         job.error = record.error
         job.not_before, job.start_deadline = record.not_before, record.start_deadline
         job.release_at = record.release_at
+        job.unique_key, job.waits = record.unique_key, record.waits
         return job
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, channel_id={self.channel_id!r}, status={self.status.value})"
+
+
+def chain(*jobs: Job, on_parent_failure: str = "propagate") -> list[str]:
+    """Schedule ``jobs`` so that each starts after the one before ended; returns their ids.
+
+    The first is scheduled at once; each next one with ``after=`` the one
+    before and ``on_parent_failure`` (by default a failure fails the rest of
+    the chain, each naming its parent).
+
+    Raises:
+        The errors of :meth:`Job.scheduled`; the jobs scheduled before the
+        error stay scheduled.
+    """
+    ids: list[str] = []
+    for job in jobs:
+        if ids:
+            job.scheduled(after=ids[-1], on_parent_failure=on_parent_failure)
+        else:
+            job.scheduled()
+        ids.append(job.id)
+    return ids

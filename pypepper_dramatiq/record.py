@@ -70,6 +70,13 @@ class JobRecord:
     release_at: datetime | None = None
     #: The latest permitted start; a Scheduled job past it is cancelled (None: none).
     start_deadline: datetime | None = None
+    #: The unique key this job holds while Scheduled or InProgress (None: none).
+    unique_key: str | None = None
+    #: What a Scheduled job waits for besides time (:class:`~pypepper_dramatiq.waits.Waits`
+    #: as a dict: parents, a key holder); None once the wait is settled.
+    waits: dict[str, Any] | None = None
+    #: Since when the job waits (set exactly while it is Scheduled with ``waits``).
+    waiting_since: datetime | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.id)
@@ -80,6 +87,12 @@ class JobRecord:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, as_utc(value))
+        # Only a job not yet started waits: any later status ends the wait's
+        # index entry (the row keeps ``waits`` to show what it waited for).
+        if self.waits is None or self.status.rank > Status.SCHEDULED.rank:
+            object.__setattr__(self, "waiting_since", None)
+        elif self.waiting_since is None:
+            object.__setattr__(self, "waiting_since", self.created)
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
@@ -210,6 +223,8 @@ class JobRecord:
             "state": self.state,
             "error": self.error,
             "lease_owner": self.lease_owner,
+            "unique_key": self.unique_key,
+            "waits": self.waits,
             **{name: _iso(getattr(self, name)) for name in _OPTIONAL_TIMES},
         }
 
@@ -227,12 +242,20 @@ class JobRecord:
             state=dict(data.get("state") or {}),
             error=data.get("error"),
             lease_owner=data.get("lease_owner"),
+            unique_key=data.get("unique_key"),
+            waits=data.get("waits"),
             **{name: _from_iso(data.get(name)) for name in _OPTIONAL_TIMES},
         )
 
 
 #: The record's optional times (each a nullable column of the SQL store).
-_OPTIONAL_TIMES = ("lease_expires", "not_before", "release_at", "start_deadline")
+_OPTIONAL_TIMES = (
+    "lease_expires",
+    "not_before",
+    "release_at",
+    "start_deadline",
+    "waiting_since",
+)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -11,7 +11,9 @@ it. The stored form is a JSON object with these keys (all optional):
   failed for good;
 * ``history`` / ``history_dropped``: the bounded attempt history
   (:mod:`~pypepper_dramatiq.history`);
-* ``dispatch``: the broker message that carries the job's first step.
+* ``dispatch``: the broker message that carries the job's first step;
+* ``parent_results``: for a job scheduled ``after=`` other jobs, their results
+  by parent id and task name, copied in when its wait ended.
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
@@ -26,10 +28,12 @@ from .rules import Position
 
 #: Key of the broker message that carries the job's first step (the producer writes it).
 DISPATCH_KEY = "dispatch"
+#: Key of the parents' results (parent id -> task name -> result).
+PARENT_RESULTS_KEY = "parent_results"
 #: The keys :class:`JobState` knows.
 KNOWN_KEYS = frozenset(
     {"cursor", "results", "errors", "attempts", "skipped", "history", "history_dropped"}
-    | {DISPATCH_KEY}
+    | {DISPATCH_KEY, PARENT_RESULTS_KEY}
 )
 
 
@@ -45,6 +49,7 @@ class JobState:
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     history_dropped: dict[str, int] = field(default_factory=dict)
     dispatch: dict[str, Any] | None = None
+    parent_results: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Keys this version does not know, kept for the next write.
     other: dict[str, Any] = field(default_factory=dict)
 
@@ -60,6 +65,7 @@ class JobState:
             history={k: list(v) for k, v in (data.get("history") or {}).items()},
             history_dropped={k: int(v) for k, v in (data.get("history_dropped") or {}).items()},
             dispatch=dict(data[DISPATCH_KEY]) if data.get(DISPATCH_KEY) else None,
+            parent_results=dict(data.get(PARENT_RESULTS_KEY) or {}),
             other={k: v for k, v in data.items() if k not in KNOWN_KEYS},
         )
 
@@ -81,4 +87,6 @@ class JobState:
             data["history_dropped"] = self.history_dropped
         if self.dispatch is not None:
             data[DISPATCH_KEY] = self.dispatch
+        if self.parent_results:
+            data[PARENT_RESULTS_KEY] = self.parent_results
         return data

@@ -146,24 +146,37 @@ class Channel:
             result = self.gate.admit(job.id)
             if result != "ok" or hold:
                 return result
-            self._local[job.id] = job
-            try:
-                message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
-                sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
-            except BaseException as exc:
-                self._local.pop(job.id, None)
+            self._dispatch(job, delay, release_on_failure=True)
+        return "ok"
+
+    def dispatch(self, job: Job, *, delay: float = 0.0) -> None:
+        """Send the first message of ``job``, already admitted (``offer(hold=True)``).
+
+        Raises:
+            BrokerUnavailableError: the broker did not take it (the admission stays).
+        """
+        with self._lock:
+            self._dispatch(job, delay, release_on_failure=False)
+
+    def _dispatch(self, job: Job, delay: float, *, release_on_failure: bool) -> None:
+        self._local[job.id] = job
+        try:
+            message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
+            sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
+        except BaseException as exc:
+            self._local.pop(job.id, None)
+            if release_on_failure:
                 with contextlib.suppress(BrokerUnavailableError):
                     self.gate.release(job.id)
-                if broker_unreachable(exc):
-                    raise BrokerUnavailableError(
-                        f"the broker did not take job {job.id} for channel {self.id}: {exc}"
-                    ) from exc
-                raise
+            if broker_unreachable(exc):
+                raise BrokerUnavailableError(
+                    f"the broker did not take job {job.id} for channel {self.id}: {exc}"
+                ) from exc
+            raise
         # The Scheduled write records which message carries the job, so that
         # recovery can tell a job waiting in a queue from one whose message is gone.
         job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(sent)})
         self._wakeup.set()
-        return "ok"
 
     async def send(self, job: Job) -> SendResult:
         """Enqueue ``job``: ``"ok"``, or ``"full"`` / ``"stopped"`` when rejected."""

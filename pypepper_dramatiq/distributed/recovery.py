@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,7 @@ from dramatiq.common import dq_name
 from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from ..engine.ledger import StepBook, cursor_of
+from ..engine.waiting import Settled, settle
 from ..errors import StoreError, StoreUnavailableError
 from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
 from ..record import JobRecord, utcnow
@@ -33,9 +35,15 @@ from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_de
 from ..rules import Position
 from ..status import Status
 from ..stores.registry import get_job_store
+from ..waits import Waits
 
 logger = logging.getLogger(__name__)
 
+
+#: How often the time-driven part of the sweep runs (at most; ``interval`` if shorter).
+TICK_SECONDS = 1.0
+#: Batches of waiting jobs one pass looks at.
+WAIT_BATCHES = 20
 
 #: How far ahead of a held job's planned start its message is sent (plus one interval),
 #: so that the sweep's period does not make it late.
@@ -66,6 +74,8 @@ class RecoverySweeper(threading.Thread):
         self.book = StepBook(get_job_store, owner, lease_seconds)
         #: Where the next look at Scheduled rows starts (created, id); None: the oldest.
         self._scheduled_after: tuple[datetime, str] | None = None
+        #: Where the next look at waiting rows starts (waiting_since, id); None: the oldest.
+        self._waiting_after: tuple[datetime, str] | None = None
         self._store_outage = shared_outage(JOB_STORE)
         self._broker_outage = shared_outage(REDIS)
 
@@ -73,10 +83,18 @@ class RecoverySweeper(threading.Thread):
         self._stop_event.set()
 
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
-            self.run_once()
+        # The time-driven work (releases, waits, deadlines, recurring firings)
+        # runs every tick; the recovery of lapsed leases and lost messages every
+        # ``interval``.
+        tick = min(self.interval, TICK_SECONDS)
+        last_full = time.monotonic()
+        while not self._stop_event.wait(tick):
+            full = time.monotonic() - last_full >= self.interval - tick / 2
+            if full:
+                last_full = time.monotonic()
+            self.run_once(full=full)
 
-    def run_once(self) -> None:
+    def run_once(self, *, full: bool = True) -> None:
         """One interval's work; an outage is logged once, not at every sweep."""
         try:
             leader = self.lead()
@@ -87,7 +105,7 @@ class RecoverySweeper(threading.Thread):
         if not leader:
             return
         try:
-            self.sweep()
+            self.sweep(full=full)
         except StoreError as exc:
             self._report(exc, self._store_outage)
             return
@@ -118,15 +136,21 @@ class RecoverySweeper(threading.Thread):
             return True
         return False
 
-    def sweep(self) -> int:
-        """One pass; returns how many steps were sent again."""
-        for queue_name in sorted(self.broker.get_declared_queues()):
-            requeue_dead_workers(self.broker, queue_name)
-            requeue_dead_workers(self.broker, dq_name(queue_name))
+    def sweep(self, *, full: bool = True) -> int:
+        """One pass; returns how many steps were sent (again).
+
+        With ``full`` it also recovers lapsed leases, dead workers' prefetch and
+        first messages gone from the broker; without, only the time-driven work.
+        """
         now = utcnow()
-        until = now + timedelta(seconds=self.dispatch_seconds)
-        recovered = get_job_store().recover_expired(now, until, self.batch)
+        recovered: list[JobRecord] = []
         failed: Exception | None = None
+        if full:
+            for queue_name in sorted(self.broker.get_declared_queues()):
+                requeue_dead_workers(self.broker, queue_name)
+                requeue_dead_workers(self.broker, dq_name(queue_name))
+            until = now + timedelta(seconds=self.dispatch_seconds)
+            recovered = get_job_store().recover_expired(now, until, self.batch)
         for record in recovered:
             position = cursor_of(record) or Position()
             try:
@@ -140,12 +164,43 @@ class RecoverySweeper(threading.Thread):
                 position.key(),
                 extra={"action": "recover", "job_id": record.id},
             )
+        self.settle_waiting(now)
         released = self.release_due(now)
         self.cancel_overdue(now)
-        resent = self.resend_lost_first_steps(now)
+        resent = self.resend_lost_first_steps(now) if full else 0
         if failed is not None:
             raise failed
         return len(recovered) + released + resent
+
+    def settle_waiting(self, now: datetime) -> int:
+        """End the waits of jobs whose parents (or key holder) ended: release,
+        fail or cancel each as ``on_parent_failure`` says. Returns how many ended.
+
+        All waiting rows are looked at, batch after batch (up to
+        :data:`WAIT_BATCHES` batches a pass; the next pass goes on from there).
+        """
+        store = get_job_store()
+        ended = 0
+        for _ in range(WAIT_BATCHES):
+            batch = store.waiting(self.batch, after=self._waiting_after)
+            self._waiting_after = (
+                None
+                if len(batch) < self.batch
+                else (batch[-1].waiting_since or batch[-1].created, batch[-1].id)
+            )
+            awaited = {
+                job_id for r in batch if r.waits for job_id in Waits.from_dict(r.waits).awaited
+            }
+            found = {row.id: row for row in store.get_many(awaited)} if awaited else {}
+            for record in batch:
+                outcome, _ = settle(store, record, found, now)
+                if outcome in (Settled.FAILED, Settled.CANCELLED):
+                    manager.release_slot(record.channel_id, record.id, self.broker)
+                if outcome is not Settled.WAITING and outcome is not Settled.LOST:
+                    ended += 1
+            if self._waiting_after is None:
+                break
+        return ended
 
     def release_due(self, now: datetime) -> int:
         """Send the first message of the jobs held in the store (long delays) that
@@ -224,6 +279,7 @@ class RecoverySweeper(threading.Thread):
             for r in rows
             if r.updated < cutoff
             and r.release_at is None
+            and r.waiting_since is None
             and (r.not_before is None or r.not_before <= now)
         ]
         if not stale:

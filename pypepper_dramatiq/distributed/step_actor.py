@@ -15,7 +15,14 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from .. import history
 from ..channels.messages import STEP_ACTOR
-from ..context import CANCEL_EVENT_KEY, JOB_ID_KEY, POSITION_KEY, RESULTS_KEY, Context
+from ..context import (
+    CANCEL_EVENT_KEY,
+    JOB_ID_KEY,
+    PARENT_RESULTS_KEY,
+    POSITION_KEY,
+    RESULTS_KEY,
+    Context,
+)
 from ..engine.ledger import Claim, Outcome
 from ..engine.running import InFlight, StepCancelled
 from ..errors import UnknownExecutorError, is_retriable
@@ -63,6 +70,7 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
                 JOB_ID_KEY: claim.record.id,
                 RESULTS_KEY: claim.results_by_name(),
                 POSITION_KEY: claim.position.to_list(),
+                PARENT_RESULTS_KEY: claim.record.state.get(PARENT_RESULTS_KEY) or {},
             }
         )
         result = task.executor.execute(task, task.context)

@@ -35,6 +35,8 @@ from ..stores.base import IJobStore, why_not_claimable
 
 logger = logging.getLogger(__name__)
 
+#: How often the message of a waiting job (sent at once, without Redis) comes back.
+WAIT_POLL_SECONDS = 0.5
 #: Reads of a row a claim may take when its Scheduled row keeps changing under it.
 CLAIM_ATTEMPTS = 3
 
@@ -348,6 +350,12 @@ class StepBook:
                 raise StepSkipped(record.id, reason)
             if record.not_before is not None and record.not_before > now:
                 raise StepSkipped(record.id, reason, retry_at=record.not_before)
+            if record.waiting_since is not None:
+                # A held job has no message to keep; one sent with its message
+                # (a broker without Redis) keeps looking until the wait ends.
+                held = bool((record.waits or {}).get("held"))
+                retry = None if held else now + timedelta(seconds=WAIT_POLL_SECONDS)
+                raise StepSkipped(record.id, reason, retry_at=retry)
         if reason is not None:
             raise StepSkipped(record.id, reason)
         if record.status is Status.SCHEDULED:

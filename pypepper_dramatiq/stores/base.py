@@ -7,8 +7,10 @@ import builtins
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from ..errors import StoreError
 from ..events import RUN, transition
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
+from ..recurring import RecurringSchedule
 from ..status import Status
 
 __all__ = [
@@ -33,6 +35,10 @@ class IJobStore(abc.ABC):
     * ``created`` of an existing row is never overwritten;
     * a status never moves back to an earlier lifecycle, and distinct
       terminals never replace each other (:func:`~pypepper_dramatiq.status.may_overwrite`).
+
+    A write that would give a second job the ``unique_key`` of an active
+    (Scheduled or InProgress) job raises
+    :class:`~pypepper_dramatiq.errors.DuplicateJobError` naming the holder.
 
     Failures to reach the backend raise :class:`~pypepper_dramatiq.errors.StoreError`.
     """
@@ -169,6 +175,62 @@ class IJobStore(abc.ABC):
         rows.sort(key=lambda r: (r.start_deadline or now, r.id))
         return rows[:limit]
 
+    def get_many(self, job_ids: Collection[str]) -> builtins.list[JobRecord]:
+        """The stored records among ``job_ids`` (missing ones are left out), in no order."""
+        return [r for r in (self.get(job_id) for job_id in set(job_ids)) if r is not None]
+
+    def key_holder(self, key: str) -> JobRecord | None:
+        """The active (Scheduled or InProgress) job holding unique ``key``, or None."""
+        for status in (Status.SCHEDULED, Status.IN_PROGRESS):
+            for row in self.list(status=status):
+                if row.unique_key == key:
+                    return row
+        return None
+
+    def waiting(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        """Scheduled jobs that wait for other jobs, by ``(waiting_since, id)``,
+        strictly after ``after``. Stores with an index override it."""
+        rows = sorted(
+            (
+                r
+                for r in self.list(status=Status.SCHEDULED)
+                if r.waiting_since is not None
+                and (after is None or (r.waiting_since, r.id) > (as_utc(after[0]), after[1]))
+            ),
+            key=lambda r: (r.waiting_since or r.created, r.id),
+        )
+        return rows[:limit]
+
+    # -- recurring schedules ----------------------------------------------------------
+
+    def save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:
+        """Store ``schedule`` by name, replacing any stored one; returns it as stored."""
+        raise StoreError(f"{type(self).__name__} does not keep recurring schedules")
+
+    def advance_recurring(self, schedule: RecurringSchedule) -> bool:
+        """Update a stored schedule if it still holds ``schedule.version`` (CAS)."""
+        raise StoreError(f"{type(self).__name__} does not keep recurring schedules")
+
+    def get_recurring(self, name: str) -> RecurringSchedule | None:
+        """The schedule named ``name``, or None."""
+        raise StoreError(f"{type(self).__name__} does not keep recurring schedules")
+
+    def list_recurring(self) -> builtins.list[RecurringSchedule]:
+        """Every schedule, by name."""
+        raise StoreError(f"{type(self).__name__} does not keep recurring schedules")
+
+    def delete_recurring(self, name: str) -> bool:
+        """Remove the schedule named ``name``; True if there was one."""
+        raise StoreError(f"{type(self).__name__} does not keep recurring schedules")
+
+    def due_recurring(self, now: datetime, limit: int = 100) -> builtins.list[RecurringSchedule]:
+        """Schedules not paused whose ``next_slot`` has come, soonest first."""
+        due = [s for s in self.list_recurring() if not s.paused and s.next_slot <= now]
+        due.sort(key=lambda s: (s.next_slot, s.name))
+        return due[:limit]
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
@@ -182,8 +244,8 @@ def why_not_claimable(
     same predicate in their claiming statement): the job is InProgress at that
     cursor and no live lease holds it (no owner, or an expiry before ``now``;
     an owner without expiry holds it for good), or, with ``start``, the job is
-    Scheduled (its first step), its planned start has come and its start
-    deadline has not passed.
+    Scheduled (its first step), its planned start has come, its start
+    deadline has not passed and it waits for no other job.
     """
     if record.status is Status.SCHEDULED:
         if not start:
@@ -192,6 +254,8 @@ def why_not_claimable(
             return f"planned to start at {record.not_before.isoformat()}"
         if record.start_deadline is not None and record.start_deadline < now:
             return f"its start deadline passed at {record.start_deadline.isoformat()}"
+        if record.waiting_since is not None:
+            return "it waits for other jobs to end"
         return None
     if record.status is not Status.IN_PROGRESS:
         return f"job is {record.status.value}"

@@ -7,8 +7,13 @@ import threading
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from ..errors import DuplicateJobError
+from ..recurring import RecurringSchedule
 from ..status import Status, may_overwrite
 from .base import IJobStore, JobRecord, as_utc
+
+#: The statuses in which a job holds its unique key.
+_ACTIVE = (Status.SCHEDULED, Status.IN_PROGRESS)
 
 
 class MemoryJobStore(IJobStore):
@@ -16,11 +21,28 @@ class MemoryJobStore(IJobStore):
 
     def __init__(self) -> None:
         self._rows: dict[str, JobRecord] = {}
+        self._schedules: dict[str, RecurringSchedule] = {}
         self._lock = threading.RLock()
+
+    def _check_key(self, record: JobRecord) -> None:
+        """Refuse a second active job per unique key (the SQL stores' unique index)."""
+        if record.unique_key is None or record.status not in _ACTIVE:
+            return
+        for row in self._rows.values():
+            if (
+                row.id != record.id
+                and row.unique_key == record.unique_key
+                and row.status in _ACTIVE
+            ):
+                raise DuplicateJobError(record.unique_key, row.id)
 
     def put(self, record: JobRecord) -> bool:
         with self._lock:
             current = self._rows.get(record.id)
+            if current is None or (
+                current.version == record.version and may_overwrite(current.status, record.status)
+            ):
+                self._check_key(record)
             if current is None:
                 self._rows[record.id] = record.evolve(version=record.version + 1)
                 return True
@@ -55,6 +77,7 @@ class MemoryJobStore(IJobStore):
                 or not may_overwrite(current.status, record.status)
             ):
                 return False
+            self._check_key(record)
             self._rows[record.id] = record.evolve(
                 version=record.version + 1, created=current.created, payload=current.payload
             )
@@ -129,3 +152,48 @@ class MemoryJobStore(IJobStore):
                 self._rows[row.id] = updated
                 recovered.append(updated)
         return recovered
+
+    def get_many(self, job_ids: Collection[str]) -> builtins.list[JobRecord]:
+        with self._lock:
+            return [self._rows[i] for i in set(job_ids) if i in self._rows]
+
+    def key_holder(self, key: str) -> JobRecord | None:
+        with self._lock:
+            for row in self._rows.values():
+                if row.unique_key == key and row.status in _ACTIVE:
+                    return row
+        return None
+
+    # -- recurring schedules ----------------------------------------------------------
+
+    def save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:
+        with self._lock:
+            current = self._schedules.get(schedule.name)
+            stored = schedule.evolve(
+                version=(current.version if current else 0) + 1,
+                created=current.created if current else schedule.created,
+            )
+            self._schedules[schedule.name] = stored
+            return stored
+
+    def advance_recurring(self, schedule: RecurringSchedule) -> bool:
+        with self._lock:
+            current = self._schedules.get(schedule.name)
+            if current is None or current.version != schedule.version:
+                return False
+            self._schedules[schedule.name] = schedule.evolve(
+                version=schedule.version + 1, created=current.created
+            )
+            return True
+
+    def get_recurring(self, name: str) -> RecurringSchedule | None:
+        with self._lock:
+            return self._schedules.get(name)
+
+    def list_recurring(self) -> builtins.list[RecurringSchedule]:
+        with self._lock:
+            return sorted(self._schedules.values(), key=lambda s: s.name)
+
+    def delete_recurring(self, name: str) -> bool:
+        with self._lock:
+            return self._schedules.pop(name, None) is not None

@@ -7,9 +7,12 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Column,
+    Computed,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -17,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
@@ -25,6 +29,11 @@ from sqlalchemy.types import TypeEngine
 VERSION_TABLE = "pypepper_alembic_version"
 
 metadata = MetaData()
+
+#: The expression of the ``active_key`` column (one definition for both dialects).
+ACTIVE_KEY = "CASE WHEN status IN ('Scheduled', 'InProgress') THEN unique_key END"
+#: The unique index the database refuses a second active job per key with.
+ACTIVE_KEY_INDEX = "ux_scheduler_jobs_active_key"
 
 
 def json_type() -> TypeEngine[Any]:
@@ -80,6 +89,12 @@ jobs = Table(
     Column("not_before", UtcDateTime(), nullable=True),
     Column("release_at", UtcDateTime(), nullable=True),
     Column("start_deadline", UtcDateTime(), nullable=True),
+    Column("unique_key", String(191), nullable=True),
+    Column("waits", json_type(), nullable=True),
+    Column("waiting_since", UtcDateTime(), nullable=True),
+    # The key of an active (Scheduled or InProgress) job, NULL otherwise: its unique
+    # index lets the database refuse a second active job per key, on both dialects.
+    Column("active_key", String(191), Computed(ACTIVE_KEY, persisted=True), nullable=True),
     Index("ix_scheduler_jobs_status_created", "status", "created", "id"),
     Index("ix_scheduler_jobs_channel_status_created", "channel_id", "status", "created", "id"),
     # The recovery query: InProgress rows whose lease lapsed, oldest first.
@@ -87,4 +102,36 @@ jobs = Table(
     # The sweep's queries: held jobs due for release, Scheduled jobs past their deadline.
     Index("ix_scheduler_jobs_status_release_at", "status", "release_at"),
     Index("ix_scheduler_jobs_status_start_deadline", "status", "start_deadline"),
+    # The sweep's look at jobs waiting for parents or a key holder, oldest first.
+    Index("ix_scheduler_jobs_waiting_since", "waiting_since", "id"),
+    # At most one active job per unique key (on PostgreSQL only rows with a key
+    # have an entry, so plain jobs pay nothing for it).
+    Index(
+        ACTIVE_KEY_INDEX,
+        "active_key",
+        unique=True,
+        postgresql_where=text("active_key IS NOT NULL"),
+    ),
+)
+
+#: Recurring schedules: one row per name; ``next_slot`` is the first slot not yet handled.
+recurring = Table(
+    "scheduler_recurring",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("cron", String(255), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    # The job each firing copies: channel, category, workflows (JobRecord.payload).
+    Column("template", json_type(), nullable=False),
+    Column("max_start_delay", Float, nullable=True),
+    Column("overlap", String(8), nullable=False),
+    Column("catch_up", String(8), nullable=False),
+    Column("next_slot", UtcDateTime(), nullable=False),
+    Column("last_slot", UtcDateTime(), nullable=True),
+    Column("last_job_id", String(64), nullable=True),
+    Column("paused", Boolean, nullable=False, default=False),
+    Column("version", Integer, nullable=False),
+    Column("created", UtcDateTime(), nullable=False),
+    Column("updated", UtcDateTime(), nullable=False),
+    Index("ix_scheduler_recurring_next_slot", "next_slot"),
 )

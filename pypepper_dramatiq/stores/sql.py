@@ -43,10 +43,17 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ColumnElement, Select
 
-from ..errors import ConfigError, SchemaVersionError, StoreError, StoreUnavailableError
+from ..errors import (
+    ConfigError,
+    DuplicateJobError,
+    SchemaVersionError,
+    StoreError,
+    StoreUnavailableError,
+)
+from ..recurring import RecurringSchedule
 from ..status import Status, overwritable_by
 from .base import IJobStore, JobRecord
-from .schema import VERSION_TABLE, jobs
+from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, recurring
 
 __all__ = [
     "PostgresJobStore",
@@ -290,6 +297,9 @@ def _row_values(record: JobRecord) -> dict[str, Any]:
         "not_before": record.not_before,
         "release_at": record.release_at,
         "start_deadline": record.start_deadline,
+        "unique_key": record.unique_key,
+        "waits": record.waits,
+        "waiting_since": record.waiting_since,
     }
 
 
@@ -310,12 +320,16 @@ def _record(row: Any) -> JobRecord:
         not_before=row["not_before"],
         release_at=row["release_at"],
         start_deadline=row["start_deadline"],
+        unique_key=row["unique_key"],
+        waits=row["waits"],
+        waiting_since=row["waiting_since"],
     )
 
 
 _COLUMNS = (
     "id, channel_id, category, status, version, created, updated, payload, state, error, "
-    "lease_owner, lease_expires, not_before, release_at, start_deadline"
+    "lease_owner, lease_expires, not_before, release_at, start_deadline, unique_key, waits, "
+    "waiting_since"
 )
 
 #: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
@@ -324,14 +338,17 @@ _PG_UPSERT = f"""
 INSERT INTO scheduler_jobs ({_COLUMNS})
 VALUES (%(id)s, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1, %(created)s,
         %(updated)s, %(payload)s::jsonb, %(state)s::jsonb, %(error)s, %(lease_owner)s,
-        %(lease_expires)s, %(not_before)s, %(release_at)s, %(start_deadline)s)
+        %(lease_expires)s, %(not_before)s, %(release_at)s, %(start_deadline)s,
+        %(unique_key)s, %(waits)s::jsonb, %(waiting_since)s)
 ON CONFLICT (id) DO UPDATE SET
     channel_id = EXCLUDED.channel_id, category = EXCLUDED.category,
     status = EXCLUDED.status, version = scheduler_jobs.version + 1,
     updated = EXCLUDED.updated, payload = EXCLUDED.payload, state = EXCLUDED.state,
     error = EXCLUDED.error, lease_owner = EXCLUDED.lease_owner,
     lease_expires = EXCLUDED.lease_expires, not_before = EXCLUDED.not_before,
-    release_at = EXCLUDED.release_at, start_deadline = EXCLUDED.start_deadline
+    release_at = EXCLUDED.release_at, start_deadline = EXCLUDED.start_deadline,
+    unique_key = EXCLUDED.unique_key, waits = EXCLUDED.waits,
+    waiting_since = EXCLUDED.waiting_since
 WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
 """
 
@@ -340,7 +357,8 @@ UPDATE scheduler_jobs SET
     status = %(status)s, version = version + 1, updated = %(updated)s,
     state = %(state)s::jsonb, error = %(error)s, lease_owner = %(lease_owner)s,
     lease_expires = %(lease_expires)s, not_before = %(not_before)s,
-    release_at = %(release_at)s, start_deadline = %(start_deadline)s
+    release_at = %(release_at)s, start_deadline = %(start_deadline)s,
+    unique_key = %(unique_key)s, waits = %(waits)s::jsonb, waiting_since = %(waiting_since)s
 WHERE id = %(id)s AND version = %(version)s AND status = ANY(%(allowed)s)
 """
 
@@ -356,7 +374,8 @@ WHERE id = %(id)s AND (
         AND (lease_owner IS NULL OR lease_expires < %(now)s))
     OR (status = 'Scheduled' AND %(start)s
         AND (not_before IS NULL OR not_before <= %(now)s)
-        AND (start_deadline IS NULL OR start_deadline >= %(now)s)))
+        AND (start_deadline IS NULL OR start_deadline >= %(now)s)
+        AND waiting_since IS NULL))
 RETURNING {_COLUMNS}
 """
 
@@ -371,6 +390,7 @@ def _pg_params(record: JobRecord) -> dict[str, Any]:
         version=record.version,
         payload=None if record.payload is None else json.dumps(record.payload),
         state=json.dumps(record.state),
+        waits=None if record.waits is None else json.dumps(record.waits),
         allowed=_ALLOWED[record.status],
     )
     return params
@@ -446,9 +466,23 @@ class SqlJobStore(IJobStore):
         return f"{type(self).__name__}({_masked(self._engine)!r})"
 
     def put(self, record: JobRecord) -> bool:
-        return _once_more_if_stale(
-            self._engine, f"saving job {record.id}", lambda: self._upsert(record)
+        return self._keyed(
+            record,
+            lambda: _once_more_if_stale(
+                self._engine, f"saving job {record.id}", lambda: self._upsert(record)
+            ),
         )
+
+    def _keyed(self, record: JobRecord, write: Callable[[], bool]) -> bool:
+        """``write()``; a refusal by the unique index of active keys becomes a
+        DuplicateJobError naming the holder."""
+        try:
+            return write()
+        except StoreError as exc:
+            if record.unique_key is None or not _refused_by_key_index(exc.__cause__):
+                raise
+        holder = self.key_holder(record.unique_key)
+        raise DuplicateJobError(record.unique_key, None if holder is None else holder.id)
 
     def _upsert(self, record: JobRecord) -> bool:
         # Insert, and on a duplicate key update under the guard (MySQL has no
@@ -459,7 +493,7 @@ class SqlJobStore(IJobStore):
                 connection.execute(insert(jobs).values(values))
             return True
         except sa_exc.IntegrityError as exc:
-            if not _is_duplicate_key(exc):
+            if not _is_duplicate_key(exc) or _refused_by_key_index(exc):
                 raise
         del values["id"], values["created"], values["version"]
         values["version"] = jobs.c.version + 1
@@ -468,8 +502,11 @@ class SqlJobStore(IJobStore):
             return connection.execute(stmt).rowcount == 1
 
     def advance(self, record: JobRecord) -> bool:
-        return _once_more_if_stale(
-            self._engine, f"updating job {record.id}", lambda: self._advance(record)
+        return self._keyed(
+            record,
+            lambda: _once_more_if_stale(
+                self._engine, f"updating job {record.id}", lambda: self._advance(record)
+            ),
         )
 
     def _advance(self, record: JobRecord) -> bool:
@@ -600,6 +637,100 @@ class SqlJobStore(IJobStore):
         with _boundary(self._engine, "listing overdue jobs"), self._engine.connect() as c:
             return [_record(row) for row in c.execute(query).mappings()]
 
+    def get_many(self, job_ids: Collection[str]) -> builtins.list[JobRecord]:
+        ids = sorted(set(job_ids))
+        found: builtins.list[JobRecord] = []
+        with _boundary(self._engine, f"loading {len(ids)} jobs"), self._engine.connect() as c:
+            for start in range(0, len(ids), 500):
+                query = select(jobs).where(jobs.c.id.in_(ids[start : start + 500]))
+                found.extend(_record(row) for row in c.execute(query).mappings())
+        return found
+
+    def key_holder(self, key: str) -> JobRecord | None:
+        query = select(jobs).where(jobs.c.active_key == key)
+        with _boundary(self._engine, f"looking up key {key!r}"), self._engine.connect() as c:
+            row = c.execute(query).mappings().first()
+        return None if row is None else _record(row)
+
+    def waiting(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.waiting_since.is_not(None), jobs.c.status == Status.SCHEDULED.value)
+            .order_by(jobs.c.waiting_since, jobs.c.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(tuple_(jobs.c.waiting_since, jobs.c.id) > (after[0], after[1]))
+        with _boundary(self._engine, "listing waiting jobs"), self._engine.connect() as c:
+            return [_record(row) for row in c.execute(query).mappings()]
+
+    # -- recurring schedules ----------------------------------------------------------
+
+    def save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:
+        values = _schedule_values(schedule)
+        with (
+            _boundary(self._engine, f"saving schedule {schedule.name}"),
+            _transaction(self._engine) as conn,
+        ):
+            current = conn.execute(
+                select(recurring.c.version, recurring.c.created)
+                .where(recurring.c.name == schedule.name)
+                .with_for_update()
+            ).first()
+            if current is None:
+                stored = schedule.evolve(version=1)
+                conn.execute(insert(recurring).values(_schedule_values(stored)))
+                return stored
+            stored = schedule.evolve(version=current.version + 1, created=current.created)
+            values = _schedule_values(stored)
+            del values["name"], values["created"]
+            conn.execute(update(recurring).where(recurring.c.name == schedule.name).values(values))
+            return stored
+
+    def advance_recurring(self, schedule: RecurringSchedule) -> bool:
+        values = _schedule_values(schedule)
+        for column in ("name", "created"):
+            del values[column]
+        values["version"] = recurring.c.version + 1
+        stmt = (
+            update(recurring)
+            .where(recurring.c.name == schedule.name, recurring.c.version == schedule.version)
+            .values(values)
+        )
+        with (
+            _boundary(self._engine, f"updating schedule {schedule.name}"),
+            self._engine.connect() as c,
+        ):
+            return c.execute(stmt).rowcount == 1
+
+    def get_recurring(self, name: str) -> RecurringSchedule | None:
+        query = select(recurring).where(recurring.c.name == name)
+        with _boundary(self._engine, f"loading schedule {name}"), self._engine.connect() as c:
+            row = c.execute(query).mappings().first()
+        return None if row is None else _schedule(row)
+
+    def list_recurring(self) -> builtins.list[RecurringSchedule]:
+        query = select(recurring).order_by(recurring.c.name)
+        with _boundary(self._engine, "listing schedules"), self._engine.connect() as c:
+            return [_schedule(row) for row in c.execute(query).mappings()]
+
+    def delete_recurring(self, name: str) -> bool:
+        stmt = delete(recurring).where(recurring.c.name == name)
+        with _boundary(self._engine, f"deleting schedule {name}"), self._engine.connect() as c:
+            return c.execute(stmt).rowcount == 1
+
+    def due_recurring(self, now: datetime, limit: int = 100) -> builtins.list[RecurringSchedule]:
+        query = (
+            select(recurring)
+            .where(recurring.c.next_slot <= now, recurring.c.paused.is_(False))
+            .order_by(recurring.c.next_slot, recurring.c.name)
+            .limit(limit)
+        )
+        with _boundary(self._engine, "listing due schedules"), self._engine.connect() as c:
+            return [_schedule(row) for row in c.execute(query).mappings()]
+
     def close(self) -> None:
         self._engine.dispose()
 
@@ -696,6 +827,53 @@ def _backend_name(uri: str) -> str | None:
         return make_url(uri).get_backend_name()
     except Exception:  # a bad URL: the constructor names the problem
         return None
+
+
+def _refused_by_key_index(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the database refusing a second active job per unique key."""
+    if exc is None:
+        return False
+    if isinstance(exc, sa_exc.IntegrityError):
+        exc = exc.orig
+    return exc is not None and ACTIVE_KEY_INDEX in str(exc)
+
+
+def _schedule_values(schedule: RecurringSchedule) -> dict[str, Any]:
+    return {
+        "name": schedule.name,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "template": schedule.template,
+        "max_start_delay": schedule.max_start_delay,
+        "overlap": schedule.overlap,
+        "catch_up": schedule.catch_up,
+        "next_slot": schedule.next_slot,
+        "last_slot": schedule.last_slot,
+        "last_job_id": schedule.last_job_id,
+        "paused": schedule.paused,
+        "version": schedule.version,
+        "created": schedule.created,
+        "updated": schedule.updated,
+    }
+
+
+def _schedule(row: Any) -> RecurringSchedule:
+    return RecurringSchedule(
+        name=row["name"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        template=dict(row["template"]),
+        next_slot=row["next_slot"],
+        max_start_delay=row["max_start_delay"],
+        overlap=row["overlap"],
+        catch_up=row["catch_up"],
+        last_slot=row["last_slot"],
+        last_job_id=row["last_job_id"],
+        paused=bool(row["paused"]),
+        version=row["version"],
+        created=row["created"],
+        updated=row["updated"],
+    )
 
 
 def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
