@@ -21,6 +21,7 @@ from .errors import (
     ChannelFullError,
     ChannelStoppedError,
     ConfigError,
+    DuplicateJobError,
     ExecutorError,
     InvalidTransitionError,
     JobRedeliveryError,
@@ -42,7 +43,7 @@ from .errors import (
 from .executor import CallableExecutor, IExecutor, executor_registry
 from .functions import WorkflowTask, actor_task, workflow_task
 from .inprocess.worker import Worker
-from .job import Job
+from .job import Job, chain
 from .rules import RetryPolicy
 from .status import Status
 from .stores.registry import (
@@ -66,6 +67,7 @@ __all__ = [
     "Context",
     "Job",
     "RetryPolicy",
+    "chain",
     "Status",
     "Task",
     "TaskOutcome",
@@ -104,6 +106,7 @@ __all__ = [
     "ChannelFullError",
     "ChannelStoppedError",
     "ConfigError",
+    "DuplicateJobError",
     "ExecutorError",
     "InvalidTransitionError",
     "JobRedeliveryError",

@@ -15,7 +15,7 @@ import socket
 
 from .. import history, rules
 from ..channels.channel import Channel
-from ..engine import ledger
+from ..engine import ledger, waiting
 from ..engine.running import running_here
 from ..errors import (
     InvalidTransitionError,
@@ -36,26 +36,43 @@ from ..workflow import Workflow
 
 logger = logging.getLogger(__name__)
 
+#: How often a worker whose channel is empty looks again at the jobs it put aside.
+PARK_POLL_SECONDS = 0.05
+
 
 class Worker:
     """Consumes one channel; each job runs RUN -> workflows -> COMPLETE or FAIL."""
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
+        #: Jobs taken from the channel that wait for other jobs to end.
+        self._parked: list[Job] = []
 
     async def run_once(self) -> Job | None:
         """Receive and process one job; None when the channel is stopped and empty.
+
+        A job that waits for other jobs (``after=``, a key holder) is put aside
+        while the worker goes on with the next ones, and processed once its
+        wait ended; the worker does not return None while one waits.
 
         Raises:
             JobRequeuedError: the RUN snapshot did not persist; the job went back
                 on the channel.
             JobRedeliveryError: it could not go back either; it was marked Failed.
         """
-        job = await self.channel.receive()
-        if job is None:
-            return None
-        await self.process(job)
-        return job
+        while True:
+            job = self._unparked()
+            if job is None and self._parked:
+                job = self.channel.take()
+                if job is None:
+                    await asyncio.sleep(PARK_POLL_SECONDS)
+                    continue
+            elif job is None:
+                job = await self.channel.receive()
+                if job is None:
+                    return None
+            if await self.process(job):
+                return job
 
     async def run_forever(self) -> None:
         """Process jobs until the channel is stopped and drained.
@@ -83,11 +100,22 @@ class Worker:
         if deferred is not None:
             raise deferred
 
-    async def process(self, job: Job) -> None:
-        """Carry one job through RUN, its steps, and COMPLETE or FAIL."""
+    async def process(self, job: Job) -> bool:
+        """Carry one job through RUN, its steps, and COMPLETE or FAIL.
+
+        Returns False when the job waits for other jobs: it is put aside (see
+        :meth:`run_once`) and nothing else happened to it.
+        """
         if job.is_cancelled:
             self._settle_cancelled(job)
-            return
+            return True
+        if job.waits is not None:
+            may_start = self._wait_ended(job)
+            if may_start is None:
+                self._parked.append(job)
+                return False
+            if not may_start:
+                return True
         if job.not_before is not None:
             # Planned later: wait for it here (a cancel wakes the wait).
             wait = (job.not_before - utcnow()).total_seconds()
@@ -95,12 +123,12 @@ class Worker:
                 await asyncio.to_thread(job.cancel_event.wait, wait)
             if _cancelled(job):
                 self._settle_cancelled(job)
-                return
+                return True
         if job.start_deadline is not None and job.start_deadline < utcnow():
             self._cancel_overdue(job)
-            return
+            return True
         if not self._start(job):
-            return
+            return True
         _log(job, "start")
         job.share_cancel_event()
         with running_here.holding(job.id, job.cancel_event):
@@ -112,15 +140,16 @@ class Worker:
                 logger.warning("job %s: its end could not be recorded: %s", job.id, exc)
                 job.follow_progress(exc.record.evolve(version=job.version))
                 self._finish(job, exc.record.error)
-                return
+                return True
             except Exception as exc:  # a bug outside the executors
                 logger.exception("job %s: its steps could not run to the end", job.id)
                 self._finish(job, describe(exc))
-                return
+                return True
         if ended is None:  # cancelled, or the row moved on: follow it
             self._finish(job, None)
-            return
+            return True
         self._ended(job, ended)
+        return True
 
     def _run_steps(self, job: Job) -> JobRecord | None:
         """Run the job's steps in this thread through the shared engine.
@@ -182,6 +211,52 @@ class Worker:
                 raise
         job.follow_progress(ended)
         _log(job, "end", job.status)
+
+    # -- waits --------------------------------------------------------------
+
+    def _unparked(self) -> Job | None:
+        """A put-aside job that no longer waits (or was cancelled), taken off the list."""
+        for job in list(self._parked):
+            if job.is_cancelled:
+                self._parked.remove(job)
+                return job
+            ended = self._wait_ended(job)
+            if ended is not None:
+                self._parked.remove(job)
+                if ended:
+                    return job
+        return None
+
+    def _wait_ended(self, job: Job) -> bool | None:
+        """Settle the wait of ``job`` through the shared engine.
+
+        None: it still waits. True: it may start (its row holds its parents'
+        results and the key it waited for). False: the wait ended it (a parent
+        failed or was cancelled, by ``on_parent_failure``; or it was cancelled).
+        """
+        store = get_job_store()
+        try:
+            record = store.get(job.id)
+            if record is None or record.status is not Status.SCHEDULED:
+                if record is not None:
+                    job.adopt(record)
+                    job.error = record.error
+                    _log(job, "follow_durable", record.status)
+                return record is None
+            outcome, record = waiting.settle(store, record)
+        except StoreError as exc:
+            logger.warning("job %s: its wait could not be settled (%s); later", job.id, exc)
+            return None
+        if outcome in (waiting.Settled.WAITING, waiting.Settled.LOST):
+            return None
+        if outcome is not waiting.Settled.RELEASED:
+            job.adopt(record)
+            job.error = record.error
+            _log(job, "parent_failed", record.status)
+            return False
+        job.adopt_version(record)
+        job.waits, job.unique_key = None, record.unique_key
+        return True
 
     # -- steps --------------------------------------------------------------
 
