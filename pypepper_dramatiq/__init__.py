@@ -39,12 +39,15 @@ from .errors import (
     TaskTimeoutError,
     UnknownExecutorError,
     UnknownJobError,
+    UnknownScheduleError,
 )
 from .executor import CallableExecutor, IExecutor, executor_registry
 from .functions import WorkflowTask, actor_task, workflow_task
 from .inprocess.worker import Worker
 from .job import Job, chain
+from .recurring import RecurringSchedule
 from .rules import RetryPolicy
+from .schedules import list_recurring, recurring, remove_recurring, trigger_recurring
 from .status import Status
 from .stores.registry import (
     IJobStore,
@@ -73,6 +76,12 @@ __all__ = [
     "TaskOutcome",
     "Workflow",
     "WorkflowResult",
+    # recurring schedules
+    "RecurringSchedule",
+    "list_recurring",
+    "recurring",
+    "remove_recurring",
+    "trigger_recurring",
     # executors
     "CallableExecutor",
     "IExecutor",
@@ -124,4 +133,5 @@ __all__ = [
     "TaskTimeoutError",
     "UnknownExecutorError",
     "UnknownJobError",
+    "UnknownScheduleError",
 ]

@@ -87,6 +87,14 @@ class DuplicateJobError(PypepperError):
         self.existing_id = existing_id
 
 
+class UnknownScheduleError(PypepperError, LookupError):
+    """No recurring schedule with this name is stored."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no recurring schedule {name!r} is stored")
+        self.name = name
+
+
 class NonRetriableError(PypepperError):
     """Raised by a task: this failure will not go away; skip its remaining attempts.
 

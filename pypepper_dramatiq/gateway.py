@@ -63,6 +63,7 @@ class Gateway:
         after: Iterable[Job | str] | Job | str = (),
         on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
+        insert_first: bool = False,
     ) -> str:
         """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``).
 
@@ -74,7 +75,9 @@ class Gateway:
 
         A job with a unique key or parents takes another path (:meth:`_guarded`):
         its row is stored before any message, so that the database decides the
-        key and the wait first. A plain job pays nothing for it.
+        key and the wait first. A plain job pays nothing for it. ``insert_first``
+        takes that path for any job: a job id stored already then raises
+        :class:`DuplicateJobError` and sends nothing (a recurring slot fired once).
         """
         _require_sync()
         now = utcnow()
@@ -91,7 +94,7 @@ class Gateway:
             durable = store.get(job.id)
             if durable is not None and durable.status.is_terminal:
                 raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
-        if key is not None or waits.parents:
+        if key is not None or waits.parents or insert_first:
             return self._guarded(job, times, now, key, on_conflict, waits)
         before = job.status
         wait = times.delay_from(now)
@@ -397,4 +400,6 @@ def _require_sync() -> None:
     )
 
 
-use_gateway(Gateway())
+#: The gateway the job methods use.
+GATEWAY = Gateway()
+use_gateway(GATEWAY)

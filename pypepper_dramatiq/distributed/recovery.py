@@ -33,6 +33,7 @@ from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_out
 from ..record import JobRecord, utcnow
 from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
 from ..rules import Position
+from ..schedules import fire_due
 from ..status import Status
 from ..stores.registry import get_job_store
 from ..waits import Waits
@@ -164,6 +165,7 @@ class RecoverySweeper(threading.Thread):
                 position.key(),
                 extra={"action": "recover", "job_id": record.id},
             )
+        self.fire_recurring(now)
         self.settle_waiting(now)
         released = self.release_due(now)
         self.cancel_overdue(now)
@@ -171,6 +173,10 @@ class RecoverySweeper(threading.Thread):
         if failed is not None:
             raise failed
         return len(recovered) + released + resent
+
+    def fire_recurring(self, now: datetime) -> int:
+        """Fire the due slots of the recurring schedules; returns how many jobs fired."""
+        return len(fire_due(now, self.batch))
 
     def settle_waiting(self, now: datetime) -> int:
         """End the waits of jobs whose parents (or key holder) ended: release,

@@ -1,0 +1,228 @@
+"""Recurring schedules: store them, list them, and fire their due slots.
+
+A schedule's row says which slot comes next; each firing is a copy of the
+schedule's job with a deterministic id (:func:`~pypepper_dramatiq.cron.firing_id`),
+inserted before its message is sent. So however many processes fire a slot,
+the database keeps one job for it: the others find the id stored and send
+nothing. ``overlap="skip"`` adds the unique key ``recurring:<name>``: a firing
+whose previous one is still Scheduled or InProgress is skipped.
+
+The ``dramatiq`` worker processes fire due slots in their recovery sweep (one
+process at a time, every second); :func:`fire_due` does the same from any
+process, :func:`trigger_recurring` fires one schedule now.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from .cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing_id
+from .errors import DuplicateJobError, UnknownScheduleError
+from .gateway import GATEWAY
+from .job import Job
+from .record import JobRecord, utcnow
+from .recurring import RecurringSchedule
+from .start_times import start_times
+from .stores.registry import get_job_store
+from .waits import check_choice
+
+__all__ = [
+    "RecurringSchedule",
+    "fire_due",
+    "list_recurring",
+    "recurring",
+    "remove_recurring",
+    "trigger_recurring",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The unique key the firings of a schedule with ``overlap="skip"`` share.
+OVERLAP_KEY = "recurring:{name}"
+
+
+def recurring(
+    name: str,
+    cron: str,
+    job: Job,
+    *,
+    timezone: str = "UTC",
+    max_start_delay: float | timedelta | None = None,
+    overlap: str = "skip",
+    catch_up: str = "latest",
+) -> RecurringSchedule:
+    """Store (or replace, by ``name``) a schedule that fires a copy of ``job`` at each slot.
+
+    ``job`` is a template, never run itself: each firing is a new job with its
+    channel, category and workflows (its tasks must use registered executors,
+    so that a worker can rebuild them from the store).
+
+    Replacing a schedule with the same ``cron`` and ``timezone`` keeps its next
+    slot (a deploy that stores its schedules again misses nothing); a new
+    expression or zone starts from the next slot after now.
+
+    Args:
+        name: the schedule's name, 1 to 128 characters.
+        cron: a cron expression (5 fields, or 6 with seconds first).
+        timezone: the IANA zone the expression is read in (``"Europe/Paris"``).
+        max_start_delay: a firing not started this long after its slot is
+            cancelled (downtime included).
+        overlap: ``"skip"`` fires nothing while the previous firing is still
+            Scheduled or InProgress; ``"allow"`` fires regardless.
+        catch_up: after downtime, ``"latest"`` fires the most recent missed
+            slot, ``"none"`` none, ``"all"`` each (at most 100, the most recent).
+
+    Raises:
+        ConfigError: a cron expression croniter cannot read, an unknown time
+            zone (both named), or croniter not installed.
+        ValueError: a bad name, overlap, catch_up or max_start_delay (named).
+        UnknownExecutorError: a task of ``job`` has no registered executor.
+    """
+    check_name(name)
+    schedule = CronSchedule(cron, timezone)
+    check_choice("overlap", overlap, OVERLAP)
+    check_choice("catch_up", catch_up, CATCH_UP)
+    now = utcnow()
+    deadline = start_times(now, max_start_delay=max_start_delay).deadline
+    delay_seconds = None if deadline is None else (deadline - now).total_seconds()
+    template = _template(job)
+    store = get_job_store()
+    current = store.get_recurring(name)
+    keep = current is not None and (current.cron, current.timezone) == (cron, timezone)
+    stored = store.save_recurring(
+        RecurringSchedule(
+            name=name,
+            cron=cron,
+            timezone=timezone,
+            template=template,
+            next_slot=current.next_slot if keep and current else schedule.next_after(now),
+            max_start_delay=delay_seconds,
+            overlap=overlap,
+            catch_up=catch_up,
+            last_slot=current.last_slot if current else None,
+            last_job_id=current.last_job_id if current else None,
+            paused=current.paused if current else False,
+            created=now,
+            updated=now,
+        )
+    )
+    logger.info(
+        "recurring schedule %s stored: %r in %s, next at %s",
+        name,
+        cron,
+        timezone,
+        stored.next_slot.isoformat(),
+        extra={"action": "store_recurring", "schedule": name},
+    )
+    return stored
+
+
+def remove_recurring(name: str) -> bool:
+    """Delete the schedule ``name``; True if there was one. Its firings stay."""
+    return get_job_store().delete_recurring(name)
+
+
+def list_recurring() -> list[RecurringSchedule]:
+    """Every stored schedule, by name; ``next_slot`` is its next firing."""
+    return list(get_job_store().list_recurring())
+
+
+def trigger_recurring(name: str, now: datetime | None = None) -> str:
+    """Fire schedule ``name`` now, outside its slots; returns the id of the job in
+    charge (the previous firing's, when ``overlap="skip"`` and it still runs).
+
+    Raises:
+        UnknownScheduleError: no schedule ``name`` is stored.
+    """
+    schedule = get_job_store().get_recurring(name)
+    if schedule is None:
+        raise UnknownScheduleError(name)
+    fired = _fire(schedule, now or utcnow())
+    return fired or firing_id(name, now or utcnow())
+
+
+def fire_due(now: datetime | None = None, limit: int = 100) -> list[str]:
+    """Fire the due slots of every schedule not paused; returns the new jobs' ids.
+
+    Safe to run in several processes at once: a slot's job is stored once
+    (its id is the slot's), and a schedule's next slot moves by compare-and-set.
+    """
+    now = now or utcnow()
+    store = get_job_store()
+    fired: list[str] = []
+    for schedule in store.due_recurring(now, limit):
+        slots, next_slot = due_slots(
+            CronSchedule(schedule.cron, schedule.timezone),
+            schedule.next_slot,
+            now,
+            schedule.catch_up,
+        )
+        last_job = schedule.last_job_id
+        for slot in slots:
+            job_id = _fire(schedule, slot)
+            if job_id is not None:
+                fired.append(job_id)
+                last_job = job_id
+        moved = schedule.evolve(
+            next_slot=next_slot,
+            last_slot=slots[-1] if slots else schedule.last_slot,
+            last_job_id=last_job,
+            updated=now,
+        )
+        store.advance_recurring(moved)  # False: another process moved it first
+    return fired
+
+
+def _fire(schedule: RecurringSchedule, slot: datetime) -> str | None:
+    """Schedule the firing of ``schedule`` at ``slot``; its id, or None when that slot
+    was fired already or the previous firing still runs (``overlap="skip"``)."""
+    template = schedule.template
+    job = Job.from_record(
+        JobRecord(
+            id=firing_id(schedule.name, slot),
+            channel_id=template["channel_id"],
+            category=template.get("category"),
+            payload=template["payload"],
+        )
+    )
+    key = OVERLAP_KEY.format(name=schedule.name) if schedule.overlap == "skip" else None
+    try:
+        in_charge = GATEWAY.schedule(
+            job,
+            eta=slot,
+            max_start_delay=schedule.max_start_delay,
+            unique_key=key,
+            on_conflict="skip",
+            insert_first=True,
+        )
+    except DuplicateJobError:
+        return None  # this slot's job is stored: fired already
+    if in_charge != job.id:
+        logger.info(
+            "recurring %s: slot %s skipped, its previous firing %s is still active",
+            schedule.name,
+            slot.isoformat(),
+            in_charge,
+            extra={"action": "skip_overlap", "schedule": schedule.name},
+        )
+        return None
+    logger.info(
+        "recurring %s fired for %s: job %s",
+        schedule.name,
+        slot.isoformat(),
+        job.id,
+        extra={"action": "fire_recurring", "schedule": schedule.name, "job_id": job.id},
+    )
+    return job.id
+
+
+def _template(job: Job) -> dict[str, object]:
+    record = job.to_record()
+    if record.payload is None:
+        raise ValueError(
+            f"job {job.id} cannot be a recurring template: each of its tasks needs a "
+            "registered executor (use @workflow_task functions), so that workers can "
+            "rebuild it from the store"
+        )
+    return {"channel_id": job.channel_id, "category": job.category, "payload": record.payload}
