@@ -7,6 +7,7 @@ Commands:
 * ``show JOB_ID``: one job's stored snapshot as JSON.
 * ``cancel JOB_ID``: cancel a stored job.
 * ``channels [list|stop|resume|resize]``: the channels kept in Redis.
+* ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
 ended), 2 bad usage or a store or Redis that cannot be used.
@@ -25,7 +26,12 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import InvalidTransitionError, PypepperError, UnknownJobError
+from .errors import (
+    InvalidTransitionError,
+    PypepperError,
+    UnknownJobError,
+    UnknownScheduleError,
+)
 from .gateway import publish_cancel
 from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .status import Status
@@ -58,6 +64,15 @@ actions:
 
 A bound given in code or YAML (setup(channels={NAME: N})) is written again
 when a process starts; resize lasts until then.
+"""
+
+_RECURRING_HELP = """\
+actions:
+  list               every schedule: cron, time zone, next and last firing,
+                     paused (the default action)
+  remove NAME        delete the schedule (the jobs it fired stay)
+  trigger NAME       fire it now, outside its slots (needs --broker-url);
+                     prints the id of the job in charge
 """
 
 
@@ -194,6 +209,26 @@ def _parser() -> argparse.ArgumentParser:
     channels.add_argument(
         "--json", action="store_true", help="list as JSON lines (default: a table)"
     )
+    recurring = commands.add_parser(
+        "recurring",
+        help="list, remove or trigger the recurring schedules",
+        description="The recurring schedules kept in the job store.",
+        epilog=_RECURRING_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    recurring.add_argument(
+        "action", nargs="?", default="list", choices=("list", "remove", "trigger")
+    )
+    recurring.add_argument("name", nargs="?", metavar="NAME", help="the schedule")
+    _add_uri(recurring)
+    recurring.add_argument(
+        "--broker-url",
+        default=broker_url,
+        help=f"redis://... of the workers, for trigger; default: ${BROKER_ENV}",
+    )
+    recurring.add_argument(
+        "--json", action="store_true", help="list as JSON lines (default: a table)"
+    )
     return parser
 
 
@@ -227,6 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "channels":
         _check_channel_arguments(parser, args)
         return _channels(args)
+    if args.command == "recurring":
+        if (args.action == "list") != (args.name is None):
+            parser.error(
+                f"recurring {args.action} takes {'no' if args.action == 'list' else 'a'} NAME"
+            )
+        if args.action == "trigger" and not args.broker_url:
+            parser.error(f"recurring trigger needs --broker-url (or ${BROKER_ENV})")
 
     try:
         if args.command == "migrate":
@@ -242,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _cancel(store, args.job_id, args.broker_url)
             if args.command == "show":
                 return _show(store, args.job_id, one_line=args.json)
+            if args.command == "recurring":
+                return _recurring(store, args)
             return _jobs(store, args)
         finally:
             store.close()
@@ -262,7 +306,10 @@ def _show(store: IJobStore, job_id: str, *, one_line: bool) -> int:
     if record is None:
         _error(str(UnknownJobError(job_id)))  # the words of 'cancel' for the same case
         return 1
-    print(json.dumps(record.to_dict(), indent=None if one_line else 2))
+    shown = record.to_dict()
+    if record.status is Status.SCHEDULED:
+        shown["waiting_for"] = record.waiting_for()
+    print(json.dumps(shown, indent=None if one_line else 2))
     return 0
 
 
@@ -352,6 +399,76 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
         reset_job_store()
         if client is not None:
             client.close()
+
+
+# -- recurring schedules ---------------------------------------------------------------------
+
+
+def _recurring(store: IJobStore, args: argparse.Namespace) -> int:
+    from .schedules import trigger_recurring
+    from .stores.registry import reset_job_store, set_job_store
+
+    if args.action == "list":
+        schedules = store.list_recurring()
+        if args.json:
+            for schedule in schedules:
+                print(json.dumps(_schedule_dict(schedule)))
+        elif schedules:
+            _print_table(
+                ("NAME", "CRON", "TIMEZONE", "NEXT", "LAST", "LAST JOB", "PAUSED"),
+                [
+                    (
+                        s.name,
+                        s.cron,
+                        s.timezone,
+                        _when(s.next_slot),
+                        _when(s.last_slot) if s.last_slot else "-",
+                        s.last_job_id or "-",
+                        "yes" if s.paused else "no",
+                    )
+                    for s in schedules
+                ],
+            )
+        else:
+            print("no recurring schedule is stored", file=sys.stderr)
+        return 0
+    if args.action == "remove":
+        if not store.delete_recurring(args.name):
+            _error(str(UnknownScheduleError(args.name)))
+            return 1
+        print(f"recurring schedule {args.name} removed")
+        return 0
+    from .distributed.setup import setup
+
+    set_job_store(store)
+    try:
+        setup(args.broker_url)
+        set_job_store(store)
+        job_id = trigger_recurring(args.name)
+    except UnknownScheduleError as exc:
+        _error(str(exc))
+        return 1
+    finally:
+        reset_job_store()
+    print(f"recurring schedule {args.name} fired: job {job_id}")
+    return 0
+
+
+def _schedule_dict(schedule: Any) -> dict[str, Any]:
+    return {
+        "name": schedule.name,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "next_slot": schedule.next_slot.isoformat(),
+        "last_slot": schedule.last_slot.isoformat() if schedule.last_slot else None,
+        "last_job_id": schedule.last_job_id,
+        "paused": schedule.paused,
+        "overlap": schedule.overlap,
+        "catch_up": schedule.catch_up,
+        "max_start_delay": schedule.max_start_delay,
+        "channel_id": schedule.template.get("channel_id"),
+        "category": schedule.template.get("category"),
+    }
 
 
 # -- channels ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 from .errors import AmbiguousTaskNameError, NoTaskResultError
 from .spec import TaskSpec
 from .status import Status
+from .waits import Waits, describe
 
 #: Longest job id the stores accept.
 MAX_ID_LENGTH = 64
@@ -96,6 +97,22 @@ class JobRecord:
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
+
+    def waiting_for(self, now: datetime | None = None) -> list[str]:
+        """What this job waits for before it may start, in words (empty unless Scheduled)."""
+        if self.status is not Status.SCHEDULED:
+            return []
+        now = now or utcnow()
+        reasons: list[str] = []
+        if self.not_before is not None and self.not_before > now:
+            reasons.append(f"its planned start at {self.not_before.isoformat()}")
+        if self.waits is not None:
+            reasons.append(describe(Waits.from_dict(self.waits)))
+        if self.release_at is not None and not reasons:
+            reasons.append(f"its message, sent by the sweep at {self.release_at.isoformat()}")
+        if self.start_deadline is not None:
+            reasons.append(f"(cancelled if not started by {self.start_deadline.isoformat()})")
+        return reasons or ["a free worker (its message is queued)"]
 
     # -- results by task name -----------------------------------------------------------
     #

@@ -12,7 +12,7 @@ import pytest
 from services import MariaDBServer, PostgresServer, RedisServer, ServiceError
 from sqlalchemy import delete
 
-from pypepper_dramatiq.stores.schema import jobs
+from pypepper_dramatiq.stores.schema import jobs, recurring
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
 # -- backend selection ----------------------------------------------------------------------
@@ -90,6 +90,7 @@ def pg_store(postgres_uri: str) -> Iterator[SqlJobStore]:
     store = SqlJobStore(postgres_uri, migrate=True)
     with store.engine.begin() as connection:
         connection.execute(delete(jobs))
+        connection.execute(delete(recurring))
     yield store
     store.close()
 

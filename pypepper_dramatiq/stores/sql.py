@@ -669,7 +669,17 @@ class SqlJobStore(IJobStore):
     # -- recurring schedules ----------------------------------------------------------
 
     def save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:
-        values = _schedule_values(schedule)
+        # Two first saves of one name (processes starting together) both find no
+        # row; the primary key refuses the loser's insert, and its second try
+        # finds the winner's row and replaces it.
+        try:
+            return self._save_recurring(schedule)
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, sa_exc.IntegrityError):
+                raise
+        return self._save_recurring(schedule)
+
+    def _save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:
         with (
             _boundary(self._engine, f"saving schedule {schedule.name}"),
             _transaction(self._engine) as conn,
