@@ -102,3 +102,11 @@ def count(name: str, value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")
+
+
+def check_choice(option: str, value: object, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``, else a ValueError naming ``option``."""
+    if isinstance(value, str) and value in choices:
+        return value
+    allowed = ", ".join(repr(choice) for choice in choices)
+    raise ValueError(f"{option} must be one of {allowed}, got {value!r}")

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .config import check_choice
 from .errors import ConfigError
 
 try:
@@ -174,14 +175,6 @@ def check_name(name: object) -> str:
         f"a schedule name must be a non-empty string of at most {_MAX_NAME_LENGTH} "
         f"characters, got {shown}"
     )
-
-
-def check_choice(option: str, value: object, choices: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``choices``, else raise :class:`ValueError`."""
-    if isinstance(value, str) and value in choices:
-        return value
-    allowed = ", ".join(repr(choice) for choice in choices)
-    raise ValueError(f"{option} must be one of {allowed}, got {value!r}")
 
 
 def _check_expression(expression: object) -> None:

@@ -9,11 +9,25 @@ on, runs, fails or is cancelled. Both drivers apply that one decision.
 
 from __future__ import annotations
 
+__all__ = [
+    "ON_CONFLICT",
+    "ON_PARENT_FAILURE",
+    "Action",
+    "Verdict",
+    "Waits",
+    "check_choice",
+    "check_unique_key",
+    "describe",
+    "parent_ids",
+    "verdict",
+]
+
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from .config import check_choice
 from .status import Status
 
 #: What ``on_parent_failure`` may say.
@@ -33,14 +47,6 @@ class _Parent(Protocol):
     def status(self) -> Status: ...
     @property
     def error(self) -> str | None: ...
-
-
-def check_choice(option: str, value: object, choices: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``choices``, else a ValueError naming ``option``."""
-    if not isinstance(value, str) or value not in choices:
-        allowed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{option} must be one of {allowed}, got {value!r}")
-    return value
 
 
 def check_unique_key(key: object) -> str | None:
