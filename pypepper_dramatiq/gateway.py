@@ -64,6 +64,7 @@ class Gateway:
         on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
         insert_first: bool = False,
+        serve: bool = True,
     ) -> str:
         """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``).
 
@@ -78,6 +79,9 @@ class Gateway:
         key and the wait first. A plain job pays nothing for it. ``insert_first``
         takes that path for any job: a job id stored already then raises
         :class:`DuplicateJobError` and sends nothing (a recurring slot fired once).
+        ``serve=False`` sends to the channel without making it one of this
+        process's channels (a worker firing a schedule for a channel it does not
+        serve must not start consuming it).
         """
         _require_sync()
         now = utcnow()
@@ -95,7 +99,7 @@ class Gateway:
             if durable is not None and durable.status.is_terminal:
                 raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
         if key is not None or waits.parents or insert_first:
-            return self._guarded(job, times, now, key, on_conflict, waits)
+            return self._guarded(job, times, now, key, on_conflict, waits, serve=serve)
         before = job.status
         wait = times.delay_from(now)
         on_redis = redis_client_of(get_broker()) is not None
@@ -127,6 +131,8 @@ class Gateway:
         key: str | None,
         on_conflict: str,
         waits: Waits,
+        *,
+        serve: bool = True,
     ) -> str:
         """Schedule a job with a unique key or parents: the row first, then the message.
 
@@ -142,7 +148,7 @@ class Gateway:
         conflict: DuplicateJobError | None = None
         for _ in range(CONFLICT_ATTEMPTS):
             try:
-                self._insert_then_send(job, times, now, key, waits)
+                self._insert_then_send(job, times, now, key, waits, serve=serve)
                 return job.id
             except DuplicateJobError as exc:
                 if exc.unique_key is None:  # this job id is stored already
@@ -172,7 +178,14 @@ class Gateway:
         raise conflict
 
     def _insert_then_send(
-        self, job: Job, times: StartTimes, now: datetime, key: str | None, waits: Waits
+        self,
+        job: Job,
+        times: StartTimes,
+        now: datetime,
+        key: str | None,
+        waits: Waits,
+        *,
+        serve: bool = True,
     ) -> None:
         """Admit ``job``, insert its Scheduled row, then send its message unless held.
 
@@ -197,7 +210,7 @@ class Gateway:
         try:
             job.apply_event(INIT)
             job.apply_event(SCHEDULE)
-            channel = manager.available(job.channel_id)
+            channel = manager.available(job.channel_id) if serve else manager.sender(job.channel_id)
             result = channel.offer(job, hold=True)  # admission only
         except BaseException:
             _roll_back(job, before)

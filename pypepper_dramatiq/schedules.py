@@ -195,6 +195,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> str | None:
             unique_key=key,
             on_conflict="skip",
             insert_first=True,
+            serve=False,
         )
     except DuplicateJobError:
         return None  # this slot's job is stored: fired already

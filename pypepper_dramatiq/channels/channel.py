@@ -74,13 +74,19 @@ class Channel:
         maxsize: int | None = None,
         broker: Broker | None = None,
         gate: Gate | None = None,
+        *,
+        declare: bool = True,
     ) -> None:
         if maxsize is not None:
             maxsize = count("maxsize", maxsize)
         self.id = channel_id
         self.broker = broker or get_broker()
         self.gate = gate or gate_for(self.broker, channel_id, maxsize)
-        self.broker.declare_queue(channel_id)
+        # Redis takes messages for any queue, and a queue declared in a worker
+        # process is consumed by it: a sender that does not serve the channel
+        # leaves it undeclared. Other brokers need the queue declared.
+        if declare or redis_client_of(self.broker) is None:
+            self.broker.declare_queue(channel_id)
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         # Jobs sent from this process, handed back as the same objects on receive.
@@ -314,6 +320,14 @@ class ChannelManager:
         bound, so they never change the one stored in Redis.
         """
         return self.new(channel_id, maxsize)
+
+    def sender(self, channel_id: str) -> Channel:
+        """A channel to send to without serving it: this process's own if it has one,
+        else a new one that does not declare its queue on Redis (so a worker process
+        sending to a channel it does not serve does not start consuming it)."""
+        with self._lock:
+            channel = self._channels.get(channel_id)
+        return channel if channel is not None else Channel(channel_id, declare=False)
 
     def resize(self, channel_id: str, maxsize: int) -> int:
         """Set the bound of ``channel_id`` (creating the channel if new); returns the old bound.
