@@ -1,0 +1,86 @@
+"""A plain job (no scheduling option) costs the store calls it cost before keys and waits.
+
+Counted on the Dramatiq driver with a store that records every call: one write
+at ``scheduled()``, and for a one-task job one claim and one record.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+
+from pypepper_dramatiq import Context, Status, Task, set_job_store, workflow_task
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+from .drivers import DramatiqDriver, make_job
+
+
+class CountingStore(MemoryJobStore):
+    """A memory store that counts the calls the engine makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+        self._count_lock = threading.Lock()
+        self._inside = threading.local()
+
+    def _count(self, name: str) -> None:
+        if getattr(self._inside, "claim", False):
+            return  # the memory store's claim is read-check-advance; SQL's one statement
+        with self._count_lock:
+            self.calls[name] += 1
+
+    def put(self, record: Any) -> bool:
+        self._count("put")
+        return super().put(record)
+
+    def advance(self, record: Any) -> bool:
+        self._count("advance")
+        return super().advance(record)
+
+    def get(self, job_id: str) -> Any:
+        self._count("get")
+        return super().get(job_id)
+
+    def get_many(self, job_ids: Any) -> Any:
+        self._count("get_many")
+        return super().get_many(job_ids)
+
+    def claim_step(self, *args: Any, **kwargs: Any) -> Any:
+        self._count("claim_step")
+        self._inside.claim = True
+        try:
+            return MemoryJobStore.claim_step(self, *args, **kwargs)
+        finally:
+            self._inside.claim = False
+
+
+@workflow_task(name="plain-cost.noop")
+def noop(task: Task, context: Context) -> int:
+    return 1
+
+
+def test_a_plain_job_makes_one_store_write_to_schedule_and_two_to_run(
+    stub_broker: StubBroker, start_worker: Any
+) -> None:
+    store = CountingStore()
+    set_job_store(store)
+    job = make_job([noop.task(name="noop")])
+    job.scheduled()
+    assert store.calls == Counter({"put": 1})
+
+    store.calls.clear()
+    driver = DramatiqDriver(stub_broker, start_worker)
+    driver.start()
+    worker: dramatiq.Worker | None = driver.worker
+    assert worker is not None
+    [record] = driver.wait(job)
+    assert record.status is Status.COMPLETED
+    # The driver's own polling reads rows with get(); the engine claims and records.
+    assert store.calls["claim_step"] == 1
+    assert store.calls["advance"] == 1
+    assert store.calls["put"] == 0 and store.calls["get_many"] == 0
