@@ -12,7 +12,7 @@ from sqlalchemy import (
     Computed,
     DateTime,
     Dialect,
-    Float,
+    Double,
     Index,
     Integer,
     MetaData,
@@ -39,6 +39,20 @@ ACTIVE_KEY_INDEX = "ux_scheduler_jobs_active_key"
 def json_type() -> TypeEngine[Any]:
     """JSON where SQL NULL stays NULL; JSONB on PostgreSQL."""
     return JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+
+
+def exact_text(length: int) -> TypeEngine[str]:
+    """Text compared as written: MySQL's default collations ignore case and accents,
+    so there it is utf8mb4 with a binary collation (trailing spaces still pad)."""
+    return String(length).with_variant(
+        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+    )
+
+
+def active_key_type() -> TypeEngine[Any]:
+    """The type of ``active_key``: on MySQL bytes, so that the unique index compares
+    keys byte for byte (a binary collation would still ignore trailing spaces)."""
+    return String(191).with_variant(mysql.VARBINARY(764), "mysql", "mariadb")
 
 
 def timestamp_type() -> TypeEngine[datetime]:
@@ -89,12 +103,12 @@ jobs = Table(
     Column("not_before", UtcDateTime(), nullable=True),
     Column("release_at", UtcDateTime(), nullable=True),
     Column("start_deadline", UtcDateTime(), nullable=True),
-    Column("unique_key", String(191), nullable=True),
+    Column("unique_key", exact_text(191), nullable=True),
     Column("waits", json_type(), nullable=True),
     Column("waiting_since", UtcDateTime(), nullable=True),
     # The key of an active (Scheduled or InProgress) job, NULL otherwise: its unique
     # index lets the database refuse a second active job per key, on both dialects.
-    Column("active_key", String(191), Computed(ACTIVE_KEY, persisted=True), nullable=True),
+    Column("active_key", active_key_type(), Computed(ACTIVE_KEY, persisted=True), nullable=True),
     Index("ix_scheduler_jobs_status_created", "status", "created", "id"),
     Index("ix_scheduler_jobs_channel_status_created", "channel_id", "status", "created", "id"),
     # The recovery query: InProgress rows whose lease lapsed, oldest first.
@@ -118,12 +132,12 @@ jobs = Table(
 recurring = Table(
     "scheduler_recurring",
     metadata,
-    Column("name", String(128), primary_key=True),
+    Column("name", exact_text(128), primary_key=True),
     Column("cron", String(255), nullable=False),
     Column("timezone", String(64), nullable=False),
     # The job each firing copies: channel, category, workflows (JobRecord.payload).
     Column("template", json_type(), nullable=False),
-    Column("max_start_delay", Float, nullable=True),
+    Column("max_start_delay", Double, nullable=True),
     Column("overlap", String(8), nullable=False),
     Column("catch_up", String(8), nullable=False),
     Column("next_slot", UtcDateTime(), nullable=False),

@@ -647,7 +647,9 @@ class SqlJobStore(IJobStore):
         return found
 
     def key_holder(self, key: str) -> JobRecord | None:
-        query = select(jobs).where(jobs.c.active_key == key)
+        # On MySQL the column holds the key's utf8mb4 bytes (see schema.active_key_type).
+        mysql = self._engine.dialect.name in ("mysql", "mariadb")
+        query = select(jobs).where(jobs.c.active_key == (key.encode() if mysql else key))
         with _boundary(self._engine, f"looking up key {key!r}"), self._engine.connect() as c:
             row = c.execute(query).mappings().first()
         return None if row is None else _record(row)

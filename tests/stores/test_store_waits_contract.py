@@ -38,27 +38,6 @@ WAITS = {"parents": ["p"], "on_parent_failure": "propagate"}
 ACTIVE = [Status.SCHEDULED, Status.IN_PROGRESS]
 TERMINALS = sorted(TERMINAL)
 
-#: Why MySQL/MariaDB still conflate keys (see test_keys_are_compared_exactly).
-MYSQL_KEY_COLLATION = (
-    "unique_key/active_key take the database's default collation, case- and "
-    "accent-insensitive and PAD SPACE on MySQL/MariaDB: 'key' and 'KEY' (or 'key ', "
-    "or 'cle' and 'clé') are one key to the unique index; needs a binary NO PAD "
-    "collation on those columns (schema + migration)"
-)
-
-#: Why MySQL/MariaDB conflate schedule names (see test_names_are_compared_exactly).
-MYSQL_NAME_COLLATION = (
-    "scheduler_recurring.name takes the database's default collation, case-insensitive "
-    "on MySQL/MariaDB: 'Nightly' replaces 'nightly'; needs a binary collation"
-)
-
-#: Why MySQL/MariaDB round max_start_delay (see test_max_start_delay_keeps_every_digit).
-MYSQL_SINGLE_FLOAT = (
-    "scheduler_recurring.max_start_delay is sa.Float, a single-precision FLOAT on "
-    "MySQL/MariaDB, read back with 6 significant digits (86399.875 -> 86399.9); needs "
-    "a DOUBLE (schema + migration)"
-)
-
 #: Threads racing for one unique key.
 RACERS = 8
 
@@ -154,12 +133,7 @@ class TestUniqueKeys:
         [("key", "KEY"), ("key", "key "), ("cle", "clé")],
         ids=["case", "trailing-space", "accent"],
     )
-    def test_keys_are_compared_exactly(
-        self, store: IJobStore, one: str, other: str, request: pytest.FixtureRequest
-    ) -> None:
-        if isinstance(store, SqlJobStore) and store.engine.dialect.name in ("mysql", "mariadb"):
-            # Strict: this fails (XPASS) once the schema compares keys exactly on MySQL.
-            request.applymarker(pytest.mark.xfail(strict=True, reason=MYSQL_KEY_COLLATION))
+    def test_keys_are_compared_exactly(self, store: IJobStore, one: str, other: str) -> None:
         assert store.put(keyed("one", key=one))
         assert store.put(keyed("other", key=other))
         assert holder_of(store, one) == "one"
@@ -478,12 +452,7 @@ class TestRecurringSchedules:
         assert got.next_slot.microsecond == 123456
 
     @pytest.mark.parametrize("delay", [86399.875, 1234.5678, 3 * 86400 + 0.001])
-    def test_max_start_delay_keeps_every_digit(
-        self, keeper: IJobStore, delay: float, request: pytest.FixtureRequest
-    ) -> None:
-        if isinstance(keeper, SqlJobStore) and keeper.engine.dialect.name in ("mysql", "mariadb"):
-            # Strict: this fails (XPASS) once the column is a double on MySQL.
-            request.applymarker(pytest.mark.xfail(strict=True, reason=MYSQL_SINGLE_FLOAT))
+    def test_max_start_delay_keeps_every_digit(self, keeper: IJobStore, delay: float) -> None:
         keeper.save_recurring(schedule(max_start_delay=delay))
         assert kept(keeper).max_start_delay == delay
 
@@ -506,12 +475,7 @@ class TestRecurringSchedules:
         assert keeper.advance_recurring(schedule("unknown", version=1)) is False
         assert keeper.get_recurring("unknown") is None
 
-    def test_names_are_compared_exactly(
-        self, keeper: IJobStore, request: pytest.FixtureRequest
-    ) -> None:
-        if isinstance(keeper, SqlJobStore) and keeper.engine.dialect.name in ("mysql", "mariadb"):
-            # Strict: this fails (XPASS) once the schema compares names exactly on MySQL.
-            request.applymarker(pytest.mark.xfail(strict=True, reason=MYSQL_NAME_COLLATION))
+    def test_names_are_compared_exactly(self, keeper: IJobStore) -> None:
         keeper.save_recurring(schedule("nightly"))
         assert keeper.save_recurring(schedule("Nightly")).version == 1
         assert [s.name for s in keeper.list_recurring()] == ["Nightly", "nightly"]

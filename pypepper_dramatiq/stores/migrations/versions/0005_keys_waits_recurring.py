@@ -9,7 +9,8 @@ no key and wait for nothing.
 
 * ``unique_key``: the key a job holds while Scheduled or InProgress;
   ``active_key`` (generated: the key while active, else NULL) carries the
-  unique index that refuses a second active job per key;
+  unique index that refuses a second active job per key (on MySQL as bytes,
+  so keys differing in case, accents or trailing spaces are different keys);
 * ``waits`` and ``waiting_since``: what a Scheduled job waits for, and since
   when (indexed: the recovery sweep settles waits oldest first);
 * ``scheduler_recurring``: the recurring schedules.
@@ -31,18 +32,28 @@ BY_KEY = "ux_scheduler_jobs_active_key"
 BY_WAIT = "ix_scheduler_jobs_waiting_since"
 
 
+def exact_text(length: int) -> sa.types.TypeEngine[str]:
+    """Compared as written (MySQL's default collations ignore case and accents)."""
+    return sa.String(length).with_variant(
+        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+    )
+
+
 def upgrade() -> None:
     timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
     json = sa.JSON(none_as_null=True).with_variant(
         postgresql.JSONB(none_as_null=True), "postgresql"
     )
-    op.add_column("scheduler_jobs", sa.Column("unique_key", sa.String(191), nullable=True))
+    op.add_column("scheduler_jobs", sa.Column("unique_key", exact_text(191), nullable=True))
     op.add_column("scheduler_jobs", sa.Column("waits", json, nullable=True))
     op.add_column("scheduler_jobs", sa.Column("waiting_since", timestamp, nullable=True))
     op.add_column(
         "scheduler_jobs",
         sa.Column(
-            "active_key", sa.String(191), sa.Computed(ACTIVE_KEY, persisted=True), nullable=True
+            "active_key",
+            sa.String(191).with_variant(mysql.VARBINARY(764), "mysql", "mariadb"),
+            sa.Computed(ACTIVE_KEY, persisted=True),
+            nullable=True,
         ),
     )
     op.create_index(BY_WAIT, "scheduler_jobs", ["waiting_since", "id"])
@@ -55,11 +66,11 @@ def upgrade() -> None:
     )
     op.create_table(
         "scheduler_recurring",
-        sa.Column("name", sa.String(128), primary_key=True),
+        sa.Column("name", exact_text(128), primary_key=True),
         sa.Column("cron", sa.String(255), nullable=False),
         sa.Column("timezone", sa.String(64), nullable=False),
         sa.Column("template", json, nullable=False),
-        sa.Column("max_start_delay", sa.Float, nullable=True),
+        sa.Column("max_start_delay", sa.Double, nullable=True),
         sa.Column("overlap", sa.String(8), nullable=False),
         sa.Column("catch_up", sa.String(8), nullable=False),
         sa.Column("next_slot", timestamp, nullable=False),
