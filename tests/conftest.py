@@ -130,6 +130,7 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
     store = SqlJobStore(mysql_uri, migrate=True)
     with store.engine.begin() as connection:
         connection.execute(delete(jobs))
+        connection.execute(delete(recurring))
     yield store
     store.close()
 
