@@ -138,8 +138,9 @@ def trigger_recurring(name: str, now: datetime | None = None) -> str:
     schedule = get_job_store().get_recurring(name)
     if schedule is None:
         raise UnknownScheduleError(name)
-    fired = _fire(schedule, now or utcnow())
-    return fired or firing_id(name, now or utcnow())
+    slot = now or utcnow()
+    in_charge, _ = _fire(schedule, slot)
+    return in_charge
 
 
 def fire_due(now: datetime | None = None, limit: int = 100) -> list[str]:
@@ -160,8 +161,8 @@ def fire_due(now: datetime | None = None, limit: int = 100) -> list[str]:
         )
         last_job = schedule.last_job_id
         for slot in slots:
-            job_id = _fire(schedule, slot)
-            if job_id is not None:
+            job_id, new = _fire(schedule, slot)
+            if new:
                 fired.append(job_id)
                 last_job = job_id
         moved = schedule.evolve(
@@ -174,9 +175,12 @@ def fire_due(now: datetime | None = None, limit: int = 100) -> list[str]:
     return fired
 
 
-def _fire(schedule: RecurringSchedule, slot: datetime) -> str | None:
-    """Schedule the firing of ``schedule`` at ``slot``; its id, or None when that slot
-    was fired already or the previous firing still runs (``overlap="skip"``)."""
+def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:
+    """Schedule the firing of ``schedule`` at ``slot``.
+
+    Returns the id of the job in charge and whether this call stored it: the
+    slot's job (new, or stored by an earlier firing of the same slot), or the
+    previous firing still active (``overlap="skip"``)."""
     template = schedule.template
     job = Job.from_record(
         JobRecord(
@@ -198,7 +202,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> str | None:
             serve=False,
         )
     except DuplicateJobError:
-        return None  # this slot's job is stored: fired already
+        return job.id, False  # this slot's job is stored: fired already
     if in_charge != job.id:
         logger.info(
             "recurring %s: slot %s skipped, its previous firing %s is still active",
@@ -207,7 +211,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> str | None:
             in_charge,
             extra={"action": "skip_overlap", "schedule": schedule.name},
         )
-        return None
+        return in_charge, False
     logger.info(
         "recurring %s fired for %s: job %s",
         schedule.name,
@@ -215,7 +219,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> str | None:
         job.id,
         extra={"action": "fire_recurring", "schedule": schedule.name, "job_id": job.id},
     )
-    return job.id
+    return job.id, True
 
 
 def _template(job: Job) -> dict[str, object]:

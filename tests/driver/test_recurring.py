@@ -189,9 +189,14 @@ def test_a_firing_s_deadline_counts_from_its_slot() -> None:
 
 def test_trigger_fires_now_and_unknown_names_are_refused() -> None:
     recurring("manual", "0 0 1 1 *", template())
-    job_id = trigger_recurring("manual")
+    job_id = trigger_recurring("manual", at(2026, 1, 1, 12))
     record = get_job_store().get(job_id)
     assert record is not None and record.status is Status.SCHEDULED
+    # While that firing is active, a trigger returns it (overlap="skip"), and a
+    # trigger of the same instant returns the job that instant fired.
+    assert trigger_recurring("manual", at(2026, 1, 1, 12, 0, 5)) == job_id
+    assert trigger_recurring("manual", at(2026, 1, 1, 12)) == job_id
+    assert [r.id for r in jobs_of("manual")] == [job_id]
     with pytest.raises(UnknownScheduleError, match="nope"):
         trigger_recurring("nope")
 
