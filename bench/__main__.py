@@ -15,7 +15,16 @@ from .env import ROOT, Stack
 from .harness import LIVE, LOGS
 from .scenarios import FULL, QUICK, run_all
 
-SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm", "delayed")
+SCENARIOS = (
+    "throughput",
+    "workflow_length",
+    "latency",
+    "backlog",
+    "retry_storm",
+    "delayed",
+    "fanin",
+    "recurring",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "which", nargs="+", choices=("all", *SCENARIOS), help="'all', or scenario names"
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes (well under 90 s)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (about 90 s for all)")
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "latest.json"))
     parser.add_argument(
         "--backlog",

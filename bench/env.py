@@ -127,6 +127,6 @@ class Stack:
         """Empty both Redis servers and every benchmark table."""
         self.broker.flushall()
         self.probe.flushall()
-        for table in ("scheduler_jobs", "celery_taskmeta"):
+        for table in ("scheduler_jobs", "scheduler_recurring", "celery_taskmeta"):
             if self.table_exists(table):
                 self.execute(f"TRUNCATE {table}")

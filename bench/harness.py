@@ -232,6 +232,17 @@ class Durable(Competitor):
     def worker(self, processes: int) -> Worker:
         return Worker([_dramatiq_cmd("bench.apps.durable", processes)], self.name)
 
+    def workers_apart(self, count: int, name: str) -> Worker:
+        """``count`` separate ``dramatiq bench.apps.durable --processes 1`` commands."""
+        return Worker([_dramatiq_cmd("bench.apps.durable", 1) for _ in range(count)], name)
+
+    def brokers_seen(self) -> int:
+        """Broker processes (other than this one) that fetched from Redis lately:
+        the members of Dramatiq's heartbeat set, which each worker process joins."""
+        ours = str(getattr(self.app.broker, "broker_id", ""))
+        members: Any = self.stack.broker.zrange("dramatiq:__heartbeats__", 0, -1)
+        return sum(1 for m in members if m.decode() != ours)
+
     def send(self, key: str | None = None, tasks: int = 1) -> str:
         job = self.app.job(tasks, key)
         job.scheduled()

@@ -183,6 +183,59 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 "-",
             ]
         )
+    fan = results.get("fanin")
+    if fan:
+        scenario = f"7. fan-in {fan['parents']:,} parents -> 1 child"
+        fan_cells: tuple[tuple[str, str], ...] = (
+            (
+                "schedule parents (us/job), scheduled(after=all ids) (ms)",
+                f"{_fmt(fan['schedule_parents_us_per_job'])}, {_fmt(fan['after_call_ms'], 2)}",
+            ),
+            ("last parent ended -> child started (ms)", _fmt(fan["last_parent_to_child_start_ms"])),
+            (
+                "last parent ended -> sweep ended the wait (ms; - if unseen)",
+                _fmt(fan["last_parent_to_settled_ms"]),
+            ),
+            ("worker start -> child done (s)", _fmt(fan["wall_s"], 2)),
+            (
+                "parents Completed, child status",
+                f"{fan['parents_completed']:,}, {fan['child_status']}",
+            ),
+        )
+        for label, cell in fan_cells:
+            out.append([scenario, label, "-", cell, "-", "-"])
+    rec = results.get("recurring")
+    if rec:
+        scenario = f"8. recurring every second, 2 workers, {rec['seconds']:.0f} s"
+        rec_cells: tuple[tuple[str, str], ...] = (
+            (
+                "slots expected, fired, missed",
+                f"{rec['slots_expected']}, {rec['slots_fired']}, {rec['slots_missed']}",
+            ),
+            (
+                "max firings per slot, max runs per job (must be 1)",
+                f"{rec['max_firings_per_slot']}, {rec['max_runs_per_job']}",
+            ),
+            (
+                "firings stored (incl. grace), never run, not Completed",
+                f"{rec['firings_stored']}, {rec['firings_not_run']}, {rec['not_completed']}",
+            ),
+            (
+                "worker processes that fired slots, that ran firings",
+                f"{rec['firing_processes']}, {rec['running_processes']}",
+            ),
+            (
+                "stored (fired) after slot p50 / p99 (ms)",
+                f"{_fmt(rec['fired_p50_ms'])} / {_fmt(rec['fired_p99_ms'])}",
+            ),
+            (
+                "start after slot p50 / p99 / max (ms)",
+                f"{_fmt(rec['lag_p50_ms'])} / {_fmt(rec['lag_p99_ms'])} / "
+                f"{_fmt(rec['lag_max_ms'])}",
+            ),
+        )
+        for label, cell in rec_cells:
+            out.append([scenario, label, "-", cell, "-", "-"])
     return out
 
 
@@ -244,6 +297,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             1.5,
             "<",
         )
+    rec = results.get("recurring")
+    if rec:
+        check("recurring: slots missed", rec["slots_missed"], 0, "<=")
+        check("recurring: max firings per slot", rec["max_firings_per_slot"], 1, "<=")
+        check("recurring: max runs per job", rec["max_runs_per_job"], 1, "<=")
     backlog = results.get("backlog", {})
     sizes = sorted(backlog, key=int)
     if len(sizes) == 2 and all("durable" in backlog[s] for s in sizes):

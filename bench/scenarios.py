@@ -1,4 +1,4 @@
-"""The five scenarios. Each returns plain data (dicts of numbers) for the report.
+"""The eight scenarios. Each returns plain data (dicts of numbers) for the report.
 
 Every run starts from empty servers (:meth:`Stack.reset`), fills the queue
 with no worker running where a rate is measured, then starts real worker
@@ -9,10 +9,12 @@ not in it.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .env import Stack
@@ -35,10 +37,14 @@ class Sizes:
     storm_jobs: int
     probe_batch: int
     delayed: tuple[int, int]  #: delayed jobs waiting at once: a small and a large count
+    fanin: int  #: parents of the one child in scenario 7
+    recurring_seconds: float  #: how long the per-second schedule of scenario 8 runs
 
 
-QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500))
-FULL = Sizes(3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20, (100, 10000))
+QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
+FULL = Sizes(
+    3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20, (100, 10000), 1000, 60.0
+)
 
 
 def median(values: list[float]) -> float:
@@ -410,6 +416,194 @@ def delayed(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     return results
 
 
+# -- 7. fan-in --------------------------------------------------------------------------------
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def fanin(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """One child waiting for N parents (``scheduled(after=[N ids])``): what the call
+    costs, and how soon the child starts once the last parent has ended."""
+    durable.warm()
+    stack.reset()
+    count = sizes.fanin
+    started = time.perf_counter()
+    parents = [durable.send() for _ in range(count)]
+    parents_s = time.perf_counter() - started
+    child = durable.app.job(1, "fanin-child")
+    call = time.perf_counter()
+    child.scheduled(after=parents)
+    after_ms = (time.perf_counter() - call) * 1000
+    # The sweep that ends the wait writes the row (waits cleared, `updated` = the sweep's
+    # time) and leaves it Scheduled; a poll that sees it so keeps that time.
+    settled: list[float] = []
+
+    def child_ended() -> bool:
+        status, waiting, updated = stack.sql(
+            "SELECT status, waits IS NOT NULL, extract(epoch FROM updated) "
+            "FROM scheduler_jobs WHERE id = %s",
+            child.id,
+        )[0]
+        if status == "Scheduled" and not waiting and not settled:
+            settled.append(float(updated))
+        return status in ("Completed", "Failed", "Cancelled")
+
+    worker = durable.worker(1)
+    try:
+        booted = time.perf_counter()
+        wait_until(child_ended, 600, "the fan-in child", worker)
+        wall_s = time.perf_counter() - booted
+    finally:
+        worker.stop()
+    status, state = stack.sql("SELECT status, state FROM scheduler_jobs WHERE id = %s", child.id)[0]
+    parents_end, parents_done = stack.sql(
+        "SELECT extract(epoch FROM max(updated)), count(*) FILTER (WHERE status = 'Completed') "
+        "FROM scheduler_jobs WHERE id = ANY(%s)",
+        parents,
+    )[0]
+    history = (state or {}).get("history", {}).get("0.0") or [{}]
+    child_start = (
+        _epoch(history[0]["started"])
+        if "started" in history[0]
+        else durable.start_times().get("fanin-child", float("nan"))
+    )
+    out = {
+        "parents": count,
+        "parents_completed": int(parents_done),
+        "child_status": status,
+        "schedule_parents_us_per_job": parents_s / count * 1e6,
+        "after_call_ms": after_ms,
+        "last_parent_to_child_start_ms": (child_start - float(parents_end)) * 1000,
+        # NaN when no poll saw the child released and not yet started.
+        "last_parent_to_settled_ms": (
+            (settled[0] - float(parents_end)) * 1000 if settled else float("nan")
+        ),
+        "wall_s": wall_s,
+    }
+    print(
+        f"  fan-in {count}: scheduled(after={count} ids) {after_ms:.1f} ms; child {status}, "
+        f"started {out['last_parent_to_child_start_ms']:.0f} ms after the last parent ended; "
+        f"worker start to child done {wall_s:.1f}s",
+        flush=True,
+    )
+    return out
+
+
+# -- 8. recurring -----------------------------------------------------------------------------
+
+#: The per-second schedule of scenario 8.
+RECURRING_NAME = "bench-every-second"
+#: The schedule is removed this long after the last slot measured, so that every slot
+#: measured had two sweep ticks (one a second) to fire; slots in between are not counted.
+RECURRING_GRACE = 2.0
+
+
+def recurring(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """A per-second schedule fired by two worker processes at once: each slot fired
+    once, each firing run once, and how late after its slot a firing starts."""
+    from collections import Counter
+    from datetime import datetime, timezone
+
+    import pypepper_dramatiq as pd
+    from pypepper_dramatiq.cron import firing_id
+
+    stack.reset()
+    stack.probe.delete("tick:n", "tick:runs", "tick:start")
+    prefix = firing_id(RECURRING_NAME, datetime.now(timezone.utc)).rsplit("-", 1)[0] + "-"
+    worker = durable.workers_apart(2, "durable-recurring")
+    try:
+        # Both processes are up when both have fetched from the broker.
+        wait_until(lambda: durable.brokers_seen() >= 2, 120, "two worker processes", worker)
+        stored = pd.recurring(
+            RECURRING_NAME, "* * * * * *", durable.app.tick_job(), overlap="allow", catch_up="all"
+        )
+        first_slot = stored.next_slot.timestamp()
+        window = int(sizes.recurring_seconds)
+        time.sleep(max(0.0, first_slot + window - 1 + RECURRING_GRACE - time.time()))
+        pd.remove_recurring(RECURRING_NAME)
+
+        def rows() -> list[tuple[Any, ...]]:
+            return stack.sql(
+                "SELECT id, status, extract(epoch FROM created) FROM scheduler_jobs "
+                "WHERE id LIKE %s",
+                prefix + "%",
+            )
+
+        wait_until(
+            lambda: all(status == "Completed" for _, status, _ in rows()),
+            120,
+            "the firings to complete",
+            worker,
+        )
+        time.sleep(1.0)  # a second run of any job would show by now
+        fired = rows()
+        runners = stack.sql(
+            "SELECT DISTINCT state #>> '{history,0.0,0,worker}' FROM scheduler_jobs "
+            "WHERE id LIKE %s",
+            prefix + "%",
+        )
+        worker.check()
+    finally:
+        worker.stop()
+        pd.remove_recurring(RECURRING_NAME)
+    slot_of = {
+        job_id: datetime.strptime(job_id[len(prefix) :], "%Y%m%dT%H%M%SZ")
+        .replace(tzinfo=timezone.utc)
+        .timestamp()
+        for job_id, _, _ in fired
+    }
+    created = {job_id: float(at) for job_id, _, at in fired}
+    per_slot = Counter(slot_of.values())
+    runs = {k.decode(): int(v) for k, v in stack.probe.hgetall("tick:runs").items()}
+    # Which worker processes fired: each firing logs "recurring <name> fired for ...".
+    firing_pids = set(
+        re.findall(
+            rf"\[PID (\d+)\][^\n]*recurring {RECURRING_NAME} fired for",
+            Path(worker.log.name).read_text(errors="replace"),
+        )
+    )
+    starts = {k.decode(): float(v) for k, v in stack.probe.hgetall("tick:start").items()}
+    # The window: `window` seconds from the first slot; the slots fired in the grace
+    # before the removal are counted apart (not measured).
+    expected = {first_slot + i for i in range(window)}
+    inside = {j: slot for j, slot in slot_of.items() if slot in expected}
+    lags = [(starts[j] - slot) * 1000 for j, slot in inside.items() if j in starts]
+    # The part of the lag that is the sweep's: the firing's row is stored when it fires.
+    fire_lags = [(created[j] - slot) * 1000 for j, slot in inside.items()]
+    out = {
+        "seconds": window,
+        "slots_expected": len(expected),
+        "slots_fired": sum(1 for slot in expected if slot in per_slot),
+        "slots_missed": sum(1 for slot in expected if slot not in per_slot),
+        "slots_after_window": sum(1 for slot in per_slot if slot not in expected),
+        "max_firings_per_slot": max(per_slot.values(), default=0),
+        "jobs_run": len(runs),
+        "firings_stored": len(slot_of),
+        "firing_processes": len(firing_pids),
+        "running_processes": sum(1 for (name,) in runners if name),
+        "firings_not_run": sum(1 for j in slot_of if j not in runs),
+        "max_runs_per_job": max(runs.values(), default=0),
+        "not_completed": sum(1 for _, status, _ in fired if status != "Completed"),
+        "lag_p50_ms": percentile(lags, 50),
+        "lag_p99_ms": percentile(lags, 99),
+        "lag_max_ms": max(lags, default=float("nan")),
+        "fired_p50_ms": percentile(fire_lags, 50),
+        "fired_p99_ms": percentile(fire_lags, 99),
+    }
+    print(
+        f"  recurring {out['seconds']:.0f}s: {out['slots_fired']} of {out['slots_expected']} "
+        f"slots fired ({out['slots_missed']} missed), max {out['max_firings_per_slot']} "
+        f"firing/slot, max {out['max_runs_per_job']} run/job; start after slot p50 "
+        f"{out['lag_p50_ms']:.0f} ms, p99 {out['lag_p99_ms']:.0f} ms",
+        flush=True,
+    )
+    return out
+
+
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
     from .harness import CeleryCompetitor
 
@@ -422,6 +616,8 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("backlog", lambda: backlog(stack, [plain, durable], sizes)),
         ("retry_storm", lambda: retry_storm(stack, durable, sizes)),
         ("delayed", lambda: delayed(stack, durable, sizes)),
+        ("fanin", lambda: fanin(stack, durable, sizes)),
+        ("recurring", lambda: recurring(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

@@ -36,6 +36,12 @@ def flaky(task: Any, context: Any) -> None:
     probe.mark("storm")
 
 
+@workflow_task(name="bench.tick")
+def tick(task: Any, context: Any) -> None:
+    """The recurring scenario's task: counts the runs of each job, by job id."""
+    probe.mark_job("tick", context.job_id)
+
+
 def job(tasks: int = 1, key: str | None = None) -> Job:
     """A job of ``tasks`` no-op tasks; the first carries ``key`` for latency probes."""
     new = Job(category="bench", channel_id=CHANNEL)
@@ -46,4 +52,11 @@ def job(tasks: int = 1, key: str | None = None) -> Job:
 def storm_job() -> Job:
     new = Job(category="storm", channel_id=CHANNEL)
     new.workflows.append(Workflow([flaky.task()]))
+    return new
+
+
+def tick_job() -> Job:
+    """The recurring scenario's template: one task that counts its runs per job."""
+    new = Job(category="tick", channel_id=CHANNEL)
+    new.workflows.append(Workflow([tick.task()]))
     return new

@@ -24,3 +24,14 @@ def mark(tag: str, key: str | None = None) -> None:
     if key is not None:
         pipe.hset(f"{tag}:start", key, now)
     pipe.execute()
+
+
+def mark_job(tag: str, job_id: str | None) -> None:
+    """Count one run of job ``job_id`` (``<tag>:runs``) and keep its first start time."""
+    now = time.time()
+    pipe = _client.pipeline(transaction=False)
+    pipe.incr(f"{tag}:n")
+    if job_id is not None:
+        pipe.hincrby(f"{tag}:runs", job_id, 1)
+        pipe.hsetnx(f"{tag}:start", job_id, now)
+    pipe.execute()
