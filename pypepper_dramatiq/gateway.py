@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from .channels.broker import get_broker
-from .channels.channel import manager
+from .channels.channel import Channel, manager
 from .engine.running import running_here
 from .errors import (
     BrokerUnavailableError,
@@ -106,17 +106,7 @@ class Gateway:
         hold = on_redis and wait > SHORT_DELAY_SECONDS
         job.not_before, job.start_deadline = times.not_before, times.deadline
         job.release_at = times.not_before if hold else None
-        try:
-            job.apply_event(INIT)
-            job.apply_event(SCHEDULE)
-            channel = manager.available(job.channel_id)
-            result = channel.offer(job, delay=wait if on_redis else 0.0, hold=hold)
-        except BaseException:
-            _roll_back(job, before)
-            raise
-        if result != "ok":
-            _roll_back(job, before)
-        _raise_refused(result, channel)
+        channel = _admit(job, before, manager.available, wait if on_redis else 0.0, hold)
         _log_scheduled(job, channel.id)
         if not self.persist(job, SAVE_ATTEMPTS):
             # The job is on the channel: do not roll back. The worker heals the row.
@@ -207,17 +197,8 @@ class Gateway:
             job.release_at = times.not_before
         else:
             job.release_at = max(now + timedelta(seconds=HANDOFF_SECONDS), times.not_before or now)
-        try:
-            job.apply_event(INIT)
-            job.apply_event(SCHEDULE)
-            channel = manager.available(job.channel_id) if serve else manager.sender(job.channel_id)
-            result = channel.offer(job, hold=True)  # admission only
-        except BaseException:
-            _roll_back(job, before)
-            raise
-        if result != "ok":
-            _roll_back(job, before)
-        _raise_refused(result, channel)
+        # Admission only: the message goes once the row is stored.
+        channel = _admit(job, before, manager.available if serve else manager.sender, 0.0, True)
         try:
             written = get_job_store().put(job.to_record().evolve(version=0, updated=now))
         except BaseException:
@@ -385,11 +366,29 @@ def _roll_back(job: Job, before: Status) -> None:
     job.unique_key = job.waits = None
 
 
-def _raise_refused(result: str, channel: Any) -> None:
+def _admit(
+    job: Job, before: Status, channel_of: Callable[[str], Channel], delay: float, hold: bool
+) -> Channel:
+    """INIT, SCHEDULE and offer ``job`` to its channel; the channel, once it took the job.
+
+    Raises:
+        ChannelFullError, ChannelStoppedError: refused; ``job`` is rolled back.
+    """
+    try:
+        job.apply_event(INIT)
+        job.apply_event(SCHEDULE)
+        channel = channel_of(job.channel_id)
+        result = channel.offer(job, delay=delay, hold=hold)
+    except BaseException:
+        _roll_back(job, before)
+        raise
+    if result != "ok":
+        _roll_back(job, before)
     if result == "full":
         raise ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
     if result == "stopped":
         raise ChannelStoppedError(f"channel {channel.id} is stopped")
+    return channel
 
 
 def _log_scheduled(job: Job, channel_id: str) -> None:

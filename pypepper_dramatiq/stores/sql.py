@@ -15,6 +15,7 @@ SKIP LOCKED``, so concurrent recoverers split them and never share one.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import json
 import logging
 import shlex
@@ -851,41 +852,14 @@ def _refused_by_key_index(exc: BaseException | None) -> bool:
 
 
 def _schedule_values(schedule: RecurringSchedule) -> dict[str, Any]:
-    return {
-        "name": schedule.name,
-        "cron": schedule.cron,
-        "timezone": schedule.timezone,
-        "template": schedule.template,
-        "max_start_delay": schedule.max_start_delay,
-        "overlap": schedule.overlap,
-        "catch_up": schedule.catch_up,
-        "next_slot": schedule.next_slot,
-        "last_slot": schedule.last_slot,
-        "last_job_id": schedule.last_job_id,
-        "paused": schedule.paused,
-        "version": schedule.version,
-        "created": schedule.created,
-        "updated": schedule.updated,
-    }
+    """The row of ``schedule``: its fields are the table's columns, by name."""
+    return {field.name: getattr(schedule, field.name) for field in dataclasses.fields(schedule)}
 
 
 def _schedule(row: Any) -> RecurringSchedule:
-    return RecurringSchedule(
-        name=row["name"],
-        cron=row["cron"],
-        timezone=row["timezone"],
-        template=dict(row["template"]),
-        next_slot=row["next_slot"],
-        max_start_delay=row["max_start_delay"],
-        overlap=row["overlap"],
-        catch_up=row["catch_up"],
-        last_slot=row["last_slot"],
-        last_job_id=row["last_job_id"],
-        paused=bool(row["paused"]),
-        version=row["version"],
-        created=row["created"],
-        updated=row["updated"],
-    )
+    values = {field.name: row[field.name] for field in dataclasses.fields(RecurringSchedule)}
+    values.update(template=dict(values["template"]), paused=bool(values["paused"]))
+    return RecurringSchedule(**values)
 
 
 def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
