@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIOS = ("throughput", "workflow_length", "latency", "backlog", "retry_storm", "delayed")
+SCENARIOS = (
+    "throughput",
+    "workflow_length",
+    "latency",
+    "backlog",
+    "retry_storm",
+    "delayed",
+    "fanin",
+    "recurring",
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
