@@ -23,7 +23,7 @@ from .gateway import GATEWAY
 from .job import Job
 from .record import JobRecord, utcnow
 from .recurring import RecurringSchedule
-from .start_times import start_times
+from .start_times import duration
 from .stores.registry import get_job_store
 from .waits import check_choice
 
@@ -83,9 +83,10 @@ def recurring(
     schedule = CronSchedule(cron, timezone)
     check_choice("overlap", overlap, OVERLAP)
     check_choice("catch_up", catch_up, CATCH_UP)
+    delay_seconds = (
+        None if max_start_delay is None else duration("max_start_delay", max_start_delay)
+    )
     now = utcnow()
-    deadline = start_times(now, max_start_delay=max_start_delay).deadline
-    delay_seconds = None if deadline is None else (deadline - now).total_seconds()
     template = _template(job)
     store = get_job_store()
     current = store.get_recurring(name)

@@ -40,7 +40,9 @@ def missed_deadline(deadline: datetime, now: datetime) -> str:
     )
 
 
-def _seconds(name: str, value: object) -> float:
+def duration(name: str, value: object) -> float:
+    """``value`` (seconds or a timedelta) as seconds >= 0; a ValueError or TypeError
+    naming option ``name`` otherwise."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -70,7 +72,7 @@ def start_times(
         raise ValueError("delay and eta exclude each other: give one of them")
     planned = now
     if delay is not None:
-        planned = now + timedelta(seconds=_seconds("delay", delay))
+        planned = now + timedelta(seconds=duration("delay", delay))
     elif eta is not None:
         if not isinstance(eta, datetime):
             raise TypeError(f"eta must be a timezone-aware datetime, got {eta!r}")
@@ -80,5 +82,5 @@ def start_times(
     deadline = None
     if max_start_delay is not None:
         # From the planned start, even one already past (an eta in the past).
-        deadline = planned + timedelta(seconds=_seconds("max_start_delay", max_start_delay))
+        deadline = planned + timedelta(seconds=duration("max_start_delay", max_start_delay))
     return StartTimes(planned if planned > now else None, deadline)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 
 from .. import history, rules
 from ..channels.channel import Channel
@@ -47,6 +48,8 @@ class Worker:
         self.channel = channel
         #: Jobs taken from the channel that wait for other jobs to end.
         self._parked: list[Job] = []
+        #: When the put-aside jobs are looked at next (``time.monotonic()``).
+        self._next_look = 0.0
 
     async def run_once(self) -> Job | None:
         """Receive and process one job; None when the channel is stopped and empty.
@@ -215,15 +218,24 @@ class Worker:
     # -- waits --------------------------------------------------------------
 
     def _unparked(self) -> Job | None:
-        """A put-aside job that no longer waits (or was cancelled), taken off the list."""
+        """A put-aside job that no longer waits (or was cancelled), taken off the list.
+
+        The put-aside jobs' rows are read at most every :data:`PARK_POLL_SECONDS`
+        (not before each job the worker takes), and again at once after one was found.
+        """
+        if not self._parked or time.monotonic() < self._next_look:
+            return None
+        self._next_look = time.monotonic() + PARK_POLL_SECONDS
         for job in list(self._parked):
             if job.is_cancelled:
                 self._parked.remove(job)
+                self._next_look = 0.0
                 return job
             ended = self._wait_ended(job)
             if ended is not None:
                 self._parked.remove(job)
                 if ended:
+                    self._next_look = 0.0  # others may be ready too
                     return job
         return None
 
