@@ -304,10 +304,13 @@ class Gateway:
 
     def cancel(self, job: Job) -> bool:
         """CANCEL, set the cancel event, persist Cancelled, tell the workers."""
+        held = _held(job.status, job.release_at, job.waits)
         job.apply_event(CANCEL)
         job.cancel_event.set()
         logger.info("job %s cancelled", job.id, extra={"action": "cancel", "job_id": job.id})
         persisted = self.persist(job, attempts=SAVE_ATTEMPTS)
+        if held and persisted:
+            manager.release_slot(job.channel_id, job.id)
         publish_cancel(job.id)
         return persisted
 
@@ -335,6 +338,8 @@ class Gateway:
                 logger.info(
                     "job %s cancelled", job_id, extra={"action": "cancel", "job_id": job_id}
                 )
+                if _held(record.status, record.release_at, record.waits):
+                    manager.release_slot(record.channel_id, job_id)
                 running_here.cancel(job_id)
                 publish_cancel(job_id)
                 return True
@@ -357,6 +362,13 @@ def publish_cancel(job_id: str, client: Any | None = None) -> bool:
         logger.warning("job %s: cancel not published (%s); workers see it on renewal", job_id, exc)
         return False
     return True
+
+
+def _held(status: Status, release_at: datetime | None, waits: dict[str, Any] | None) -> bool:
+    """A Scheduled job held in the store: no message carries it, so no worker will
+    give its channel slot back; whoever ends it unrun must."""
+    held_wait = bool((waits or {}).get("held"))
+    return status is Status.SCHEDULED and (release_at is not None or held_wait)
 
 
 def _roll_back(job: Job, before: Status) -> None:
