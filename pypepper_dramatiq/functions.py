@@ -132,8 +132,10 @@ def workflow_task(
     """Make ``fn(task, context, **params)`` a workflow task.
 
     Keyword arguments are the task's retry table (``retry_count``,
-    ``retry_delay``, ``retry_until_completed``, ``retry_until_max``,
-    ``round_times``, ``round_timeout``, ``round_timeout_join``, ``optional``).
+    ``retry_delay``, ``retry_backoff``, ``retry_delay_max``, ``retry_jitter``,
+    ``retry_until_completed``, ``retry_until_max``, ``round_times``,
+    ``round_timeout``, ``round_timeout_join``, ``optional``; see
+    :class:`~pypepper_dramatiq.task.Task`).
     ``name`` is the registry id (default ``module.qualname``); it must be the
     same in the process that schedules and the one that runs.
 

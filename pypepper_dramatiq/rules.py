@@ -1,26 +1,48 @@
 """What happens next to a job: the one rule set every driver obeys.
 
-Pure functions, no I/O. A job's plan is its workflows' task policies; a
-:class:`Position` says which attempt of which task is current. After each
-attempt the driver asks :func:`next_step` what to do, and carries it out:
-the in-process :class:`~pypepper_dramatiq.worker.Worker` inline, the Dramatiq
-middleware as messages.
+Pure functions, no I/O; the random source of a retry's jitter is a parameter.
+A job's plan is its workflows' task policies; a :class:`Position` says which
+attempt of which task is current. After each attempt the driver asks
+:func:`next_step` what to do, and carries it out: the in-process
+:class:`~pypepper_dramatiq.worker.Worker` inline, the Dramatiq middleware as
+messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+
+#: The longest wait that backoff alone grows a retry delay to, in seconds (7 days,
+#: the longest delay Dramatiq's Redis broker documents for a message). A
+#: ``retry_delay`` or ``retry_delay_max`` set longer is kept as written.
+MAX_BACKOFF_SECONDS = 7 * 24 * 3600.0
+
+
+def _is_number(value: object) -> bool:
+    """An int or a float; a bool is not a number of seconds."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """A task's retry table.
 
+    The n-th retry of a round (n = 1 after the round's first attempt failed)
+    waits ``retry_delay * retry_backoff ** (n - 1)`` seconds, capped at
+    ``retry_delay_max``; with ``retry_jitter`` the wait is a uniformly random
+    part of that (full jitter), so that many failing jobs do not retry in
+    lockstep. Without a ``retry_delay_max``, backoff stops growing a wait at
+    :data:`MAX_BACKOFF_SECONDS` (or at ``retry_delay``, if that is longer). The
+    defaults (backoff 1, no cap, no jitter) wait ``retry_delay`` before every retry.
+
     Raises:
         ValueError: if a bound is out of range.
-        TypeError: if a count is not an int or the delay not a number.
+        TypeError: if a count is not an int, a delay or the backoff not a
+            number, or ``retry_jitter`` not a bool.
     """
 
     retry_count: int = 0
@@ -29,19 +51,48 @@ class RetryPolicy:
     retry_until_max: int = 1000
     round_times: int = 1
     optional: bool = False
+    retry_backoff: float = 1.0
+    retry_delay_max: float | None = None
+    retry_jitter: bool = False
 
     def __post_init__(self) -> None:
         for name in ("retry_count", "retry_until_max", "round_times"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {value!r}")
-        if isinstance(self.retry_delay, bool) or not isinstance(self.retry_delay, (int, float)):
+        if not _is_number(self.retry_delay):
             raise TypeError(f"retry_delay must be a number of seconds, got {self.retry_delay!r}")
+        if not _is_number(self.retry_backoff):
+            raise TypeError(f"retry_backoff must be a number, got {self.retry_backoff!r}")
+        if self.retry_delay_max is not None and not _is_number(self.retry_delay_max):
+            raise TypeError(
+                f"retry_delay_max must be a number of seconds or None, got {self.retry_delay_max!r}"
+            )
+        if not isinstance(self.retry_jitter, bool):
+            raise TypeError(f"retry_jitter must be a bool, got {self.retry_jitter!r}")
         # Written as "not >=" so that NaN is refused too.
         if not self.retry_count >= 0:
             raise ValueError(f"retry_count must be >= 0, got {self.retry_count}")
         if not self.retry_delay >= 0:
             raise ValueError(f"retry_delay must be >= 0, got {self.retry_delay}")
+        # An endless wait would reach the broker (or Event.wait) as an OverflowError.
+        if math.isinf(self.retry_delay):
+            raise ValueError(f"retry_delay must be finite, got {self.retry_delay}")
+        if not 1 <= self.retry_backoff < math.inf:
+            raise ValueError(
+                f"retry_backoff must be a finite number >= 1, got {self.retry_backoff}"
+            )
+        if self.retry_delay_max is not None:
+            if not 0 <= self.retry_delay_max < math.inf:
+                raise ValueError(
+                    f"retry_delay_max must be a finite number >= 0 (None: no cap), "
+                    f"got {self.retry_delay_max}"
+                )
+            if self.retry_delay_max < self.retry_delay:
+                raise ValueError(
+                    f"retry_delay_max ({self.retry_delay_max}) must not be below "
+                    f"retry_delay ({self.retry_delay})"
+                )
         if not self.retry_until_max >= 1:
             raise ValueError(f"retry_until_max must be >= 1, got {self.retry_until_max}")
         if not self.round_times >= 1:
@@ -57,6 +108,39 @@ class RetryPolicy:
         if self.retry_until_completed and self.retry_count == 0:
             return self.retry_until_max
         return self.retry_count + 1
+
+    def backed_off(self, attempt: int) -> float:
+        """The wait before ``attempt`` of a round without jitter: the most
+        :meth:`delay_before` may answer (0 for a round's first attempt)."""
+        if attempt <= 0:
+            return 0.0
+        delay = float(self.retry_delay)
+        if delay == 0 or self.retry_backoff == 1 or attempt == 1:
+            return delay  # no growth: the defaults give retry_delay exactly
+        if self.retry_delay_max is not None:
+            limit = float(self.retry_delay_max)
+        else:
+            limit = max(delay, MAX_BACKOFF_SECONDS)
+        try:
+            # A float power: an int one would be computed exactly, however large.
+            grown = delay * float(self.retry_backoff) ** (attempt - 1)
+        except OverflowError:  # the power alone is beyond floats: compare in logarithms
+            exponent = math.log(delay) + (attempt - 1) * math.log(self.retry_backoff)
+            return limit if exponent >= math.log(limit) else math.exp(exponent)
+        return min(grown, limit)  # a product too large is inf, which min drops
+
+    def delay_before(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        """Seconds to wait before ``attempt`` (from 0) of a round.
+
+        Args:
+            attempt: the attempt about to run; the n-th retry is attempt n.
+            rand: the random source for ``retry_jitter``, a float in [0, 1]
+                (called only with jitter); tests pin it.
+        """
+        capped = self.backed_off(attempt)
+        if not self.retry_jitter or capped == 0:
+            return capped
+        return capped * min(max(rand(), 0.0), 1.0)
 
 
 Plan = Sequence[Sequence[RetryPolicy]]
@@ -126,16 +210,23 @@ def first_step(plan: Plan, *, cancelled: bool = False) -> Step:
 
 
 def next_step(
-    plan: Plan, at: Position, succeeded: bool, *, cancelled: bool = False, retriable: bool = True
+    plan: Plan,
+    at: Position,
+    succeeded: bool,
+    *,
+    cancelled: bool = False,
+    retriable: bool = True,
+    rand: Callable[[], float] = random.random,
 ) -> Step:
     """What follows the attempt at ``at``, given its outcome.
 
-    A success moves to the next task. A failure retries after ``retry_delay``
-    while the round has attempts left, then starts the next round at once
-    with a fresh budget; when every round is used up, an optional task is
-    skipped and a required one fails the job. A failure that is not
-    ``retriable`` uses up the task at once (no more attempts nor rounds).
-    Cancellation wins over all.
+    A success moves to the next task. A failure retries after the policy's
+    delay (:meth:`RetryPolicy.delay_before`: ``retry_delay``, backed off,
+    capped, jittered with ``rand``) while the round has attempts left, then
+    starts the next round at once with a fresh budget; when every round is
+    used up, an optional task is skipped and a required one fails the job. A
+    failure that is not ``retriable`` uses up the task at once (no more
+    attempts nor rounds). Cancellation wins over all.
     """
     if cancelled:
         return CANCEL_STEP
@@ -145,7 +236,7 @@ def next_step(
             return Step(
                 Action.RUN,
                 Position(at.workflow, at.task, at.round, at.attempt + 1),
-                delay=float(policy.retry_delay),
+                delay=policy.delay_before(at.attempt + 1, rand),
             )
         if at.round + 1 < policy.round_times:
             return Step(Action.RUN, Position(at.workflow, at.task, at.round + 1, 0))

@@ -27,6 +27,9 @@ POLICY_KEYS = frozenset(
         "round_timeout",
         "round_timeout_join",
         "optional",
+        "retry_backoff",
+        "retry_delay_max",
+        "retry_jitter",
     }
 )
 
@@ -46,6 +49,9 @@ class TaskSpec:
     round_timeout: float = 0.0
     round_timeout_join: float = 0.0
     optional: bool = _DEFAULT_POLICY.optional
+    retry_backoff: float = _DEFAULT_POLICY.retry_backoff
+    retry_delay_max: float | None = _DEFAULT_POLICY.retry_delay_max
+    retry_jitter: bool = _DEFAULT_POLICY.retry_jitter
     channel_id: str = "default"
     dag_id: str = ""
     fingerprint: str = ""
@@ -63,6 +69,9 @@ class TaskSpec:
             retry_until_max=self.retry_until_max,
             round_times=self.round_times,
             optional=self.optional,
+            retry_backoff=self.retry_backoff,
+            retry_delay_max=self.retry_delay_max,
+            retry_jitter=self.retry_jitter,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +94,9 @@ class TaskSpec:
             "round_timeout": self.round_timeout,
             "round_timeout_join": self.round_timeout_join,
             "optional": self.optional,
+            "retry_backoff": self.retry_backoff,
+            "retry_delay_max": self.retry_delay_max,
+            "retry_jitter": self.retry_jitter,
         }
 
     @classmethod
@@ -106,6 +118,10 @@ class TaskSpec:
             round_timeout=float(data.get("round_timeout") or 0.0),
             round_timeout_join=float(data.get("round_timeout_join") or 0.0),
             optional=bool(data.get("optional", cls.optional)),
+            # Absent from tasks stored before backoff existed: they keep a fixed delay.
+            retry_backoff=float(data.get("retry_backoff", cls.retry_backoff)),
+            retry_delay_max=_seconds_or_none(data.get("retry_delay_max")),
+            retry_jitter=bool(data.get("retry_jitter", cls.retry_jitter)),
             channel_id=str(data.get("channel_id", "default")),
             dag_id=str(data.get("dag_id", "")),
             fingerprint=str(data.get("fingerprint", "")),
@@ -113,3 +129,8 @@ class TaskSpec:
             description=str(data.get("description", "")),
             tags=tuple(data.get("tags") or ()),
         )
+
+
+def _seconds_or_none(value: Any) -> float | None:
+    """A stored optional number of seconds (None or absent: not set)."""
+    return None if value is None else float(value)

@@ -20,7 +20,11 @@ class Task:
         executor: runs the work; may be None when ``executor_id`` names a
             registered one.
         retry_count, retry_delay, retry_until_completed, retry_until_max,
-        round_times, optional: the retry table (see :class:`RetryPolicy`).
+        round_times, optional, retry_backoff, retry_delay_max, retry_jitter:
+            the retry table (see :class:`RetryPolicy`): the n-th retry of a
+            round waits ``retry_delay * retry_backoff ** (n - 1)`` seconds, at
+            most ``retry_delay_max`` (None: no cap of your own), a random part
+            of it with ``retry_jitter``.
         round_timeout: seconds one attempt may take (0 = no limit); a timeout
             counts as a failed attempt.
         round_timeout_join: extra seconds to wait for a timed-out attempt that
@@ -31,8 +35,8 @@ class Task:
 
     Raises:
         ValueError: if a bound is out of range.
-        TypeError: a count or delay of the wrong type, or ``params`` that JSON
-            cannot hold while an ``executor_id`` is set.
+        TypeError: a count, delay, backoff or ``retry_jitter`` of the wrong
+            type, or ``params`` that JSON cannot hold while an ``executor_id`` is set.
     """
 
     def __init__(
@@ -56,6 +60,9 @@ class Task:
         *,
         executor_id: str | None = None,
         params: dict[str, Any] | None = None,
+        retry_backoff: float = RetryPolicy.retry_backoff,
+        retry_delay_max: float | None = RetryPolicy.retry_delay_max,
+        retry_jitter: bool = RetryPolicy.retry_jitter,
     ) -> None:
         if not round_timeout >= 0:  # refuses NaN too
             raise ValueError(f"round_timeout must be >= 0, got {round_timeout}")
@@ -70,6 +77,9 @@ class Task:
             retry_until_max=retry_until_max,
             round_times=round_times,
             optional=optional,
+            retry_backoff=retry_backoff,
+            retry_delay_max=retry_delay_max,
+            retry_jitter=retry_jitter,
         )
         self.channel_id = channel_id
         self.dag_id = dag_id
@@ -98,6 +108,9 @@ class Task:
     retry_until_max = property(lambda self: self.policy.retry_until_max)
     round_times = property(lambda self: self.policy.round_times)
     optional = property(lambda self: self.policy.optional)
+    retry_backoff = property(lambda self: self.policy.retry_backoff)
+    retry_delay_max = property(lambda self: self.policy.retry_delay_max)
+    retry_jitter = property(lambda self: self.policy.retry_jitter)
 
     @property
     def executor(self) -> IExecutor:
@@ -127,6 +140,9 @@ class Task:
             round_timeout=self.round_timeout,
             round_timeout_join=self.round_timeout_join,
             optional=self.policy.optional,
+            retry_backoff=self.policy.retry_backoff,
+            retry_delay_max=self.policy.retry_delay_max,
+            retry_jitter=self.policy.retry_jitter,
             channel_id=self.channel_id,
             dag_id=self.dag_id,
             fingerprint=self.fingerprint,
@@ -163,6 +179,9 @@ class Task:
             round_timeout_join=spec.round_timeout_join,
             optional=spec.optional,
             executor_id=spec.executor_id,
+            retry_backoff=spec.retry_backoff,
+            retry_delay_max=spec.retry_delay_max,
+            retry_jitter=spec.retry_jitter,
         )
         # Read from JSON: no need to check (on every step of a worker) that it survives JSON.
         task.params = spec.params

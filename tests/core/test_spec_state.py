@@ -34,10 +34,42 @@ def test_a_task_round_trips_through_its_stored_form() -> None:
         optional=True,
         executor_id="ex.id",
         params={"k": [1, 2]},
+        retry_backoff=2.5,
+        retry_delay_max=30,
+        retry_jitter=True,
     )
     stored = task.to_dict()
+    assert (stored["retry_backoff"], stored["retry_delay_max"], stored["retry_jitter"]) == (
+        2.5,
+        30,
+        True,
+    )
     assert TaskSpec.from_dict(stored) == task.spec()
     assert TaskSpec.from_dict(stored).to_dict() == stored
+    assert TaskSpec.from_dict(stored).policy == task.policy
+
+
+def test_a_task_stored_before_backoff_existed_keeps_its_fixed_retry_delay() -> None:
+    """A row written by an older version has no backoff keys: it loads with the defaults."""
+    older = {
+        "name": "t",
+        "executor_id": "x",
+        "params": {},
+        "retry_count": 3,
+        "retry_delay": 1.5,
+        "retry_until_completed": False,
+        "retry_until_max": 1000,
+        "round_times": 1,
+        "round_timeout": 0.0,
+        "round_timeout_join": 0.0,
+        "optional": False,
+    }
+    spec = TaskSpec.from_dict(older)
+    assert (spec.retry_backoff, spec.retry_delay_max, spec.retry_jitter) == (1.0, None, False)
+    assert [spec.policy.delay_before(n) for n in range(4)] == [0.0, 1.5, 1.5, 1.5]
+    # Written back, it says so explicitly; a null cap reads as no cap.
+    assert TaskSpec.from_dict(spec.to_dict()) == spec
+    assert TaskSpec.from_dict({**older, "retry_delay_max": None}).retry_delay_max is None
 
 
 def test_job_state_round_trips_and_keeps_keys_it_does_not_know() -> None:
