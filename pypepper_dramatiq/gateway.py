@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from .channels.broker import get_broker
 from .channels.channel import Channel, manager
@@ -106,7 +106,10 @@ class Gateway:
         hold = on_redis and wait > SHORT_DELAY_SECONDS
         job.not_before, job.start_deadline = times.not_before, times.deadline
         job.release_at = times.not_before if hold else None
-        channel = _admit(job, before, manager.available, wait if on_redis else 0.0, hold)
+        # A held job takes its channel slot when the sweep releases it.
+        channel = _admit(
+            job, before, manager.available, "check" if hold else "send", wait if on_redis else 0.0
+        )
         _log_scheduled(job, channel.id)
         if not self.persist(job, SAVE_ATTEMPTS):
             # The job is on the channel: do not roll back. The worker heals the row.
@@ -197,16 +200,20 @@ class Gateway:
             job.release_at = times.not_before
         else:
             job.release_at = max(now + timedelta(seconds=HANDOFF_SECONDS), times.not_before or now)
-        # Admission only: the message goes once the row is stored.
-        channel = _admit(job, before, manager.available if serve else manager.sender, 0.0, True)
+        # The message goes once the row is stored; a held job takes no slot until
+        # the sweep releases it.
+        channel_of = manager.available if serve else manager.sender
+        channel = _admit(job, before, channel_of, "check" if held else "admit")
         try:
             written = get_job_store().put(job.to_record().evolve(version=0, updated=now))
         except BaseException:
-            manager.release_slot(channel.id, job.id)
+            if not held:
+                manager.release_slot(channel.id, job.id)
             _roll_back(job, before)
             raise
         if not written:
-            manager.release_slot(channel.id, job.id)
+            if not held:
+                manager.release_slot(channel.id, job.id)
             _roll_back(job, before)
             raise DuplicateJobError(None, job.id)
         job.mark_saved(1, now)
@@ -365,8 +372,10 @@ def publish_cancel(job_id: str, client: Any | None = None) -> bool:
 
 
 def _held(status: Status, release_at: datetime | None, waits: dict[str, Any] | None) -> bool:
-    """A Scheduled job held in the store: no message carries it, so no worker will
-    give its channel slot back; whoever ends it unrun must."""
+    """A Scheduled job with no message yet: held in the store (a long delay, a wait),
+    or stored by a producer that has not sent it. If it holds a channel slot (the
+    latter, or one the sweep admitted as it released it), no worker will give the
+    slot back, so whoever ends it unrun must (a no-op for a job holding none)."""
     held_wait = bool((waits or {}).get("held"))
     return status is Status.SCHEDULED and (release_at is not None or held_wait)
 
@@ -379,9 +388,19 @@ def _roll_back(job: Job, before: Status) -> None:
 
 
 def _admit(
-    job: Job, before: Status, channel_of: Callable[[str], Channel], delay: float, hold: bool
+    job: Job,
+    before: Status,
+    channel_of: Callable[[str], Channel],
+    admission: Literal["send", "admit", "check"],
+    delay: float = 0.0,
 ) -> Channel:
     """INIT, SCHEDULE and offer ``job`` to its channel; the channel, once it took the job.
+
+    ``admission`` says how: ``"send"`` admits and enqueues the first message
+    (delayed by ``delay``); ``"admit"`` takes a slot and sends nothing yet
+    (:meth:`Channel.dispatch` follows once the row is stored); ``"check"`` only
+    asks whether the channel would take a job now: a job held in the store
+    takes its slot when the sweep releases it.
 
     Raises:
         ChannelFullError, ChannelStoppedError: refused; ``job`` is rolled back.
@@ -390,7 +409,12 @@ def _admit(
         job.apply_event(INIT)
         job.apply_event(SCHEDULE)
         channel = channel_of(job.channel_id)
-        result = channel.offer(job, delay=delay, hold=hold)
+        if admission == "send":
+            result = channel.offer(job, delay=delay)
+        elif admission == "admit":
+            result = channel.admit(job)
+        else:
+            result = channel.check()
     except BaseException:
         _roll_back(job, before)
         raise

@@ -23,7 +23,7 @@ import abc
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from ..errors import BrokerUnavailableError
@@ -57,6 +57,19 @@ class Gate(abc.ABC):
     @abc.abstractmethod
     def admit(self, job_id: str) -> SendResult:
         """Count ``job_id`` as waiting unless stopped or full. Re-admitting is "ok"."""
+
+    @abc.abstractmethod
+    def check(self) -> SendResult:
+        """What :meth:`admit` would answer a new job now, admitting nothing."""
+
+    @abc.abstractmethod
+    def admit_released(self, job_ids: Sequence[str]) -> list[bool]:
+        """Admit jobs accepted earlier and held until now, unless the bound is reached.
+
+        The stop flag does not apply: these jobs were accepted before it (a stop
+        refuses new jobs; accepted ones still run). True for each job admitted
+        (or already counted); one call (one round trip) for all of them.
+        """
 
     @abc.abstractmethod
     def release(self, job_id: str) -> None:
@@ -130,6 +143,26 @@ class LocalGate(Gate):
             self._waiting.add(job_id)
             return "ok"
 
+    def check(self) -> SendResult:
+        with self._lock:
+            if self._stopped:
+                return "stopped"
+            if self._maxsize and len(self._waiting) >= self._maxsize:
+                return "full"
+            return "ok"
+
+    def admit_released(self, job_ids: Sequence[str]) -> list[bool]:
+        admitted = []
+        with self._lock:
+            for job_id in job_ids:
+                room = not self._maxsize or len(self._waiting) < self._maxsize
+                if job_id in self._waiting or room:
+                    self._waiting.add(job_id)
+                    admitted.append(True)
+                else:
+                    admitted.append(False)
+        return admitted
+
     def release(self, job_id: str) -> None:
         with self._lock:
             self._waiting.discard(job_id)
@@ -168,6 +201,32 @@ local maxsize = tonumber(redis.call('hget', KEYS[1], 'maxsize') or '0')
 if maxsize > 0 and redis.call('scard', KEYS[2]) >= maxsize then return 'full' end
 redis.call('sadd', KEYS[2], ARGV[1])
 return 'ok'
+"""
+
+# Same keys, no change: what _ADMIT would answer a new job now.
+_CHECK = """
+if redis.call('hget', KEYS[1], 'stopped') == '1' then return 'stopped' end
+local maxsize = tonumber(redis.call('hget', KEYS[1], 'maxsize') or '0')
+if maxsize > 0 and redis.call('scard', KEYS[2]) >= maxsize then return 'full' end
+return 'ok'
+"""
+
+# Same keys; ARGV: job ids held until now. Admits each while the bound allows,
+# whatever the stop flag; answers 1 (admitted or already counted) or 0 per id.
+_ADMIT_RELEASED = """
+local maxsize = tonumber(redis.call('hget', KEYS[1], 'maxsize') or '0')
+local answers = {}
+for i, job_id in ipairs(ARGV) do
+  if redis.call('sismember', KEYS[2], job_id) == 1 then
+    answers[i] = 1
+  elseif maxsize > 0 and redis.call('scard', KEYS[2]) >= maxsize then
+    answers[i] = 0
+  else
+    redis.call('sadd', KEYS[2], job_id)
+    answers[i] = 1
+  end
+end
+return answers
 """
 
 # KEYS[1]: the channel's hash. Sets the bound to ARGV[1] and answers the bound it
@@ -252,6 +311,8 @@ class RedisGate(Gate):
         # Script objects only: the SHA is computed here, the script is sent to
         # Redis by its first call (EVALSHA, then SCRIPT LOAD if Redis lacks it).
         self._admit = client.register_script(_ADMIT)
+        self._check = client.register_script(_CHECK)
+        self._admit_released = client.register_script(_ADMIT_RELEASED)
         self._set_bound = client.register_script(_SET_BOUND)
         #: The bound to write on the first call; None: keep the stored one.
         self._bound = None if maxsize is None else int(maxsize)
@@ -299,6 +360,20 @@ class RedisGate(Gate):
         if isinstance(result, bytes):
             result = result.decode()
         return cast(SendResult, result)
+
+    @_connected_first
+    def check(self) -> SendResult:
+        result = self._check(keys=[self.meta_key, self.waiting_key])
+        if isinstance(result, bytes):
+            result = result.decode()
+        return cast(SendResult, result)
+
+    @_connected_first
+    def admit_released(self, job_ids: Sequence[str]) -> list[bool]:
+        if not job_ids:
+            return []
+        answers = self._admit_released(keys=[self.meta_key, self.waiting_key], args=list(job_ids))
+        return [bool(answer) for answer in answers]
 
     @_connected_first
     def release(self, job_id: str) -> None:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from dramatiq.broker import Broker, Consumer
@@ -140,23 +141,42 @@ class Channel:
         """Jobs waiting in the channel."""
         return self.gate.waiting()
 
-    def offer(self, job: Job, *, delay: float = 0.0, hold: bool = False) -> SendResult:
+    def offer(self, job: Job, *, delay: float = 0.0) -> SendResult:
         """Enqueue ``job`` unless the channel is stopped or full (sync form of :meth:`send`).
 
         Args:
             delay: seconds the broker keeps the message before delivering it.
-            hold: admit the job but send no message: the job is held in the
-                store and the recovery sweep sends its message when it is due.
         """
         with self._lock:
             result = self.gate.admit(job.id)
-            if result != "ok" or hold:
+            if result != "ok":
                 return result
             self._dispatch(job, delay, release_on_failure=True)
         return "ok"
 
+    def admit(self, job: Job) -> SendResult:
+        """Count ``job`` as waiting unless stopped or full, sending nothing yet:
+        :meth:`dispatch` sends its message once its row is stored."""
+        with self._lock:
+            return self.gate.admit(job.id)
+
+    def check(self) -> SendResult:
+        """Whether the channel would take a new job now, taking no slot.
+
+        A job held in the store (a long delay, a wait for other jobs) is checked
+        when it is scheduled and takes its slot only when it is released
+        (:meth:`admit_released`), so that held jobs cost the channel nothing.
+        """
+        with self._lock:
+            return self.gate.check()
+
+    def admit_released(self, job_ids: Sequence[str]) -> list[bool]:
+        """Give held jobs, now due, their slots while the bound allows (not the stop
+        flag: they were accepted before it); True per job admitted."""
+        return self.gate.admit_released(job_ids)
+
     def dispatch(self, job: Job, *, delay: float = 0.0) -> None:
-        """Send the first message of ``job``, already admitted (``offer(hold=True)``).
+        """Send the first message of ``job``, already admitted (:meth:`admit`).
 
         Raises:
             BrokerUnavailableError: the broker did not take it (the admission stays).
@@ -350,14 +370,28 @@ class ChannelManager:
         unrun): give its slot back. Works for a channel this process does not serve
         (its queue is not declared for that); a failure is logged, not raised, as
         bookkeeping must not stop the work that follows it."""
-        channel = self._channels.get(channel_id)
-        gate = channel.gate if channel is not None else gate_for(broker or get_broker(), channel_id)
         try:
-            gate.release(job_id)
+            self._gate_of(channel_id, broker).release(job_id)
         except Exception:
             logger.warning(
                 "channel %s: slot of job %s not given back", channel_id, job_id, exc_info=True
             )
+
+    def admit_released(
+        self, channel_id: str, job_ids: Sequence[str], broker: Broker | None = None
+    ) -> list[bool]:
+        """Give held jobs of ``channel_id``, now due, their slots while its bound
+        allows (see :meth:`Channel.admit_released`); works for a channel this
+        process does not serve.
+
+        Raises:
+            BrokerUnavailableError: Redis could not be reached (nothing was admitted).
+        """
+        return self._gate_of(channel_id, broker).admit_released(job_ids)
+
+    def _gate_of(self, channel_id: str, broker: Broker | None) -> Gate:
+        channel = self._channels.get(channel_id)
+        return channel.gate if channel is not None else gate_for(broker or get_broker(), channel_id)
 
     def remove(self, channel_id: str) -> Channel | None:
         with self._lock:

@@ -35,6 +35,7 @@ from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_de
 from ..rules import Position
 from ..schedules import fire_due
 from ..status import Status
+from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..waits import Waits
 
@@ -199,9 +200,8 @@ class RecoverySweeper(threading.Thread):
             }
             found = {row.id: row for row in store.get_many(awaited)} if awaited else {}
             for record in batch:
+                # A held job takes no channel slot while it waits: nothing to give back.
                 outcome, _ = settle(store, record, found, now)
-                if outcome in (Settled.FAILED, Settled.CANCELLED):
-                    manager.release_slot(record.channel_id, record.id, self.broker)
                 if outcome is not Settled.WAITING and outcome is not Settled.LOST:
                     ended += 1
             if self._waiting_after is None:
@@ -209,36 +209,75 @@ class RecoverySweeper(threading.Thread):
         return ended
 
     def release_due(self, now: datetime) -> int:
-        """Send the first message of the jobs held in the store (long delays) that
-        are due before the next pass, each delayed to arrive at its planned start.
+        """Send the first message of the jobs held in the store (long delays, ended
+        waits) that are due before the next pass, each delayed to arrive at its
+        planned start. Returns how many were sent.
 
-        Batch after batch until none is due (many jobs may share one eta), each
-        message sent before its row is marked, so a batch never repeats a row.
+        A held job takes its channel slot now: while its channel is full it stays
+        held (tried again at the next tick, behind the other due jobs), and the
+        stop flag does not hold it back, as it was accepted before any stop.
+        Batch after batch until none is due (many jobs may share one eta): per
+        batch one admission call per channel, the messages, and one store
+        transaction marking the rows, so that a batch never repeats a row.
         """
         store = get_job_store()
         until = now + timedelta(seconds=self.interval + RELEASE_AHEAD_SECONDS)
         seen: set[str] = set()
+        sent = 0
         while batch := [r for r in store.due_releases(until, self.batch) if r.id not in seen]:
             seen.update(r.id for r in batch)  # a row whose mark lost a race is not resent
-            self._release(store, batch, now)
-        return len(seen)
+            sent += self._release(store, batch, now)
+        return sent
 
-    def _release(self, store: Any, batch: list[JobRecord], now: datetime) -> None:
+    def _release(self, store: IJobStore, batch: list[JobRecord], now: datetime) -> int:
+        admitted: set[str] = set()
+        by_channel: dict[str, list[str]] = {}
         for record in batch:
+            by_channel.setdefault(record.channel_id, []).append(record.id)
+        for channel_id, job_ids in by_channel.items():
+            answers = manager.admit_released(channel_id, job_ids, self.broker)
+            admitted.update(job_id for job_id, ok in zip(job_ids, answers, strict=True) if ok)
+            if not all(answers):
+                logger.info(
+                    "channel %s is full: %d due jobs stay held until it has room",
+                    channel_id,
+                    answers.count(False),
+                    extra={"action": "release_deferred", "channel_id": channel_id},
+                )
+        # Compare-and-set marks: a job cancelled meanwhile keeps its row (the
+        # message sent is then acknowledged unrun). A job left held goes behind
+        # the other due jobs, so that one full channel does not hold up the rest.
+        marks: list[JobRecord] = []
+        failed: Exception | None = None
+        for record in batch:
+            if record.id not in admitted:
+                later = now + timedelta(seconds=min(self.interval, TICK_SECONDS))
+                marks.append(record.evolve(release_at=max(later, record.release_at or later)))
+                continue
+            if failed is not None:  # the broker failed: the rest stay due
+                manager.release_slot(record.channel_id, record.id, self.broker)
+                continue
             wait = 0.0
             if record.not_before is not None:
                 wait = max(0.0, (record.not_before - now).total_seconds())
             step = StepMessage(record.id, Position(), record.evolve(release_at=None))
-            sent = self._send(step, record.channel_id, delay=wait)
-            # Compare-and-set: a job cancelled meanwhile keeps its row (the message
-            # sent is then acknowledged unrun).
-            store.advance(
+            try:
+                message = self._send(step, record.channel_id, delay=wait)
+            except Exception as exc:
+                failed = exc
+                manager.release_slot(record.channel_id, record.id, self.broker)
+                continue
+            marks.append(
                 record.evolve(
                     release_at=None,
                     updated=now,
-                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
+                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(message)}),
                 )
             )
+        store.advance_many(marks)
+        if failed is not None:
+            raise failed
+        return sum(1 for mark in marks if mark.release_at is None)
 
     def cancel_overdue(self, now: datetime) -> int:
         """Cancel the Scheduled jobs past their start deadline that nobody picked up."""

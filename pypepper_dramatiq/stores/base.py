@@ -58,6 +58,14 @@ class IJobStore(abc.ABC):
             return False
         return self.put(record.evolve(payload=current.payload))
 
+    def advance_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
+        """:meth:`advance` each of ``records``; the answers in their order.
+
+        Each row is decided alone (one losing its compare-and-set does not stop
+        the others); a store that can, writes them all in one transaction.
+        """
+        return [self.advance(record) for record in records]
+
     def claim_step(
         self,
         job_id: str,

@@ -397,6 +397,15 @@ def _pg_params(record: JobRecord) -> dict[str, Any]:
     return params
 
 
+def _advance_statement(record: JobRecord) -> Any:
+    """The compare-and-set UPDATE of ``advance``: every column but id, created, payload."""
+    values = _row_values(record)
+    for column in ("id", "created", "version", "payload"):
+        del values[column]
+    values["version"] = jobs.c.version + 1
+    return update(jobs).where(jobs.c.id == record.id, _guard(record)).values(values)
+
+
 def _guard(record: JobRecord) -> ColumnElement[bool]:
     """The stored row may be replaced by ``record``: seen version, allowed status."""
     allowed = sorted(s.value for s in overwritable_by(record.status))
@@ -511,13 +520,33 @@ class SqlJobStore(IJobStore):
         )
 
     def _advance(self, record: JobRecord) -> bool:
-        values = _row_values(record)
-        for column in ("id", "created", "version", "payload"):
-            del values[column]
-        values["version"] = jobs.c.version + 1
-        stmt = update(jobs).where(jobs.c.id == record.id, _guard(record)).values(values)
         with self._engine.connect() as connection:
-            return connection.execute(stmt).rowcount == 1
+            return connection.execute(_advance_statement(record)).rowcount == 1
+
+    def advance_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
+        # One transaction (one commit) for all rows. A row refused by the unique
+        # index of active keys rolls it back: then row by row, so that the
+        # refusal names its own row.
+        if not records:
+            return []
+        try:
+            return _once_more_if_stale(
+                self._engine,
+                f"updating {len(records)} jobs",
+                lambda: self._advance_many(records),
+            )
+        except StoreError as exc:
+            if not _refused_by_key_index(exc.__cause__):
+                raise
+        return [self.advance(record) for record in records]
+
+    def _advance_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
+        written: dict[str, bool] = {}
+        with _transaction(self._engine) as connection:
+            # In id order, so that two multi-row writers never wait on each other.
+            for record in sorted(records, key=lambda r: r.id):
+                written[record.id] = connection.execute(_advance_statement(record)).rowcount == 1
+        return [written[record.id] for record in records]
 
     def get(self, job_id: str) -> JobRecord | None:
         row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))

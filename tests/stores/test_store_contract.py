@@ -629,6 +629,30 @@ class TestAdvanceContract:
         assert store.advance(row.evolve(version=row.version - 1)) is False  # stale
         assert stored(store).version == row.version
 
+    def test_advance_many_decides_each_row_alone_and_answers_in_order(
+        self, store: IJobStore
+    ) -> None:
+        for job_id in ("b", "a", "c"):
+            assert store.put(job(job_id, status=Status.SCHEDULED, payload={"workflows": [1]}))
+        b, a, c = (stored(store, job_id) for job_id in ("b", "a", "c"))
+        later = T0 + timedelta(minutes=1)
+        answers = store.advance_many(
+            [
+                b.evolve(state={"mark": "b"}, updated=later),
+                a.evolve(state={"mark": "a"}, version=a.version + 7),  # stale: refused
+                job("nobody", status=Status.SCHEDULED),  # no row: refused
+                c.evolve(status=Status.IN_PROGRESS, payload=None),
+            ]
+        )
+        assert answers == [True, False, False, True]
+        assert stored(store, "b").state == {"mark": "b"}
+        assert stored(store, "b").version == b.version + 1
+        assert stored(store, "a") == a  # the refused row is untouched...
+        assert stored(store, "c").status is Status.IN_PROGRESS  # ...and did not stop the next
+        assert stored(store, "c").payload == {"workflows": [1]}
+        assert store.get("nobody") is None
+        assert store.advance_many([]) == []
+
 
 class TestClaimStepContract:
     """``claim_step``: one compare-and-set that takes a step, on every store alike."""
