@@ -126,6 +126,15 @@ class TaskCancelledError(PypepperError):
     """The job was cancelled while the task's coroutine ran; the coroutine was stopped."""
 
 
+class JobCancellationError(PypepperError):
+    """Raised by a task: cancel this task's job.
+
+    The job ends Cancelled, as after ``Job.cancel()``: no retry, no further
+    task, no ``on_final_failure`` hook. Its error names the task and this
+    exception's message; the attempt is recorded as cancelled.
+    """
+
+
 class AmbiguousTaskNameError(PypepperError, LookupError):
     """More than one task of the job has this name: say which workflow."""
 
@@ -187,6 +196,11 @@ def is_retriable(exc: BaseException) -> bool:
     """False for failures another attempt cannot fix: :class:`NonRetriableError`,
     and a task whose executor id is not registered here."""
     return not isinstance(exc, (NonRetriableError, UnknownExecutorError))
+
+
+def cancels_job(exc: BaseException) -> bool:
+    """True when a task raised ``exc`` to cancel its job (:class:`JobCancellationError`)."""
+    return isinstance(exc, JobCancellationError)
 
 
 def describe(exc: BaseException) -> str:

@@ -13,7 +13,7 @@ import traceback as traceback_module
 from datetime import datetime
 from typing import Any
 
-from .errors import TaskCancelledError, TaskTimeoutError
+from .errors import TaskCancelledError, TaskTimeoutError, cancels_job
 from .state import JobState
 
 #: Entries kept per task: the first attempt and the latest ``HISTORY_LIMIT - 1``.
@@ -31,7 +31,7 @@ def kind_of(exc: BaseException) -> str:
     """The outcome an attempt that raised ``exc`` is recorded with."""
     if isinstance(exc, TaskTimeoutError):
         return TIMED_OUT
-    if isinstance(exc, TaskCancelledError):
+    if isinstance(exc, TaskCancelledError) or cancels_job(exc):
         return CANCELLED
     return FAILED
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import rules
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY
-from .errors import TaskTimeoutError, describe, is_retriable
+from .errors import TaskTimeoutError, cancels_job, describe, is_retriable
 from .task import Task
 
 logger = logging.getLogger(__name__)
@@ -85,8 +85,9 @@ class Workflow:
         """Run every task in order under :mod:`~pypepper_dramatiq.rules`.
 
         Stops early when the cancel event in the tasks' context is set (call
-        ``Job.share_cancel_event()`` first), and when a required task fails
-        for good.
+        ``Job.share_cancel_event()`` first), when a task raises
+        ``JobCancellationError`` (the result says cancelled), and when a
+        required task fails for good.
         """
         plan = [self.plan]
         cancel = self._cancel_event()
@@ -133,7 +134,8 @@ class Workflow:
                 plan,
                 position,
                 succeeded,
-                cancelled=cancelled(),
+                # A task that raised JobCancellationError stops the workflow as a cancel.
+                cancelled=cancelled() or (not succeeded and cancels_job(value)),
                 retriable=succeeded or is_retriable(value),
             )
         ordered = [outcomes[i] for i in sorted(outcomes)]

@@ -21,8 +21,9 @@ from typing import Any, overload
 
 from .. import history, rules
 from ..channels.messages import StepMessage
-from ..errors import ResultNotStorableError, StoreError, describe
+from ..errors import ResultNotStorableError, StoreError, cancels_job, describe
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
+from ..gateway import publish_cancel
 from ..record import JobRecord, utcnow
 from ..results import check_storable
 from ..rules import Position, RetryPolicy
@@ -32,6 +33,7 @@ from ..start_times import missed_deadline
 from ..state import JobState
 from ..status import Status
 from ..stores.base import IJobStore, why_not_claimable
+from .running import running_here
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,9 @@ class Outcome:
     ended: datetime | None = None
     #: The task's executor id is not registered in this worker (a rolling deploy?).
     unknown_task: bool = False
+    #: The task raised :class:`~pypepper_dramatiq.errors.JobCancellationError`: the
+    #: job ends Cancelled (the user's act, through the task), whatever its retries.
+    cancels_job: bool = False
 
     @classmethod
     def failure(
@@ -100,6 +105,7 @@ class Outcome:
             traceback=history.traceback_text(exc),
             started=started,
             ended=utcnow(),
+            cancels_job=cancels_job(exc),
         )
 
     def history_entry(self, position: Position, worker: str, claimed: datetime) -> dict[str, Any]:
@@ -432,6 +438,7 @@ class StepBook:
             state.errors.pop(key, None)
         else:
             state.errors[key] = outcome.error
+        if not outcome.succeeded and not outcome.cancels_job:
             logger.info(
                 "job %s: task %s attempt %d (round %d) failed: %s",
                 claim.record.id,
@@ -446,7 +453,11 @@ class StepBook:
                 },
             )
         decision = rules.next_step(
-            claim.plan, position, outcome.succeeded, retriable=outcome.retriable
+            claim.plan,
+            position,
+            outcome.succeeded,
+            retriable=outcome.retriable,
+            cancelled=outcome.cancels_job,
         )
         if decision.skipped_optional:
             state.skipped.append(key)
@@ -463,6 +474,9 @@ class StepBook:
                 )
         elif decision.action is rules.Action.COMPLETE:
             changes["status"] = transition(claim.record.status, COMPLETE)
+        elif decision.action is rules.Action.CANCEL:
+            changes["status"] = transition(claim.record.status, CANCEL)
+            changes["error"] = f"task {claim.spec.name} cancelled the job: {outcome.error}"
         else:
             name = claim.spec.name
             changes["status"] = transition(claim.record.status, FAIL)
@@ -485,6 +499,8 @@ class StepBook:
             decision.position or position,
             changes.get("error"),
         )
+        if decision.action is rules.Action.CANCEL:
+            _cancelled_by_task(claim.record.id, claim.spec.name, changes["error"])
         return Recorded(decision, updated.evolve(version=updated.version + 1))
 
     def release(self, claim: Claim, until: datetime) -> bool:
@@ -536,6 +552,19 @@ class StepBook:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         return False  # pragma: no cover - the loop returns or raises
+
+
+def _cancelled_by_task(job_id: str, task_name: str, error: str) -> None:
+    """A task cancelled its job (the row says Cancelled): tell whoever waits on it,
+    as ``Job.cancel()`` does (a cancel event set here, the cancel channel)."""
+    logger.info(
+        "job %s cancelled by task %s",
+        job_id,
+        task_name,
+        extra={"action": "task_cancel", "job_id": job_id, "error": error},
+    )
+    running_here.cancel(job_id)
+    publish_cancel(job_id)
 
 
 #: Like Dramatiq, nothing per message above DEBUG (a job's start and completion,

@@ -142,6 +142,8 @@ class Worker:
                 # the rules decided and retry the snapshot (never re-run).
                 logger.warning("job %s: its end could not be recorded: %s", job.id, exc)
                 job.follow_progress(exc.record.evolve(version=job.version))
+                if exc.record.status is Status.CANCELLED:  # a task cancelled its job
+                    job.adopt(exc.record.evolve(version=job.version))
                 self._finish(job, exc.record.error)
                 return True
             except Exception as exc:  # a bug outside the executors
@@ -207,6 +209,12 @@ class Worker:
 
     def _ended(self, job: Job, ended: JobRecord) -> None:
         """The engine wrote the end: the state machine follows it (no other write)."""
+        if ended.status is Status.CANCELLED:
+            # A task cancelled its job: the Worker does not cancel, it follows the row.
+            job.adopt(ended)
+            job.follow_progress(ended)
+            _log(job, "end", job.status)
+            return
         try:
             job.apply_event(COMPLETE if ended.status is Status.COMPLETED else FAIL)
         except InvalidTransitionError:
