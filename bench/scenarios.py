@@ -391,7 +391,9 @@ def delayed(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
                 etas[key] = first_eta + ETA_SPREAD * i / size
                 job = durable.app.job(1, key)
                 job.scheduled(eta=datetime.fromtimestamp(etas[key], timezone.utc))
-            time.sleep(max(0.0, first_eta - time.time() - 1))
+            # Read while every job waits: before the sweep's release window (it sends
+            # a job's message about two seconds before its eta).
+            time.sleep(max(0.0, first_eta - time.time() - 3))
             redis_waiting = stack.redis_memory()
             rss_waiting = worker.peak_rss
             wait_until(lambda n=size: durable.done() >= n, 600, f"delayed {size}", worker)

@@ -47,7 +47,7 @@ TICK_SECONDS = 1.0
 #: Batches of waiting jobs one pass looks at.
 WAIT_BATCHES = 20
 
-#: How far ahead of a held job's planned start its message is sent (plus one interval),
+#: How far ahead of a held job's planned start its message is sent (plus one tick),
 #: so that the sweep's period does not make it late.
 RELEASE_AHEAD_SECONDS = 1.0
 
@@ -221,7 +221,9 @@ class RecoverySweeper(threading.Thread):
         transaction marking the rows, so that a batch never repeats a row.
         """
         store = get_job_store()
-        until = now + timedelta(seconds=self.interval + RELEASE_AHEAD_SECONDS)
+        # This runs every tick: what falls due before the next tick goes now.
+        tick = min(self.interval, TICK_SECONDS)
+        until = now + timedelta(seconds=tick + RELEASE_AHEAD_SECONDS)
         seen: set[str] = set()
         sent = 0
         while batch := [r for r in store.due_releases(until, self.batch) if r.id not in seen]:
@@ -230,6 +232,7 @@ class RecoverySweeper(threading.Thread):
         return sent
 
     def _release(self, store: IJobStore, batch: list[JobRecord], now: datetime) -> int:
+        tick = min(self.interval, TICK_SECONDS)
         admitted: set[str] = set()
         by_channel: dict[str, list[str]] = {}
         for record in batch:
@@ -251,7 +254,7 @@ class RecoverySweeper(threading.Thread):
         failed: Exception | None = None
         for record in batch:
             if record.id not in admitted:
-                later = now + timedelta(seconds=min(self.interval, TICK_SECONDS))
+                later = now + timedelta(seconds=tick)
                 marks.append(record.evolve(release_at=max(later, record.release_at or later)))
                 continue
             if failed is not None:  # the broker failed: the rest stay due
