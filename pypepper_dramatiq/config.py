@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import re
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,33 @@ def seconds(name: str, value: object, *, zero: bool = False) -> float:
             return number
     bound = ">= 0" if zero else "> 0"
     raise ConfigError(f"{name} must be a number of seconds {bound}, got {value!r}")
+
+
+#: Seconds per unit of a duration string (``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``).
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+#: A duration string: a number, then at most one unit (none: seconds).
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*")
+
+
+def duration(name: str, value: object) -> float:
+    """``value`` as seconds > 0: a number of seconds, a :class:`~datetime.timedelta`,
+    or a string of a number and one unit of :data:`DURATION_UNITS` (``"90s"``,
+    ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``; a bare number is seconds). A
+    ConfigError naming ``name`` otherwise."""
+    number: object = value
+    if isinstance(value, timedelta):
+        number = value.total_seconds()
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        number = float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"] if match else None
+    try:
+        return seconds(name, number)
+    except ConfigError:
+        raise ConfigError(
+            f"{name} must be a duration > 0: seconds, or a number and a unit as in "
+            f"'90s', '15m', '12h', '7d', '2w'; got {value!r}"
+        ) from None
 
 
 def count(name: str, value: object) -> int:

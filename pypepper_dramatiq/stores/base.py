@@ -11,6 +11,7 @@ from ..errors import StoreError
 from ..events import RUN, transition
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..recurring import RecurringSchedule
+from ..retention import awaited, ended_status, still_needed
 from ..status import Status
 
 __all__ = [
@@ -245,6 +246,51 @@ class IJobStore(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
+    # -- retention ----------------------------------------------------------------------
+
+    def purge(
+        self,
+        status: Status | str,
+        older_than: datetime,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> builtins.list[str]:
+        """Delete up to ``limit`` jobs that ended ``status`` before ``older_than``.
+
+        A row qualifies when its status is ``status`` (a final one: Completed,
+        Failed or Cancelled; anything else is a ValueError) and both its
+        ``updated`` (when it ended) and its ``created`` are before ``older_than``,
+        unless another job still needs it
+        (:func:`~pypepper_dramatiq.retention.still_needed`: a Scheduled job waits
+        for it, or one of its ``on_final_failure`` hooks has not run). Oldest
+        created first; the delete checks status, time and version again, so a
+        row that changed meanwhile stays. Scheduled and InProgress rows are never
+        deleted.
+
+        Returns:
+            The ids deleted (with ``dry_run``: that would be, and nothing is deleted).
+
+        This default reads every row of ``status`` and deletes them one by one;
+        the stores of this package override it.
+        """
+        ended = ended_status(status)
+        cutoff = as_utc(older_than)
+        waited_for = awaited(row.waits for row in _every_waiting(self))
+        chosen = [
+            row
+            for row in self.list(status=ended)
+            if row.updated < cutoff and row.created < cutoff and not still_needed(row, waited_for)
+        ][: max(0, limit)]
+        if dry_run:
+            return [row.id for row in chosen]
+        deleted: builtins.list[str] = []
+        for row in chosen:
+            current = self.get(row.id)  # not atomic: a store that can, checks in the delete
+            if current is not None and current.version == row.version and self.delete(row.id):
+                deleted.append(row.id)
+        return deleted
+
 
 def why_not_claimable(
     record: JobRecord, cursor: Sequence[int] | None, now: datetime, start: bool
@@ -278,3 +324,15 @@ def why_not_claimable(
     ):
         return f"step {at} is held by {record.lease_owner}"
     return None
+
+
+def _every_waiting(store: IJobStore, batch: int = 500) -> builtins.list[JobRecord]:
+    """Every Scheduled job of ``store`` that waits for other jobs, batch after batch."""
+    found: builtins.list[JobRecord] = []
+    after: tuple[datetime, str] | None = None
+    while rows := store.waiting(batch, after=after):
+        found.extend(rows)
+        if len(rows) < batch:
+            break
+        after = (rows[-1].waiting_since or rows[-1].created, rows[-1].id)
+    return found

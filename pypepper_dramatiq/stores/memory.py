@@ -9,6 +9,7 @@ from datetime import datetime
 
 from ..errors import DuplicateJobError
 from ..recurring import RecurringSchedule
+from ..retention import awaited, ended_status, still_needed
 from ..status import Status, may_overwrite
 from .base import IJobStore, JobRecord, as_utc
 
@@ -197,3 +198,33 @@ class MemoryJobStore(IJobStore):
     def delete_recurring(self, name: str) -> bool:
         with self._lock:
             return self._schedules.pop(name, None) is not None
+
+    # -- retention ----------------------------------------------------------------------
+
+    def purge(
+        self,
+        status: Status | str,
+        older_than: datetime,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> builtins.list[str]:
+        ended = ended_status(status)
+        cutoff = as_utc(older_than)
+        with self._lock:  # the choice and the deletes see one state
+            waited_for = awaited(r.waits for r in self._rows.values() if r.waiting_since)
+            chosen = sorted(
+                (
+                    r
+                    for r in self._rows.values()
+                    if r.status is ended
+                    and r.updated < cutoff
+                    and r.created < cutoff
+                    and not still_needed(r, waited_for)
+                ),
+                key=lambda r: (r.created, r.id),
+            )[: max(0, limit)]
+            if not dry_run:
+                for row in chosen:
+                    del self._rows[row.id]
+        return [row.id for row in chosen]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -44,6 +44,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ColumnElement, Select
 
+from .. import retention
 from ..errors import (
     ConfigError,
     DuplicateJobError,
@@ -424,6 +425,13 @@ def _lapsed(now: datetime, limit: int) -> Select[Any]:
     )
 
 
+class _Candidate(NamedTuple):
+    """What :func:`~pypepper_dramatiq.retention.still_needed` reads of a row to purge."""
+
+    id: str
+    state: dict[str, Any]
+
+
 class SqlJobStore(IJobStore):
     """Job records in the ``scheduler_jobs`` table of a PostgreSQL or MySQL database.
 
@@ -776,6 +784,84 @@ class SqlJobStore(IJobStore):
     def close(self) -> None:
         self._engine.dispose()
 
+    # -- retention ----------------------------------------------------------------------
+
+    def purge(
+        self,
+        status: Status | str,
+        older_than: datetime,
+        limit: int,
+        *,
+        dry_run: bool = False,
+    ) -> builtins.list[str]:
+        ended = retention.ended_status(status)
+        with _boundary(self._engine, f"purging {ended.value} jobs"):
+            chosen = self._purgeable(ended, older_than, max(0, limit))
+            if dry_run:
+                return [job_id for job_id, _ in chosen]
+            deleted: builtins.list[str] = []
+            for start in range(0, len(chosen), retention.BATCH):
+                batch = chosen[start : start + retention.BATCH]
+                deleted.extend(self._delete_purgeable(ended, older_than, batch))
+            return deleted
+
+    def _purgeable(
+        self, ended: Status, older_than: datetime, limit: int
+    ) -> builtins.list[tuple[str, int]]:
+        """Up to ``limit`` rows ``purge`` may delete, as (id, version), oldest created first.
+
+        Read by the (status, created, id) index (an ended job was created before it
+        ended), a page at a time, past the rows still needed; of each candidate only
+        its hooks are read (``state -> 'hooks'``, ``JSON_EXTRACT`` on MySQL).
+        """
+        chosen: builtins.list[tuple[str, int]] = []
+        if limit == 0:
+            return chosen
+        hooks = jobs.c.state[retention.HOOKS_KEY].label("hooks")
+        page = min(limit, retention.BATCH)
+        after: tuple[datetime, str] | None = None
+        with self._engine.connect() as conn:
+            waits = conn.execute(
+                select(jobs.c.waits).where(
+                    jobs.c.waiting_since.is_not(None), jobs.c.status == Status.SCHEDULED.value
+                )
+            ).scalars()
+            waited_for = retention.awaited(waits)
+            while len(chosen) < limit:
+                query = (
+                    select(jobs.c.id, jobs.c.version, jobs.c.created, hooks)
+                    .where(
+                        jobs.c.status == ended.value,
+                        jobs.c.created < older_than,
+                        jobs.c.updated < older_than,
+                    )
+                    .order_by(jobs.c.created, jobs.c.id)
+                    .limit(page)
+                )
+                if after is not None:
+                    query = query.where(tuple_(jobs.c.created, jobs.c.id) > after)
+                rows = conn.execute(query).all()
+                for row in rows:
+                    state = {} if row.hooks is None else {retention.HOOKS_KEY: row.hooks}
+                    if not retention.still_needed(_Candidate(row.id, state), waited_for):
+                        chosen.append((row.id, row.version))
+                if len(rows) < page:
+                    break
+                after = (rows[-1].created, rows[-1].id)
+        return chosen[:limit]
+
+    def _delete_purgeable(
+        self, ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
+    ) -> builtins.list[str]:
+        """Delete the ``chosen`` rows that are still as read (version, status, time);
+        their ids. MySQL has no DELETE ... RETURNING: lock, then delete."""
+        with _transaction(self._engine) as conn:
+            guard = _purge_guard(ended, older_than, chosen)
+            ids = list(conn.execute(select(jobs.c.id).where(guard).with_for_update()).scalars())
+            if ids:
+                conn.execute(delete(jobs).where(jobs.c.id.in_(ids), guard))
+        return ids
+
 
 class PostgresJobStore(SqlJobStore):
     """:class:`SqlJobStore` on PostgreSQL: the hot statements in PostgreSQL's SQL.
@@ -862,6 +948,26 @@ class PostgresJobStore(SqlJobStore):
         )
         with self._engine.connect() as conn:
             return [_record(row) for row in conn.execute(stmt).mappings()]
+
+    def _delete_purgeable(
+        self, ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
+    ) -> builtins.list[str]:
+        stmt = delete(jobs).where(_purge_guard(ended, older_than, chosen)).returning(jobs.c.id)
+        with self._engine.connect() as conn:
+            return list(conn.execute(stmt).scalars())
+
+
+def _purge_guard(
+    ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
+) -> ColumnElement[bool]:
+    """The rows of ``chosen`` (id, version) still at that version, ended ``ended``
+    before ``older_than``: the purge's delete checks it all again."""
+    return (
+        jobs.c.id.in_([job_id for job_id, _ in chosen])
+        & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen))
+        & (jobs.c.status == ended.value)
+        & (jobs.c.updated < older_than)
+    )
 
 
 def _backend_name(uri: str) -> str | None:
