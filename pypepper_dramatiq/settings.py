@@ -9,11 +9,15 @@ key it came from). The defaults are written here and nowhere else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any, cast
 
-from .config import seconds
+from .config import duration, seconds
 from .errors import ConfigError
+from .status import TERMINAL, Status
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,14 @@ class Settings:
             before it fails naming the executor id.
         heartbeat_timeout_ms: the Redis broker's heartbeat timeout: how long the
             messages a dead worker had prefetched wait before they come back.
+        retention: how long ended jobs are kept, by final status:
+            ``{"Completed": "7d", "Failed": "30d", "Cancelled": "7d"}`` (each a
+            duration: seconds, or ``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``,
+            ``"2w"``; see :func:`~pypepper_dramatiq.config.duration`). The sweep
+            leader deletes the jobs that ended with that status longer ago (by
+            their ``updated`` time), a bounded batch per ``sweep_interval``,
+            except those another job still needs. A status not named is kept.
+            Default None: every job is kept for ever.
     """
 
     lease_seconds: float = 30.0
@@ -48,12 +60,19 @@ class Settings:
     shutdown_grace: float = 10.0
     unknown_task_grace: float = 300.0
     heartbeat_timeout_ms: int = 20_000
+    #: Checked and stored read-only as status -> seconds (see :attr:`purge_after`).
+    retention: Mapping[str, float | str | timedelta] | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is not None or field.name != "dispatch_seconds":
+            if value is not None or field.name not in _OPTIONAL:
                 object.__setattr__(self, field.name, _checked(field.name, field.name, value))
+
+    @property
+    def purge_after(self) -> dict[Status, float]:
+        """:attr:`retention` as seconds by status ({}: keep every job)."""
+        return {Status(k): cast(float, v) for k, v in (self.retention or {}).items()}
 
     @property
     def next_step_dispatch_seconds(self) -> float:
@@ -84,6 +103,7 @@ YAML_KEYS = {
     "shutdown_grace": "shutdownGrace",
     "unknown_task_grace": "unknownTaskGrace",
     "heartbeat_timeout_ms": "heartbeatTimeoutMs",
+    "retention": "retention",
 }
 
 
@@ -93,8 +113,33 @@ def _checked(name: str, label: str, value: object) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{label} must be a whole number of milliseconds > 0, got {value!r}")
         return value
+    if name == "retention":
+        return _retention(label, value)
     return seconds(label, value, zero=name in _ZERO_ALLOWED)
 
+
+def _retention(label: str, value: object) -> Mapping[Status, float]:
+    """A retention mapping (final status -> duration), read-only, as seconds."""
+    ended = ", ".join(sorted(status.value for status in TERMINAL))
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{label} must be a mapping of final status to duration "
+            f"(e.g. {{'Completed': '7d'}}), got {value!r}"
+        )
+    kept: dict[Status, float] = {}
+    for key, after in value.items():
+        name = key.value if isinstance(key, Status) else key  # an Enum hashes by its name
+        if not isinstance(name, str) or name not in {status.value for status in TERMINAL}:
+            raise ConfigError(
+                f"{label}: {key!r} is not a final status (only ended jobs are purged); "
+                f"expected one of {ended}"
+            )
+        kept[Status(name)] = duration(f"{label}.{name}", after)
+    return MappingProxyType(kept)
+
+
+#: Settings that may be None (then their default rule applies).
+_OPTIONAL = frozenset({"dispatch_seconds", "retention"})
 
 #: Settings for which 0 means "not at all" rather than an error.
 _ZERO_ALLOWED = frozenset({"cancel_grace", "shutdown_grace", "unknown_task_grace"})

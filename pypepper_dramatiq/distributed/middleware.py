@@ -117,15 +117,17 @@ class WorkflowMiddleware(Middleware):
         Redis with a worker, the check for stranded delayed messages)."""
         if self._threads:
             return
+        sweeper = RecoverySweeper(
+            broker,
+            self.owner,
+            self.lease_seconds,
+            self.sweep_interval,
+            dispatch_seconds=self.book.dispatch_seconds,
+        )
+        sweeper.retention = self.settings.purge_after
         threads: list[Any] = [
             LeaseKeeper(self.inflight, self.owner, self.lease_seconds, self.cancel_grace),
-            RecoverySweeper(
-                broker,
-                self.owner,
-                self.lease_seconds,
-                self.sweep_interval,
-                dispatch_seconds=self.book.dispatch_seconds,
-            ),
+            sweeper,
         ]
         client = redis_client_of(broker)
         if client is not None:

@@ -32,6 +32,7 @@ from ..errors import StoreError, StoreUnavailableError
 from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
 from ..record import JobRecord, utcnow
 from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
+from ..retention import BATCH
 from ..rules import Position
 from ..schedules import fire_due
 from ..status import Status
@@ -171,6 +172,8 @@ class RecoverySweeper(threading.Thread):
         released = self.release_due(now)
         self.cancel_overdue(now)
         resent = self.resend_lost_first_steps(now) if full else 0
+        if full:
+            self.purge_ended(now)
         if failed is not None:
             raise failed
         return len(recovered) + released + resent
@@ -362,6 +365,49 @@ class RecoverySweeper(threading.Thread):
                 pipe.hexists(messages_key(self.broker, dq_name(queue)), message_id or "")
             answers = pipe.execute()
         return [bool(answers[2 * i] or answers[2 * i + 1]) for i in range(len(records))]
+
+    # -- retention ----------------------------------------------------------------------
+
+    #: How long ended jobs are kept, by final status, in seconds (None or {}: for
+    #: ever); :class:`~.middleware.WorkflowMiddleware` sets it from ``Settings.retention``.
+    retention: dict[Status, float] | None = None
+    #: Rows per purge statement, and statements per status in one pass: a pass
+    #: deletes at most 10,000 jobs of each status, so that it stays short (the next
+    #: full pass goes on where it stopped).
+    purge_batch: int = BATCH
+    purge_batches: int = 10
+
+    def purge_ended(self, now: datetime) -> int:
+        """Delete the ended jobs kept longer than :attr:`retention` says
+        (``IJobStore.purge``: never one another job still needs); returns how many.
+
+        Runs in the full passes only (every ``interval``). Logged at INFO when it
+        deleted any (at DEBUG otherwise, not to print a line per interval).
+        """
+        if not self.retention:
+            return 0
+        store = get_job_store()
+        started = time.monotonic()
+        purged: dict[str, int] = {}
+        for status, kept in self.retention.items():
+            ended_before = now - timedelta(seconds=kept)
+            count = 0
+            for _ in range(self.purge_batches):
+                deleted = len(store.purge(status, ended_before, self.purge_batch))
+                count += deleted
+                if deleted < self.purge_batch:
+                    break
+            purged[status.value] = count
+        total = sum(purged.values())
+        logger.log(
+            logging.INFO if total else logging.DEBUG,
+            "purged %d ended jobs past their retention (%s) in %.0f ms",
+            total,
+            ", ".join(f"{status} {count}" for status, count in purged.items()),
+            (time.monotonic() - started) * 1000,
+            extra={"action": "purge", "purged": total, "by_status": purged},
+        )
+        return total
 
 
 def _recorded_message(record: JobRecord) -> tuple[str, str | None]:

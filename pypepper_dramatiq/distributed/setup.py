@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,7 @@ def setup(
     unknown_task_grace: float | None = None,
     defer_seconds: float | None = None,
     heartbeat_timeout_ms: int | None = None,
+    retention: Mapping[str, float | str | timedelta] | None = None,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
 
@@ -102,6 +105,16 @@ def setup(
         shutdown_grace, unknown_task_grace, defer_seconds, heartbeat_timeout_ms:
             the timing settings (:class:`~pypepper_dramatiq.settings.Settings`
             documents each and its default); a YAML ``scheduler`` key wins.
+        retention: how long ended jobs are kept, by final status, e.g.
+            ``{"Completed": "7d", "Failed": "30d", "Cancelled": "7d"}`` (YAML
+            ``scheduler.retention``, the same mapping): the sweep leader deletes
+            older ones (by the time they ended), in bounded batches every
+            ``sweep_interval``, except jobs a waiting job still needs and jobs
+            whose ``on_final_failure`` hook has not run. A duration is seconds or
+            ``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``; a bad one, a
+            status that is not Completed, Failed or Cancelled, or a value that is
+            not a mapping is a ``ConfigError`` naming it, raised here. Default:
+            no retention, every job is kept.
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
@@ -134,6 +147,7 @@ def setup(
         unknown_task_grace=unknown_task_grace,
         defer_seconds=defer_seconds,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
+        retention=retention,
     )
     if broker is None:
         if broker_url:

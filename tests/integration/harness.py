@@ -10,6 +10,7 @@ and the probes' traces from Redis. Every wait is a bounded poll.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -200,6 +201,7 @@ class Cluster:
         defer_seconds: float = 2,
         store_uri: str | None = None,
         wait: bool = True,
+        retention: dict[str, Any] | None = None,
     ) -> WorkerProcess:
         env = {
             ENV["defer_seconds"]: str(defer_seconds),
@@ -216,6 +218,8 @@ class Cluster:
         }
         if dispatch_seconds is not None:
             env[ENV["dispatch_seconds"]] = str(dispatch_seconds)
+        if retention is not None:
+            env[ENV["retention"]] = json.dumps(retention)
         log = self.tmp_path / f"worker-{len(self.workers)}.log"
         worker = WorkerProcess(log, env, processes=processes, threads=threads)
         self.workers.append(worker)

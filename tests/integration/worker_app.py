@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import threading
@@ -45,6 +46,8 @@ ENV = {
     #: "1": log each step's bookkeeping (claims, records, lost writes) at DEBUG.
     "debug_steps": "PYPEPPER_IT_DEBUG_STEPS",
     "defer_seconds": "PYPEPPER_IT_DEFER_SECONDS",
+    #: ``setup(retention=...)`` as JSON (status -> duration); unset: no retention.
+    "retention": "PYPEPPER_IT_RETENTION",
 }
 
 #: The channel every test job goes to.
@@ -74,6 +77,7 @@ if REDIS_URL and STORE_URI:
         shutdown_grace=float(os.environ.get(ENV["shutdown_grace"], "0")),
         unknown_task_grace=float(os.environ.get(ENV["unknown_task_grace"], "300")),
         defer_seconds=float(os.environ.get(ENV["defer_seconds"], "2")),
+        retention=json.loads(os.environ.get(ENV["retention"]) or "null"),
     )
 else:
     # Imported by the test process for its task definitions: the plain actors
