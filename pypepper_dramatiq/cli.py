@@ -8,6 +8,8 @@ Commands:
 * ``cancel JOB_ID``: cancel a stored job.
 * ``channels [list|stop|resume|resize]``: the channels kept in Redis.
 * ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
+* ``purge --status S --older-than D``: delete the jobs that ended S longer
+  than D ago (``--dry-run``: count them).
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
 ended), 2 bad usage or a store or Redis that cannot be used.
@@ -22,11 +24,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .config import duration
 from .errors import (
+    ConfigError,
     InvalidTransitionError,
     PypepperError,
     UnknownJobError,
@@ -34,8 +38,9 @@ from .errors import (
 )
 from .gateway import publish_cancel
 from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
-from .status import Status
-from .stores.base import IJobStore, JobRecord
+from .retention import BATCH
+from .status import TERMINAL, Status
+from .stores.base import IJobStore, JobRecord, utcnow
 
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
 URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
@@ -95,6 +100,13 @@ def _limit(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
+
+
+def _older_than(text: str) -> float:
+    try:
+        return duration("--older-than", text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--older-than ")) from None
 
 
 # -- the jobs cursor ----------------------------------------------------------------------
@@ -229,6 +241,29 @@ def _parser() -> argparse.ArgumentParser:
     recurring.add_argument(
         "--json", action="store_true", help="list as JSON lines (default: a table)"
     )
+
+    purge = commands.add_parser(
+        "purge",
+        help="delete the jobs that ended longer ago than --older-than",
+        description="Delete the jobs that ended with --status more than --older-than "
+        f"ago (by their last update), {BATCH:,} rows per statement. Jobs that have not "
+        "ended are never deleted, nor jobs another job still needs (the parents of a "
+        "job that waits, jobs whose on_final_failure hook has not run). Prints how many "
+        "were deleted. setup(retention=...) makes the workers do the same.",
+    )
+    _add_uri(purge)
+    purge.add_argument("--status", required=True, choices=sorted(s.value for s in TERMINAL))
+    purge.add_argument(
+        "--older-than",
+        required=True,
+        type=_older_than,
+        metavar="DURATION",
+        help="seconds, or a number and a unit: 90s, 15m, 12h, 7d, 2w",
+    )
+    purge.add_argument(
+        "--dry-run", action="store_true", help="count the jobs it would delete; delete none"
+    )
+    purge.add_argument("--json", action="store_true", help="one line of JSON (default: words)")
     return parser
 
 
@@ -286,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _show(store, args.job_id, one_line=args.json)
             if args.command == "recurring":
                 return _recurring(store, args)
+            if args.command == "purge":
+                return _purge(store, args)
             return _jobs(store, args)
         finally:
             store.close()
@@ -469,6 +506,34 @@ def _schedule_dict(schedule: Any) -> dict[str, Any]:
         "channel_id": schedule.template.get("channel_id"),
         "category": schedule.template.get("category"),
     }
+
+
+# -- purge ---------------------------------------------------------------------------------------
+
+
+def _purge(store: IJobStore, args: argparse.Namespace) -> int:
+    ended_before = utcnow() - timedelta(seconds=args.older_than)
+    if args.dry_run:
+        count = len(store.purge(args.status, ended_before, sys.maxsize, dry_run=True))
+    else:
+        count = 0
+        while True:  # a statement per batch, each its own transaction
+            deleted = len(store.purge(args.status, ended_before, BATCH))
+            count += deleted
+            if deleted < BATCH:
+                break
+    if args.json:
+        shown = {
+            "status": args.status,
+            "ended_before": ended_before.isoformat(),
+            "dry_run": args.dry_run,
+            "count": count,
+        }
+        print(json.dumps(shown))
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        print(f"{verb} {count} {args.status} jobs that ended before {_when(ended_before)}")
+    return 0
 
 
 # -- channels ------------------------------------------------------------------------------
