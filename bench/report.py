@@ -236,6 +236,31 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         )
         for label, cell in rec_cells:
             out.append([scenario, label, "-", cell, "-", "-"])
+    pur = results.get("purge")
+    if pur:
+        scenario = f"9. purge {pur['old_rows']:,} ended jobs, 1x8 draining {pur['jobs']:,}"
+        pur_cells: tuple[tuple[str, str], ...] = (
+            (
+                "all purged after worker start (s); sweep passes, ms a pass p50 / max",
+                f"{_fmt(pur['purged_after_start_s'])}; {pur['passes']}, "
+                f"{_fmt(pur['pass_ms_median'])} / {_fmt(pur['pass_ms_max'])}",
+            ),
+            (
+                "worker jobs/s while purging / same window without retention",
+                f"{_fmt(pur['rate_during_purge'])} / {_fmt(pur['rate_same_window_without'])}",
+            ),
+            (
+                "worker jobs/s, whole drain: with / without retention",
+                f"{_fmt(pur['rate_with'])} / {_fmt(pur['rate_without'])}",
+            ),
+            (
+                "back to back (CLI): all (s), per 1,000-row statement (ms)",
+                f"{_fmt(pur['back_to_back_s'], 2)}, {_fmt(pur['back_to_back_ms_per_statement'])}",
+            ),
+            ("dry run counting them all (s)", _fmt(pur["dry_run_s"], 2)),
+        )
+        for label, cell in pur_cells:
+            out.append([scenario, label, "-", cell, "-", "-"])
     return out
 
 
@@ -302,6 +327,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         check("recurring: slots missed", rec["slots_missed"], 0, "<=")
         check("recurring: max firings per slot", rec["max_firings_per_slot"], 1, "<=")
         check("recurring: max runs per job", rec["max_runs_per_job"], 1, "<=")
+    pur = results.get("purge")
+    if pur and pur["rate_same_window_without"]:
+        check(
+            "purge: worker jobs/s while purging / without",
+            pur["rate_during_purge"] / pur["rate_same_window_without"],
+            0.8,
+            ">=",
+        )
     backlog = results.get("backlog", {})
     sizes = sorted(backlog, key=int)
     if len(sizes) == 2 and all("durable" in backlog[s] for s in sizes):

@@ -13,7 +13,7 @@ import re
 import statistics
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +39,15 @@ class Sizes:
     delayed: tuple[int, int]  #: delayed jobs waiting at once: a small and a large count
     fanin: int  #: parents of the one child in scenario 7
     recurring_seconds: float  #: how long the per-second schedule of scenario 8 runs
+    purge: tuple[int, int] = (100_000, 30_000)  #: scenario 9: old ended rows, jobs drained
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
 FULL = Sizes(
     3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20, (100, 10000), 1000, 60.0
 )
+# Scenario 9 at the quick size (the full one is the field's default, the issue's figure).
+QUICK = replace(QUICK, purge=(10_000, 3_000))
 
 
 def median(values: list[float]) -> float:
@@ -606,6 +609,165 @@ def recurring(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     return out
 
 
+# -- 9. purge ---------------------------------------------------------------------------------
+
+#: The retention scenario 9's worker runs with (the seeded rows ended 10 days ago).
+PURGE_RETENTION = {"Completed": "7d"}
+#: How often the drain and the purge are sampled.
+PURGE_POLL = 0.5
+
+
+def _seed_ended(stack: Stack, template: tuple[Any, Any], count: int) -> None:
+    """``count`` Completed rows that ended 10 days ago (category ``old``), each a copy
+    of the payload and state of a job a worker completed."""
+    import json
+
+    payload, state = (json.dumps(part).replace("'", "''") for part in template)
+    stack.execute(
+        "INSERT INTO scheduler_jobs (id, channel_id, category, status, version, created, "
+        "updated, payload, state) "
+        f"SELECT 'old-' || n, 'bench', 'old', 'Completed', 3, now() - interval '10 days', "
+        f"now() - interval '10 days', '{payload}'::jsonb, '{state}'::jsonb "
+        f"FROM generate_series(1, {count}) AS n"
+    )
+    stack.execute("ANALYZE scheduler_jobs")
+
+
+def _old_left(stack: Stack) -> int:
+    # A range of the primary key: the poll reads the index, not the table.
+    return int(
+        stack.scalar("SELECT count(*) FROM scheduler_jobs WHERE id >= 'old-' AND id < 'old.'")
+    )
+
+
+def _drain_while_sampling(
+    stack: Stack, durable: Durable, template: tuple[Any, Any], jobs: int, old: int, retention: bool
+) -> dict[str, Any]:
+    """``old`` ended rows and ``jobs`` waiting jobs, then a 1x8 worker (with or without
+    retention) drains them; the counts of done jobs and old rows are sampled meanwhile."""
+    import json
+    import os
+
+    durable.warm()
+    stack.reset()
+    _seed_ended(stack, template, old)
+    enqueue(durable, jobs)
+    if retention:
+        os.environ["BENCH_RETENTION"] = json.dumps(PURGE_RETENTION)
+    try:
+        worker = durable.worker(1)
+    finally:
+        os.environ.pop("BENCH_RETENTION", None)
+    started = time.perf_counter()
+    samples: list[tuple[float, int, int]] = []
+    try:
+        while True:
+            done, left = durable.done(), _old_left(stack)
+            samples.append((time.perf_counter() - started, done, left))
+            if done >= jobs and (not retention or left == 0):
+                break
+            if time.perf_counter() - started > 900:
+                raise TimeoutError(f"purge run: {done}/{jobs} done, {left} old rows left")
+            worker.check()
+            time.sleep(PURGE_POLL)
+        span = durable.last_done() - durable.first_start()
+        log = Path(worker.log.name).read_text(errors="replace")
+    finally:
+        worker.stop()
+    passes = [
+        (int(n), float(ms))
+        for n, ms in re.findall(
+            r"purged (\d+) ended jobs past their retention .*? in (\d+) ms", log
+        )
+    ]
+    return {"rate": jobs / span, "samples": samples, "passes": passes}
+
+
+def _rate_between(samples: list[tuple[float, int, int]], start: float, end: float) -> float:
+    """Jobs done per second between two moments (seconds since the worker started)."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return float("nan")
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+def purge(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """Retention on 100,000 ended jobs: how long the sweep takes to purge them while
+    a 1x8 worker drains a backlog, and whether the worker's rate holds meanwhile
+    (against the same run without retention); then the same purge back to back, as
+    ``pypepper-dramatiq purge`` runs it."""
+    from datetime import datetime, timedelta, timezone
+
+    from pypepper_dramatiq import get_job_store
+    from pypepper_dramatiq.retention import BATCH
+
+    old, jobs = sizes.purge
+    # A real completed job's row, for the seeded rows to be like it.
+    stack.reset()
+    worker = durable.worker(1)
+    try:
+        job_id = durable.send()
+        wait_until(lambda: durable.done() >= 1, 120, "the template job", worker)
+    finally:
+        worker.stop()
+    template = stack.sql("SELECT payload, state FROM scheduler_jobs WHERE id = %s", job_id)[0]
+
+    kept = _drain_while_sampling(stack, durable, template, jobs, old, retention=False)
+    purged = _drain_while_sampling(stack, durable, template, jobs, old, retention=True)
+    first = next(t for t, _, left in purged["samples"] if left < old)
+    last = next(t for t, _, left in purged["samples"] if left == 0)
+    # The worker's rate while it purged and still had jobs to run (NaN: no overlap).
+    drained = next(t for t, done, _ in purged["samples"] if done >= jobs)
+    during = _rate_between(purged["samples"], first, min(last, drained))
+    same_window = _rate_between(kept["samples"], first, min(last, drained))
+
+    # Back to back from this process, as the CLI does: statements of BATCH rows.
+    stack.reset()
+    _seed_ended(stack, template, old)
+    store = get_job_store()
+    cutoff = datetime.now(timezone.utc) - timedelta(days=7)
+    start = time.perf_counter()
+    counted = len(store.purge("Completed", cutoff, old + 1, dry_run=True))
+    dry_s = time.perf_counter() - start
+    start = time.perf_counter()
+    deleted, statements = 0, 0
+    while True:
+        batch = len(store.purge("Completed", cutoff, BATCH))
+        deleted, statements = deleted + batch, statements + 1
+        if batch < BATCH:
+            break
+    cli_s = time.perf_counter() - start
+    pass_ms = [ms for n, ms in purged["passes"] if n]
+    out = {
+        "old_rows": old,
+        "jobs": jobs,
+        "rate_without": kept["rate"],
+        "rate_with": purged["rate"],
+        "rate_during_purge": during,
+        "rate_same_window_without": same_window,
+        "purge_window_s": last - first,
+        "purged_after_start_s": last,
+        "passes": len(pass_ms),
+        "pass_ms_median": median(pass_ms),
+        "pass_ms_max": max(pass_ms, default=float("nan")),
+        "rows_per_pass": median([float(n) for n, _ in purged["passes"] if n]),
+        "dry_run_s": dry_s,
+        "dry_run_counted": counted,
+        "back_to_back_s": cli_s,
+        "back_to_back_deleted": deleted,
+        "back_to_back_ms_per_statement": cli_s / statements * 1000,
+    }
+    print(
+        f"  purge {old:,} ended jobs: gone {out['purged_after_start_s']:.1f}s after the worker "
+        f"started ({out['passes']} passes, median {out['pass_ms_median']:.0f} ms); worker "
+        f"{out['rate_during_purge']:.0f} jobs/s during the purge, {same_window:.0f} without "
+        f"(whole drain {out['rate_with']:.0f} vs {out['rate_without']:.0f}); back to back "
+        f"{cli_s:.1f}s ({out['back_to_back_ms_per_statement']:.0f} ms per {BATCH:,} rows)",
+        flush=True,
+    )
+    return out
+
+
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
     from .harness import CeleryCompetitor
 
@@ -620,6 +782,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("delayed", lambda: delayed(stack, durable, sizes)),
         ("fanin", lambda: fanin(stack, durable, sizes)),
         ("recurring", lambda: recurring(stack, durable, sizes)),
+        ("purge", lambda: purge(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

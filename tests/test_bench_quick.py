@@ -23,6 +23,7 @@ SCENARIOS = (
     "delayed",
     "fanin",
     "recurring",
+    "purge",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

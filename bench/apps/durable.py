@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -18,6 +19,8 @@ broker = setup(
     os.environ["BENCH_STORE_URI"],
     channels=[CHANNEL],
     migrate=True,
+    # Scenario 9 (purge) starts a worker with retention; the others keep every job.
+    retention=json.loads(os.environ.get("BENCH_RETENTION") or "null"),
 )
 
 
