@@ -25,8 +25,9 @@ __all__ = [
 #: Rows deleted per purge statement (the sweep and ``pypepper-dramatiq purge``).
 BATCH = 1000
 
-#: Key of a job's ``on_final_failure`` hooks due and not run yet, in its ``state``
-#: (task key -> entry, "pending" or "running"; absent once every hook ran).
+#: Where a job's ``state`` holds its ``on_final_failure`` hooks due and not run yet,
+#: as the hooks' engine writes them (``state["hooks"]``: task key -> entry, "pending"
+#: or "running"; the key is absent once every hook ran).
 HOOKS_KEY = "hooks"
 
 
