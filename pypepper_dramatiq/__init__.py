@@ -41,6 +41,8 @@ from .errors import (
     UnknownExecutorError,
     UnknownJobError,
     UnknownScheduleError,
+    WaitInsideJobError,
+    WaitTimeoutError,
 )
 from .executor import CallableExecutor, IExecutor, executor_registry
 from .functions import WorkflowTask, actor_task, workflow_task
@@ -136,4 +138,6 @@ __all__ = [
     "UnknownExecutorError",
     "UnknownJobError",
     "UnknownScheduleError",
+    "WaitInsideJobError",
+    "WaitTimeoutError",
 ]

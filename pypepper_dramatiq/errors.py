@@ -87,6 +87,28 @@ class DuplicateJobError(PypepperError):
         self.existing_id = existing_id
 
 
+class WaitTimeoutError(PypepperError, TimeoutError):
+    """The job did not end within the time ``Job.wait()`` was given."""
+
+    def __init__(self, job_id: str, timeout: float, status: str) -> None:
+        super().__init__(f"job {job_id!r} did not end within {timeout:g}s (it is {status})")
+        self.job_id = job_id
+        self.timeout = timeout
+        #: The job's stored status when the wait gave up.
+        self.status = status
+
+
+class WaitInsideJobError(PypepperError, RuntimeError):
+    """A task asked to wait for its own job, which cannot end before the task does."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"a task of job {job_id!r} called wait() on its own job: the job cannot end "
+            "while this task runs, so the wait would never return"
+        )
+        self.job_id = job_id
+
+
 class UnknownScheduleError(PypepperError, LookupError):
     """No recurring schedule with this name is stored."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import functools
 import inspect
 import logging
@@ -66,12 +67,32 @@ class IExecutor(abc.ABC):
         """Run the task once."""
 
 
+#: The id of the job whose task runs in this context (see :func:`running_job`).
+_running_job: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pypepper_running_job", default=None
+)
+
+
+def running_job() -> str | None:
+    """The id of the job whose task is running in this context, else None.
+
+    Set around every executor call (both drivers call tasks through
+    ``execute``), so that ``Job.wait()`` can refuse to wait for the job of the
+    task that calls it. A thread the task starts itself does not inherit it.
+    """
+    return _running_job.get()
+
+
 def _resolving(execute: Callable[..., Any]) -> Callable[..., Any]:
     """``execute``, with an awaitable result run to completion here."""
 
     @functools.wraps(execute)
     def wrapper(self: IExecutor, task: Task, context: Context) -> Any:
-        return run_awaitable(execute(self, task, context), task, context)
+        token = _running_job.set(getattr(context, "job_id", None))
+        try:
+            return run_awaitable(execute(self, task, context), task, context)
+        finally:
+            _running_job.reset(token)
 
     setattr(wrapper, _RESOLVES_AWAITABLES, True)
     return wrapper
@@ -142,7 +163,13 @@ def _on_helper_thread(
         except BaseException as exc:  # handed to the waiting thread as it is
             box.append((False, exc))
 
-    helper = threading.Thread(target=target, name="pypepper-async-task", daemon=True)
+    # The coroutine sees this thread's context variables (the running job's id).
+    helper = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(target,),
+        name="pypepper-async-task",
+        daemon=True,
+    )
     helper.start()
     try:
         # Short joins: an exception raised into this thread interrupts the wait.

@@ -31,6 +31,7 @@ from .errors import (
 )
 from .events import CANCEL, INIT, SCHEDULE, transition
 from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
+from .notices import publish_ended, wait_for, wait_for_async, wake
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
 from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
@@ -271,7 +272,11 @@ class Gateway:
             if not get_job_store().put(record):
                 return False
             job.mark_saved(record.version + 1, now)
-            return True
+        if record.status in (Status.COMPLETED, Status.FAILED):
+            publish_ended(job.id)  # the in-process worker's ends written as snapshots
+        elif record.status is Status.CANCELLED:
+            wake(job.id)  # cancel() publishes on the cancel channel, which waiters hear
+        return True
 
     def persist(self, job: Job, attempts: int) -> bool:
         """``save``, retried; never raises for store failures (see ``Job.persist``)."""
@@ -306,6 +311,14 @@ class Gateway:
 
     def get_saved(self, job_id: str) -> JobRecord | None:
         return get_job_store().get(job_id)
+
+    def wait(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+        """Block until ``job_id`` has ended; its row (see ``Job.wait``)."""
+        return wait_for(job_id, timeout)
+
+    async def wait_async(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+        """``wait`` for async code (see ``Job.wait_async``)."""
+        return await wait_for_async(job_id, timeout)
 
     # -- cancelling -------------------------------------------------------------------
 
@@ -359,7 +372,9 @@ def publish_cancel(job_id: str, client: Any | None = None) -> bool:
     The job row is the truth (Cancelled is written first); the message only
     makes running attempts see it at once instead of at their next lease
     renewal. False when there is no Redis to tell, or it could not be told.
+    Waiters hear it too (``Job.wait()``); those of this process are woken here.
     """
+    wake(job_id)
     client = client if client is not None else redis_client_of(get_broker())
     if client is None:
         return False

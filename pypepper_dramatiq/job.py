@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, PARENT_RESULTS_KEY, RESULTS_KEY, Context
-from .errors import UnknownExecutorError
+from .errors import UnknownExecutorError, UnknownJobError
 from .events import Event, SchedulerFSM, build_scheduler_fsm
 from .record import JobRecord, check_job_id, utcnow
 from .status import Status
@@ -45,6 +45,10 @@ class JobGateway(Protocol):
     def cancel(self, job: Job) -> bool: ...
     def cancel_saved(self, job_id: str) -> bool: ...
     def get_saved(self, job_id: str) -> JobRecord | None: ...
+    def wait(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord: ...
+    async def wait_async(
+        self, job_id: str, timeout: float | timedelta | None = None
+    ) -> JobRecord: ...
 
 
 _gateway: JobGateway | None = None
@@ -298,6 +302,82 @@ class Job:
     def get_saved(job_id: str) -> JobRecord | None:
         """The stored snapshot of job ``job_id``, or None."""
         return _through().get_saved(job_id)
+
+    # -- waiting for the outcome --------------------------------------------
+
+    def wait(self, timeout: float | timedelta | None = None) -> JobRecord:
+        """Block until this job is Completed, Failed or Cancelled; returns its stored row.
+
+        The row says how it ended: ``status``, ``error``, the results
+        (``record.result(name)``, ``record.results_by_name()``) and each task's
+        last error (``record.state["errors"]``). This object is not changed
+        (its state machine stays where this process left it): read the record.
+
+        A job that has ended already is returned at once (one read). Otherwise
+        the wait is woken by the notice its end sends (Redis pub/sub, or
+        directly in this process), and reads the row every two seconds in
+        case a notice is lost (``notices.POLL_SECONDS``).
+
+        Args:
+            timeout: seconds (or a timedelta) to wait at most; None: no limit.
+
+        Raises:
+            WaitTimeoutError: (a ``TimeoutError``) the job did not end in time.
+            UnknownJobError: no such job is stored, or its row was deleted
+                while waiting (retention).
+            WaitInsideJobError: called from a task of this same job.
+            RuntimeError: called inside a running event loop (use
+                :meth:`wait_async`).
+            ValueError, TypeError: a negative, infinite or non-numeric timeout.
+            StoreError: the store failed at the first read (later outages of
+                the store are waited out).
+        """
+        return _through().wait(self.id, timeout)
+
+    async def wait_async(self, timeout: float | timedelta | None = None) -> JobRecord:
+        """:meth:`wait` for async code (``await job.wait_async()``): it holds no thread
+        while it waits and does not block the event loop (the reads of the row
+        run on worker threads). Same results and errors, but no RuntimeError."""
+        return await _through().wait_async(self.id, timeout)
+
+    @staticmethod
+    def wait_saved(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+        """:meth:`wait` for the stored job ``job_id``, from any process."""
+        return _through().wait(job_id, timeout)
+
+    @staticmethod
+    async def wait_saved_async(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+        """:meth:`wait_async` for the stored job ``job_id``, from any process."""
+        return await _through().wait_async(job_id, timeout)
+
+    def result(self, name: str, workflow: int | None = None) -> Any:
+        """The stored result of this job's task named ``name``.
+
+        Reads the stored row as it is now: it does not wait for the job to
+        end (call :meth:`wait` first for that). Of a job still running, the
+        tasks that have finished have their results and the others raise
+        :class:`NoTaskResultError` (not produced yet). One read per call;
+        :meth:`wait` returns the row, whose ``result(name)`` and
+        ``results_by_name()`` read it without another.
+
+        Args:
+            name: the task's name.
+            workflow: the index of its workflow; needed only when tasks of
+                several workflows have this name.
+
+        Raises:
+            NoTaskResultError: (a ``KeyError``) the job has no task so named, or
+                it has no result: not run yet, failed, or skipped (optional,
+                failed); the message says which. Also when the job was stored
+                without its workflows (a task without an ``executor_id``).
+            AmbiguousTaskNameError: (a ``LookupError``) several tasks have this
+                name (pass ``workflow``; the message names their positions).
+            UnknownJobError: the job is not stored.
+        """
+        record = _through().get_saved(self.id)
+        if record is None:
+            raise UnknownJobError(self.id)
+        return record.result(name, workflow)
 
     def to_record(self) -> JobRecord:
         """A snapshot; workflows are included only when every task has an executor_id."""

@@ -29,6 +29,9 @@ CHANNEL_KEY_PREFIX = f"{KEY_PREFIX}:channel:"
 WAITING_SUFFIX = ":waiting"
 #: The pub/sub channel cancels are published on.
 CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
+#: The pub/sub channel a job's id is published on when the job ends (Completed,
+#: Failed, or Cancelled other than by a cancel call), for ``Job.wait()``.
+ENDED_CHANNEL = f"{KEY_PREFIX}:ended"
 #: The lock the recovery sweeper's leader holds.
 LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
 

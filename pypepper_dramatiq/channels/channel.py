@@ -32,6 +32,7 @@ from ..config import count
 from ..errors import BrokerUnavailableError, MessageError, StoreError
 from ..events import FAIL, transition
 from ..job import Job
+from ..notices import publish_ended
 from ..outage import broker_unreachable
 from ..record import JobRecord, utcnow
 from ..redis_layout import redis_client_of
@@ -295,9 +296,10 @@ def _fail_stored(record: JobRecord, error: str) -> None:
             current = record.evolve(version=0)
         elif current.status is not Status.SCHEDULED:
             return  # running, finished or cancelled elsewhere: leave it
-        store.put(
+        if store.put(
             current.evolve(status=transition(current.status, FAIL), error=error, updated=utcnow())
-        )
+        ):
+            publish_ended(record.id)
     except StoreError as exc:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
 

@@ -24,6 +24,7 @@ from ..channels.messages import StepMessage
 from ..errors import ResultNotStorableError, StoreError, cancels_job, describe
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
 from ..gateway import publish_cancel
+from ..notices import publish_ended
 from ..record import JobRecord, utcnow
 from ..results import check_storable
 from ..rules import Position, RetryPolicy
@@ -368,7 +369,8 @@ class StepBook:
             first = rules.first_step(plan_of(tasks))
             if first.action is rules.Action.COMPLETE:
                 done = transition(transition(record.status, RUN), COMPLETE)
-                self._store().put(record.evolve(status=done, updated=now))
+                if self._store().put(record.evolve(status=done, updated=now)):
+                    publish_ended(record.id)
                 raise StepSkipped(record.id, "no tasks: completed")
             assert first.position is not None
             state = dict(record.state, cursor=first.position.to_list())
@@ -399,6 +401,7 @@ class StepBook:
                 error,
                 extra={"action": "deadline_cancel", "job_id": record.id},
             )
+            publish_ended(record.id)
         return written
 
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
@@ -501,6 +504,9 @@ class StepBook:
         )
         if decision.action is rules.Action.CANCEL:
             _cancelled_by_task(claim.record.id, claim.spec.name, changes["error"])
+        elif decision.action is not rules.Action.RUN:
+            # Completed or Failed: one notice per job end, for Job.wait().
+            publish_ended(claim.record.id)
         return Recorded(decision, updated.evolve(version=updated.version + 1))
 
     def release(self, claim: Claim, until: datetime) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import DuplicateJobError, NoTaskResultError
 from ..events import CANCEL, FAIL, transition
+from ..notices import publish_ended
 from ..record import JobRecord, utcnow
 from ..state import PARENT_RESULTS_KEY
 from ..stores.base import IJobStore
@@ -83,6 +84,7 @@ def settle(
             decided.error,
             extra={"action": "parent_failed", "job_id": record.id},
         )
+        publish_ended(record.id)
         return (Settled.FAILED if failed else Settled.CANCELLED), ended.evolve(
             version=ended.version + 1
         )

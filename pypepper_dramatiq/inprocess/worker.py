@@ -28,6 +28,7 @@ from ..errors import (
 )
 from ..events import CANCEL, COMPLETE, FAIL, RUN
 from ..job import Job
+from ..notices import publish_ended
 from ..record import JobRecord, utcnow
 from ..start_times import missed_deadline
 from ..status import Status
@@ -287,7 +288,8 @@ class Worker:
         job.cancel_event.set()
         job.error = missed_deadline(job.start_deadline, utcnow())
         _log(job, "deadline_cancel")
-        job.persist()
+        if job.persist():
+            publish_ended(job.id)
 
     def _settle_cancelled(self, job: Job) -> None:
         """Skip a cancelled job; make sure Cancelled is stored."""

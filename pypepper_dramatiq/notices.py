@@ -1,0 +1,363 @@
+"""Waiting for a job's end: the notices its end sends, and ``Job.wait()``.
+
+Whoever writes a job's end calls :func:`publish_ended` after the write: it
+wakes the waiters of this process and publishes the job id on Redis
+(:data:`~pypepper_dramatiq.redis_layout.ENDED_CHANNEL`; nothing without
+Redis): one PUBLISH per job end, none per step. A cancel by a call
+(``Job.cancel()``, ``cancel_saved``, a replaced key holder, a task cancelling
+its job) is announced on the cancel channel already (``publish_cancel``, which
+also calls :func:`wake`): waiters listen to both channels.
+
+A waiter (:func:`wait_for`, :func:`wait_for_async`) reads the row once; a job
+that has ended is returned at once. Otherwise it registers, makes sure this
+process's one listener (a daemon thread, started by the first wait) is
+subscribed, reads the row again, and sleeps until a notice for its job, or
+:data:`POLL_SECONDS`, whichever comes first, then reads again. The poll bounds
+what a lost notice costs (Redis restarted, a publisher that died between its
+write and its PUBLISH, a write by hand): the row is the truth, the notice only
+says when to look. After each (re)subscription the listener wakes every waiter
+of the process, since notices sent while it was not subscribed are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from .channels.broker import get_broker
+from .errors import StoreUnavailableError, UnknownJobError, WaitInsideJobError, WaitTimeoutError
+from .executor import running_job
+from .outage import REDIS, broker_unreachable, shared_outage
+from .record import JobRecord
+from .redis_layout import CANCEL_CHANNEL, ENDED_CHANNEL, redis_client_of
+from .start_times import duration
+from .stores.registry import get_job_store
+
+logger = logging.getLogger(__name__)
+
+#: How often a waiter reads its job's row when no notice comes (a lost notice
+#: costs at most this). One primary-key read per waiting caller per period.
+POLL_SECONDS = 2.0
+#: How long a wait waits for this process's listener to be subscribed before it
+#: reads the row (only when the listener is not subscribed: the first wait of a
+#: process, or Redis down; the poll covers a notice missed meanwhile).
+SUBSCRIBE_WAIT_SECONDS = 1.0
+#: Pause of the listener before it subscribes again after a Redis error.
+RECONNECT_SECONDS = 1.0
+
+Waker = Callable[[], None]
+
+
+class Waiters:
+    """The wake-up callbacks of this process's waiters, by job id."""
+
+    def __init__(self) -> None:
+        self._by_job: dict[str, set[Waker]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, job_id: str, wake: Waker) -> None:
+        with self._lock:
+            self._by_job.setdefault(job_id, set()).add(wake)
+
+    def discard(self, job_id: str, wake: Waker) -> None:
+        with self._lock:
+            wakers = self._by_job.get(job_id)
+            if wakers is not None:
+                wakers.discard(wake)
+                if not wakers:
+                    del self._by_job[job_id]
+
+    def wake(self, job_id: str) -> None:
+        with self._lock:
+            wakers = list(self._by_job.get(job_id, ()))
+        for wake in wakers:
+            wake()
+
+    def wake_all(self) -> None:
+        with self._lock:
+            wakers = [wake for wakers in self._by_job.values() for wake in wakers]
+        for wake in wakers:
+            wake()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_job)
+
+
+#: The waiters of this process.
+waiters = Waiters()
+
+
+def wake(job_id: str) -> None:
+    """Wake this process's waiters of ``job_id``: they read its row again."""
+    waiters.wake(job_id)
+
+
+def publish_ended(job_id: str, client: Any | None = None) -> bool:
+    """Tell every waiter that job ``job_id`` ended; call it after the write that ended it.
+
+    Wakes this process's waiters, then publishes the id over ``client``
+    (default: the Redis broker's). Never raises: a notice that cannot be sent
+    is logged (DEBUG when Redis is unreachable, which other parts report) and
+    costs a waiter elsewhere at most :data:`POLL_SECONDS`. True once published.
+    """
+    try:
+        waiters.wake(job_id)
+        if client is None:
+            client = redis_client_of(get_broker())
+        if client is None:
+            return False
+        client.publish(ENDED_CHANNEL, job_id)
+    except Exception as exc:
+        level = logging.DEBUG if broker_unreachable(exc) else logging.WARNING
+        logger.log(
+            level,
+            "job %s: its end was not published (%s); waiters elsewhere see it within %gs",
+            job_id,
+            exc,
+            POLL_SECONDS,
+        )
+        return False
+    return True
+
+
+class EndedListener(threading.Thread):
+    """One per process: hears the ended and cancel channels, wakes the job's waiters.
+
+    Subscribes again after a Redis error (every :data:`RECONNECT_SECONDS`);
+    ends when told to (:func:`stop_listening`, or another broker was installed),
+    or at an error while no one waits (the next wait starts a new one).
+    """
+
+    def __init__(self, client: Any, reconnect_delay: float = RECONNECT_SECONDS) -> None:
+        super().__init__(name="pypepper-ended", daemon=True)
+        self.client = client
+        self.reconnect_delay = reconnect_delay
+        #: Set while the subscription to both channels is confirmed by Redis.
+        self.ready = threading.Event()
+        self._stop_event = threading.Event()
+        self._outage = shared_outage(REDIS)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_event.is_set()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            pubsub = None
+            try:
+                pubsub = self.client.pubsub()
+                pubsub.subscribe(ENDED_CHANNEL, CANCEL_CHANNEL)
+                while not self._stop_event.is_set():
+                    self._dispatch(pubsub.get_message(timeout=0.5))
+            except Exception as exc:
+                self.ready.clear()
+                if _retire(self):
+                    return
+                self._outage.failed(exc)
+                self._stop_event.wait(self.reconnect_delay)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:
+                        logger.debug("closing the ended subscription failed", exc_info=True)
+
+    def _dispatch(self, message: dict[str, Any] | None) -> None:
+        if not message:
+            return
+        kind = message.get("type")
+        if kind == "message":
+            data = message["data"]
+            waiters.wake(data.decode() if isinstance(data, bytes) else str(data))
+        elif kind == "subscribe" and message.get("data") == 2:
+            # Both channels confirmed (also after redis-py reconnected by itself):
+            # what was published while we were not subscribed is lost, so every
+            # waiter reads its row again.
+            self.ready.set()
+            self._outage.ok()
+            waiters.wake_all()
+
+
+_listener_lock = threading.Lock()
+_listener: EndedListener | None = None
+
+
+def listening() -> EndedListener | None:
+    """This process's listener on the current broker's Redis (started if needed);
+    None without Redis."""
+    global _listener
+    client = redis_client_of(get_broker())
+    with _listener_lock:
+        current = _listener
+        if client is None:
+            if current is not None:
+                current.stop()
+                _listener = None
+            return None
+        if (
+            current is not None
+            and current.client is client
+            and current.is_alive()
+            and not current.stopping
+        ):
+            return current
+        if current is not None:
+            current.stop()
+        _listener = EndedListener(client)
+        _listener.start()
+        return _listener
+
+
+def stop_listening() -> None:
+    """Stop this process's listener (tests; a process that waits no more)."""
+    global _listener
+    with _listener_lock:
+        if _listener is not None:
+            _listener.stop()
+            _listener = None
+
+
+def _retire(listener: EndedListener) -> bool:
+    """At an error: end ``listener`` if no one waits (True), under the lock
+    :func:`listening` takes, so that a waiter arriving now starts a new one."""
+    global _listener
+    with _listener_lock:
+        if len(waiters) and not listener.stopping:
+            return False
+        listener.stop()
+        if _listener is listener:
+            _listener = None
+        return True
+
+
+# -- waiting ------------------------------------------------------------------------------
+
+
+def _check(job_id: str, timeout: float | timedelta | None) -> float | None:
+    """The timeout in seconds (None: none); refuses a wait for the caller's own job."""
+    if running_job() == job_id:
+        raise WaitInsideJobError(job_id)
+    return None if timeout is None else duration("timeout", timeout)
+
+
+def _read(job_id: str, *, first: bool) -> JobRecord | None:
+    """The row of ``job_id``; UnknownJobError when there is none.
+
+    None (read again later) when the store is unreachable during the wait: a
+    store restart does not end a wait. The first read raises it.
+    """
+    try:
+        record = get_job_store().get(job_id)
+    except StoreUnavailableError as exc:
+        if first:
+            raise
+        logger.info("job %s: waiting, but its row cannot be read now (%s)", job_id, exc)
+        return None
+    if record is None:
+        raise UnknownJobError(job_id)
+    return record
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _timed_out(job_id: str, limit: float | None, deadline: float | None, record: JobRecord) -> None:
+    remaining = _remaining(deadline)
+    if limit is not None and remaining is not None and remaining <= 0:
+        raise WaitTimeoutError(job_id, limit, record.status.value)
+
+
+def _sleep_for(deadline: float | None) -> float:
+    remaining = _remaining(deadline)
+    return POLL_SECONDS if remaining is None else max(0.0, min(POLL_SECONDS, remaining))
+
+
+def wait_for(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+    """Block until job ``job_id`` is Completed, Failed or Cancelled; its row then.
+
+    See ``Job.wait()``. Refused inside a running event loop (it would block
+    it): use :func:`wait_for_async` there.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(
+            "Job.wait() blocks: from async code use await job.wait_async() "
+            "(or Job.wait_saved_async(job_id))"
+        )
+    limit = _check(job_id, timeout)
+    deadline = None if limit is None else time.monotonic() + limit
+    record = _read(job_id, first=True)
+    assert record is not None
+    if record.status.is_terminal:
+        return record
+    _timed_out(job_id, limit, deadline, record)
+    woken = threading.Event()
+    wake_me = woken.set
+    waiters.add(job_id, wake_me)
+    try:
+        listener = listening()
+        if listener is not None and not listener.ready.is_set():
+            listener.ready.wait(min(SUBSCRIBE_WAIT_SECONDS, _sleep_for(deadline)))
+        while True:
+            woken.clear()  # before the read: a notice after it wakes the wait below
+            found = _read(job_id, first=False)
+            if found is not None:
+                record = found
+                if record.status.is_terminal:
+                    return record
+            _timed_out(job_id, limit, deadline, record)
+            woken.wait(_sleep_for(deadline))
+    finally:
+        waiters.discard(job_id, wake_me)
+
+
+async def wait_for_async(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+    """:func:`wait_for` for async code: the wait holds no thread and does not block
+    the event loop (each read of the row runs on a worker thread)."""
+    limit = _check(job_id, timeout)
+    deadline = None if limit is None else time.monotonic() + limit
+    record = await asyncio.to_thread(_read, job_id, first=True)
+    assert record is not None
+    if record.status.is_terminal:
+        return record
+    _timed_out(job_id, limit, deadline, record)
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake_me() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the waiter is gone
+            loop.call_soon_threadsafe(woken.set)
+
+    waiters.add(job_id, wake_me)
+    try:
+        listener = listening()
+        if listener is not None and not listener.ready.is_set():
+            await asyncio.to_thread(
+                listener.ready.wait, min(SUBSCRIBE_WAIT_SECONDS, _sleep_for(deadline))
+            )
+        while True:
+            woken.clear()
+            found = await asyncio.to_thread(_read, job_id, first=False)
+            if found is not None:
+                record = found
+                if record.status.is_terminal:
+                    return record
+            _timed_out(job_id, limit, deadline, record)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(woken.wait(), _sleep_for(deadline))
+    finally:
+        waiters.discard(job_id, wake_me)
