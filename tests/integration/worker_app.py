@@ -243,6 +243,14 @@ async def async_probe(
     return value
 
 
+@workflow_task(name="it.pause")
+def pause(task: Task, context: Context, *, seconds: float = 0.0, value: Any = None) -> Any:
+    """Sleeps ``seconds`` and returns ``value``, touching no server: it may end (and
+    its worker record the end) while Redis is down."""
+    time.sleep(seconds)
+    return value
+
+
 #: The executor id of a task only upgraded workers know (a rolling deploy).
 DEPLOYED_LATER = "it.deployed-later"
 
