@@ -24,6 +24,7 @@ SCENARIOS = (
     "delayed",
     "fanin",
     "recurring",
+    "wait",
     "purge",
 )
 

@@ -261,6 +261,21 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         )
         for label, cell in pur_cells:
             out.append([scenario, label, "-", cell, "-", "-"])
+    waited = results.get("wait")
+    if waited:
+        for part, label in (("one_at_a_time", "one caller at a time"), ("at_once", "at once")):
+            figures = waited[part]
+            out.append(
+                [
+                    f"10. job.wait(), 1x8, {figures['jobs']:,} jobs",
+                    f"job end -> wait() returned p50 / p99 / max (ms), {label}",
+                    "-",
+                    f"{_fmt(figures['p50_ms'])} / {_fmt(figures['p99_ms'])} / "
+                    f"{_fmt(figures['max_ms'])}",
+                    "-",
+                    "-",
+                ]
+            )
     return out
 
 
@@ -334,6 +349,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             pur["rate_during_purge"] / pur["rate_same_window_without"],
             0.8,
             ">=",
+        )
+    waited = results.get("wait")
+    if waited:
+        check(
+            "wait: job end -> wait() returned p99 (ms, at once)",
+            waited["at_once"]["p99_ms"],
+            1000,
+            "<=",
         )
     backlog = results.get("backlog", {})
     sizes = sorted(backlog, key=int)

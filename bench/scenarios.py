@@ -39,6 +39,7 @@ class Sizes:
     delayed: tuple[int, int]  #: delayed jobs waiting at once: a small and a large count
     fanin: int  #: parents of the one child in scenario 7
     recurring_seconds: float  #: how long the per-second schedule of scenario 8 runs
+    wait_jobs: int = 200  #: jobs waited for in each part of the wait scenario
     purge: tuple[int, int] = (100_000, 30_000)  #: scenario 9: old ended rows, jobs drained
 
 
@@ -768,6 +769,93 @@ def purge(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     return out
 
 
+# -- wait: Job.wait() ---------------------------------------------------------------------------
+
+
+def _wait_figures(late: list[float]) -> dict[str, float]:
+    ms = [value * 1000 for value in late]
+    return {
+        "jobs": len(ms),
+        "p50_ms": percentile(ms, 50),
+        "p99_ms": percentile(ms, 99),
+        "max_ms": max(ms, default=float("nan")),
+    }
+
+
+def wait(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """``job.wait()`` from this process: the time from a job's end (its stored
+    ``updated``, written by the worker) to the caller's return, on a 1x8 worker.
+
+    Two parts: one caller at a time (schedule, wait, next: a job may have ended
+    before the wait's first read), and N callers at once, each in a thread,
+    all waiting before the worker starts, so that every one is woken by its
+    job's notice while the worker drains the N jobs.
+    """
+    import threading
+
+    from pypepper_dramatiq import notices
+
+    count = sizes.wait_jobs
+    stack.reset()
+    worker = durable.worker(1)
+    try:
+        _ready(stack, durable, worker)
+        one: list[float] = []
+        for _ in range(count):
+            job = durable.app.job(1)
+            job.scheduled()
+            record = job.wait(timeout=60)
+            one.append(time.time() - record.updated.timestamp())
+    finally:
+        worker.stop()
+
+    stack.reset()
+    jobs = [durable.app.job(1) for _ in range(count)]
+    for job in jobs:
+        job.scheduled()
+    late: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def wait_one(job: Any) -> None:
+        try:
+            record = job.wait(timeout=300)
+            at = time.time()
+            with lock:
+                late.append(at - record.updated.timestamp())
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=wait_one, args=(job,), daemon=True) for job in jobs]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(notices.waiters) >= count, 60, "every caller waiting")
+    worker = durable.worker(1)
+    try:
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join(600)
+        drain_s = time.perf_counter() - started
+    finally:
+        worker.stop()
+    if errors:
+        raise errors[0]
+    out = {
+        "one_at_a_time": _wait_figures(one),
+        "at_once": dict(_wait_figures(late), worker_start_to_all_returned_s=drain_s),
+        "poll_s": notices.POLL_SECONDS,
+    }
+    print(
+        f"  wait: one at a time p50 {out['one_at_a_time']['p50_ms']:.1f} ms, p99 "
+        f"{out['one_at_a_time']['p99_ms']:.1f} ms; {count} at once p50 "
+        f"{out['at_once']['p50_ms']:.1f} ms, p99 {out['at_once']['p99_ms']:.1f} ms "
+        "(job end -> wait() returned)",
+        flush=True,
+    )
+    return out
+
+
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
     from .harness import CeleryCompetitor
 
@@ -782,6 +870,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("delayed", lambda: delayed(stack, durable, sizes)),
         ("fanin", lambda: fanin(stack, durable, sizes)),
         ("recurring", lambda: recurring(stack, durable, sizes)),
+        ("wait", lambda: wait(stack, durable, sizes)),
         ("purge", lambda: purge(stack, durable, sizes)),
     ]
     for name, step in steps:

@@ -23,6 +23,7 @@ SCENARIOS = (
     "delayed",
     "fanin",
     "recurring",
+    "wait",
     "purge",
 )
 
