@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TaskFunction = Callable[["Task", "Context"], Any]
+#: ``on_final_failure(task, context, error)``: called once a task has failed for
+#: good; ``error`` is the task's last error as stored (``"Type: message"``).
+FinalFailureHook = Callable[["Task", "Context", str], Any]
 
 #: Seconds between two looks of a running coroutine's supervisor at the job's
 #: cancel event and the deadline. It also bounds how long the event loop may
@@ -51,6 +54,11 @@ class IExecutor(abc.ABC):
     ``execute`` is wrapped so that what it returns goes through
     :func:`run_awaitable`, and callers always get the final result.
     """
+
+    #: The hook a worker calls when a task run by this executor failed for good
+    #: (``@workflow_task(on_final_failure=...)`` sets it); found through the
+    #: registry by the task's executor id, as the executor itself is.
+    on_final_failure: FinalFailureHook | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -19,7 +19,7 @@ from dramatiq.asyncio import async_to_sync
 
 from .channels.broker import get_broker
 from .context import Context
-from .executor import IExecutor, executor_registry
+from .executor import FinalFailureHook, IExecutor, executor_registry
 from .spec import POLICY_KEYS
 from .task import Task
 
@@ -33,8 +33,11 @@ class FunctionExecutor(IExecutor):
     as for every executor.
     """
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], on_final_failure: FinalFailureHook | None = None
+    ) -> None:
         self.fn = fn
+        self.on_final_failure = on_final_failure
 
     def execute(self, task: Task, context: Context) -> Any:
         return self.fn(task, context, **task.params)
@@ -90,11 +93,19 @@ def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 class WorkflowTask(Generic[R]):
     """A function usable as a workflow task; ``.task(**params)`` makes a :class:`Task`."""
 
-    def __init__(self, fn: Callable[..., R], executor_id: str, policy: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., R],
+        executor_id: str,
+        policy: dict[str, Any],
+        on_final_failure: FinalFailureHook | None = None,
+    ) -> None:
         self.fn = fn
         self.executor_id = executor_id
         self.policy = policy
-        executor_registry.register(executor_id, FunctionExecutor(fn))
+        #: Registered with the function, so that any worker finds it by executor id.
+        self.on_final_failure = on_final_failure
+        executor_registry.register(executor_id, FunctionExecutor(fn, on_final_failure))
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
@@ -114,20 +125,31 @@ class WorkflowTask(Generic[R]):
             executor=None,
             executor_id=self.executor_id,
             params=params,
+            on_final_failure=self.on_final_failure,
             **self.policy,
         )
 
     def options(self, **policy: Any) -> WorkflowTask[R]:
-        """The same function with other retry settings."""
+        """The same function with other retry settings (its hook goes with the
+        function: give ``on_final_failure`` to ``@workflow_task``)."""
+        if "on_final_failure" in policy:
+            raise TypeError(
+                "on_final_failure is registered with the function: give it to @workflow_task"
+            )
         clone: WorkflowTask[R] = object.__new__(WorkflowTask)
         clone.fn, clone.executor_id = self.fn, self.executor_id
+        clone.on_final_failure = self.on_final_failure
         clone.policy = {**self.policy, **policy}
         functools.update_wrapper(clone, self.fn)
         return clone
 
 
 def workflow_task(
-    fn: Callable[..., R] | None = None, *, name: str | None = None, **policy: Any
+    fn: Callable[..., R] | None = None,
+    *,
+    name: str | None = None,
+    on_final_failure: FinalFailureHook | None = None,
+    **policy: Any,
 ) -> Any:
     """Make ``fn(task, context, **params)`` a workflow task.
 
@@ -139,6 +161,10 @@ def workflow_task(
     ``name`` is the registry id (default ``module.qualname``); it must be the
     same in the process that schedules and the one that runs.
 
+    ``on_final_failure(task, context, error)`` is called once per job when the
+    task has failed for good (see :class:`~pypepper_dramatiq.task.Task`); it is
+    registered with the function, so every worker that knows the task finds it.
+
     ``fn`` may be ``async def``: each attempt runs the coroutine to its end on
     an event loop of its own in the worker thread; a cancel of the job
     cancels it, and ``round_timeout`` bounds it (``TaskTimeoutError``).
@@ -146,10 +172,12 @@ def workflow_task(
     unknown = set(policy) - POLICY_KEYS
     if unknown:
         raise TypeError(f"workflow_task got unknown options: {', '.join(sorted(unknown))}")
+    if on_final_failure is not None and not callable(on_final_failure):
+        raise TypeError(f"on_final_failure must be callable, got {on_final_failure!r}")
 
     def decorate(func: Callable[..., R]) -> WorkflowTask[R]:
         executor_id = name or f"{_module_name(func)}.{func.__qualname__}"
-        return WorkflowTask(func, executor_id, dict(policy))
+        return WorkflowTask(func, executor_id, dict(policy), on_final_failure)
 
     return decorate(fn) if fn is not None else decorate
 

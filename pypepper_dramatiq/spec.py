@@ -49,6 +49,9 @@ class TaskSpec:
     round_timeout: float = 0.0
     round_timeout_join: float = 0.0
     optional: bool = _DEFAULT_POLICY.optional
+    #: The task has an ``on_final_failure`` hook (the callable itself is found
+    #: where the task runs, with its executor): its final failure marks it due.
+    on_final_failure: bool = False
     retry_backoff: float = _DEFAULT_POLICY.retry_backoff
     retry_delay_max: float | None = _DEFAULT_POLICY.retry_delay_max
     retry_jitter: bool = _DEFAULT_POLICY.retry_jitter
@@ -94,6 +97,7 @@ class TaskSpec:
             "round_timeout": self.round_timeout,
             "round_timeout_join": self.round_timeout_join,
             "optional": self.optional,
+            "on_final_failure": self.on_final_failure,
             "retry_backoff": self.retry_backoff,
             "retry_delay_max": self.retry_delay_max,
             "retry_jitter": self.retry_jitter,
@@ -118,6 +122,7 @@ class TaskSpec:
             round_timeout=float(data.get("round_timeout") or 0.0),
             round_timeout_join=float(data.get("round_timeout_join") or 0.0),
             optional=bool(data.get("optional", cls.optional)),
+            on_final_failure=bool(data.get("on_final_failure", False)),
             # Absent from tasks stored before backoff existed: they keep a fixed delay.
             retry_backoff=float(data.get("retry_backoff", cls.retry_backoff)),
             retry_delay_max=_seconds_or_none(data.get("retry_delay_max")),

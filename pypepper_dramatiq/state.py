@@ -13,7 +13,20 @@ it. The stored form is a JSON object with these keys (all optional):
   (:mod:`~pypepper_dramatiq.history`);
 * ``dispatch``: the broker message that carries the job's first step;
 * ``parent_results``: for a job scheduled ``after=`` other jobs, their results
-  by parent id and task name, copied in when its wait ended.
+  by parent id and task name, copied in when its wait ended;
+* ``hooks``: by task key, the ``on_final_failure`` hooks due and not run yet
+  (absent when none is: the recovery sweep looks for rows that have the key).
+  An entry is written in the write that records the task's final failure, by
+  the worker that then runs the hook, and says who holds it until when:
+  ``{"status": "pending" | "running", "owner": <lease owner id>, "since":
+  <ISO time>, "until": <ISO time> | null}``. ``pending``: held by the worker
+  that recorded the failure; ``running``: taken over by the recovery sweep
+  after that hold lapsed. The holder renews ``until`` while the hook runs;
+  once ``until`` has passed (never while it is null: the in-process driver's
+  hold) the sweep may take the hook over by compare-and-set;
+* ``hooks_done``: by task key, the hooks that ran: ``{"ended": <ISO time>,
+  "owner": <who ran it>}``, plus ``"error": "Type: message"`` when the hook
+  raised (the job's outcome is not changed by it).
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
@@ -22,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .rules import Position
@@ -30,11 +44,20 @@ from .rules import Position
 DISPATCH_KEY = "dispatch"
 #: Key of the parents' results (parent id -> task name -> result).
 PARENT_RESULTS_KEY = "parent_results"
+#: Key of the ``on_final_failure`` hooks due and not run yet (task key -> entry).
+HOOKS_KEY = "hooks"
+#: Key of the hooks that ran (task key -> entry).
+HOOKS_DONE_KEY = "hooks_done"
 #: The keys :class:`JobState` knows.
 KNOWN_KEYS = frozenset(
     {"cursor", "results", "errors", "attempts", "skipped", "history", "history_dropped"}
-    | {DISPATCH_KEY, PARENT_RESULTS_KEY}
+    | {DISPATCH_KEY, PARENT_RESULTS_KEY, HOOKS_KEY, HOOKS_DONE_KEY}
 )
+
+#: A hook's entry in ``hooks``: held by the worker that recorded the failure...
+HOOK_PENDING = "pending"
+#: ...or by the recovery sweep that took it over.
+HOOK_RUNNING = "running"
 
 
 @dataclass
@@ -50,6 +73,10 @@ class JobState:
     history_dropped: dict[str, int] = field(default_factory=dict)
     dispatch: dict[str, Any] | None = None
     parent_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Hooks due and not run yet, by task key (see the module's docstring).
+    hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Hooks that ran, by task key.
+    hooks_done: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Keys this version does not know, kept for the next write.
     other: dict[str, Any] = field(default_factory=dict)
 
@@ -66,6 +93,8 @@ class JobState:
             history_dropped={k: int(v) for k, v in (data.get("history_dropped") or {}).items()},
             dispatch=dict(data[DISPATCH_KEY]) if data.get(DISPATCH_KEY) else None,
             parent_results=dict(data.get(PARENT_RESULTS_KEY) or {}),
+            hooks={k: dict(v) for k, v in (data.get(HOOKS_KEY) or {}).items()},
+            hooks_done={k: dict(v) for k, v in (data.get(HOOKS_DONE_KEY) or {}).items()},
             other={k: v for k, v in data.items() if k not in KNOWN_KEYS},
         )
 
@@ -89,4 +118,42 @@ class JobState:
             data[DISPATCH_KEY] = self.dispatch
         if self.parent_results:
             data[PARENT_RESULTS_KEY] = self.parent_results
+        if self.hooks:  # absent when none is due: what the recovery sweep looks for
+            data[HOOKS_KEY] = self.hooks
+        if self.hooks_done:
+            data[HOOKS_DONE_KEY] = self.hooks_done
         return data
+
+    # -- on_final_failure hooks ------------------------------------------------------
+
+    def hold_hook(
+        self, key: str, status: str, owner: str, now: datetime, until: datetime | None
+    ) -> None:
+        """Mark the hook of task ``key`` due, held by ``owner`` until ``until``
+        (None: for good, as the in-process driver holds its steps)."""
+        self.hooks[key] = {
+            "status": status,
+            "owner": owner,
+            "since": now.isoformat(),
+            "until": None if until is None else until.isoformat(),
+        }
+
+    def hook_done(self, key: str, owner: str, now: datetime, error: str | None = None) -> None:
+        """Move the hook of task ``key`` from due to done (``error``: it raised)."""
+        self.hooks.pop(key, None)
+        entry: dict[str, Any] = {"ended": now.isoformat(), "owner": owner}
+        if error is not None:
+            entry["error"] = error
+        self.hooks_done[key] = entry
+
+    def free_hooks(self, now: datetime) -> list[str]:
+        """Keys of the due hooks whose holder's hold lapsed before ``now``: the
+        recovery sweep may take them over."""
+        return [key for key, entry in self.hooks.items() if _lapsed(entry, now)]
+
+
+def _lapsed(entry: Mapping[str, Any], now: datetime) -> bool:
+    until = entry.get("until")
+    if not until:
+        return False  # held for good (or a malformed entry: never taken twice)
+    return datetime.fromisoformat(str(until)) < now

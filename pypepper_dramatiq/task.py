@@ -8,7 +8,7 @@ from typing import Any
 
 from .context import Context
 from .errors import UnknownExecutorError
-from .executor import IExecutor, executor_registry
+from .executor import FinalFailureHook, IExecutor, executor_registry
 from .rules import RetryPolicy
 from .spec import TaskSpec
 
@@ -32,6 +32,12 @@ class Task:
         executor_id: registry id; when every task has one, the job's
             workflows are stored and can be rebuilt with ``Job.from_record``.
         params: JSON-able keyword arguments for the executor.
+        on_final_failure: ``hook(task, context, error)``, called once when this
+            task has failed for good (its attempts and rounds used up, or a
+            ``NonRetriableError``), whether it is required or optional; not on
+            a cancel. ``error`` is the task's last error as stored. The Dramatiq
+            driver finds it with the executor registered under ``executor_id``
+            (``@workflow_task(on_final_failure=...)`` registers it there).
 
     Raises:
         ValueError: if a bound is out of range.
@@ -63,6 +69,7 @@ class Task:
         retry_backoff: float = RetryPolicy.retry_backoff,
         retry_delay_max: float | None = RetryPolicy.retry_delay_max,
         retry_jitter: bool = RetryPolicy.retry_jitter,
+        on_final_failure: FinalFailureHook | None = None,
     ) -> None:
         if not round_timeout >= 0:  # refuses NaN too
             raise ValueError(f"round_timeout must be >= 0, got {round_timeout}")
@@ -70,6 +77,8 @@ class Task:
             raise ValueError(f"round_timeout_join must be >= 0, got {round_timeout_join}")
         if executor is None and executor_id is None:
             raise ValueError(f"task {name!r} needs an executor or an executor_id")
+        if on_final_failure is not None and not callable(on_final_failure):
+            raise TypeError(f"on_final_failure of task {name!r} must be callable")
         self.policy = RetryPolicy(
             retry_count=retry_count,
             retry_delay=retry_delay,
@@ -100,6 +109,7 @@ class Task:
         self.round_timeout = float(round_timeout)
         self.round_timeout_join = float(round_timeout_join)
         self.context = Context()
+        self.on_final_failure = on_final_failure
 
     # The retry table, readable as the seed names it.
     retry_count = property(lambda self: self.policy.retry_count)
@@ -140,6 +150,7 @@ class Task:
             round_timeout=self.round_timeout,
             round_timeout_join=self.round_timeout_join,
             optional=self.policy.optional,
+            on_final_failure=self.on_final_failure is not None,
             retry_backoff=self.policy.retry_backoff,
             retry_delay_max=self.policy.retry_delay_max,
             retry_jitter=self.policy.retry_jitter,
@@ -185,6 +196,7 @@ class Task:
         )
         # Read from JSON: no need to check (on every step of a worker) that it survives JSON.
         task.params = spec.params
+        task.on_final_failure = task.executor.on_final_failure  # the registry's, as the executor
         return task
 
     def __repr__(self) -> str:

@@ -174,9 +174,25 @@ class RecoverySweeper(threading.Thread):
         resent = self.resend_lost_first_steps(now) if full else 0
         if full:
             self.purge_ended(now)
+        self.run_lapsed_hooks(now)
         if failed is not None:
             raise failed
         return len(recovered) + released + resent
+
+    def run_lapsed_hooks(self, now: datetime) -> int:
+        """Call the ``on_final_failure`` hooks whose holder's hold lapsed (a worker
+        that died after recording a task's final failure); returns how many started.
+
+        At most every ``interval`` (see :class:`~pypepper_dramatiq.engine.hooks.HookSweep`).
+        """
+        from ..engine.hooks import HookSweep
+
+        sweep: HookSweep | None = getattr(self, "_hook_sweep", None)
+        if sweep is None:
+            sweep = self._hook_sweep = HookSweep(
+                get_job_store, self.owner, self.lease_seconds, self.interval, self.batch
+            )
+        return sweep.sweep(now)
 
     def fire_recurring(self, now: datetime) -> int:
         """Fire the due slots of the recurring schedules; returns how many jobs fired."""

@@ -31,9 +31,11 @@ from ..rules import Position, RetryPolicy
 from ..settings import Settings
 from ..spec import TaskSpec
 from ..start_times import missed_deadline
-from ..state import JobState
+from ..state import HOOK_PENDING, HOOKS_DONE_KEY, HOOKS_KEY, JobState
 from ..status import Status
 from ..stores.base import IJobStore, why_not_claimable
+from ..task import Task
+from . import hooks
 from .running import running_here
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ logger = logging.getLogger(__name__)
 WAIT_POLL_SECONDS = 0.5
 #: Reads of a row a claim may take when its Scheduled row keeps changing under it.
 CLAIM_ATTEMPTS = 3
+#: Tries of an outcome's write over a row whose hooks other writers keep changing.
+REBASE_ATTEMPTS = 5
 
 
 class StepSkipped(Exception):
@@ -282,6 +286,8 @@ class StepBook:
         self.dispatch_seconds = Settings(
             lease_seconds=lease_seconds, dispatch_seconds=dispatch_seconds
         ).next_step_dispatch_seconds
+        #: Calls the ``on_final_failure`` hooks of the failures this book records.
+        self.hooks = hooks.HookRunner(store)
 
     # -- before the attempt ----------------------------------------------------
 
@@ -422,8 +428,18 @@ class StepBook:
         recorded = self.record_outcome(claim, outcome)
         return None if recorded is None else recorded.decision
 
-    def record_outcome(self, claim: Claim, outcome: Outcome) -> Recorded | None:
-        """:meth:`record`, also returning the row as written (None: the write lost)."""
+    def record_outcome(
+        self, claim: Claim, outcome: Outcome, *, task: Task | None = None
+    ) -> Recorded | None:
+        """:meth:`record`, also returning the row as written (None: the write lost).
+
+        When the task failed for good and has an ``on_final_failure`` hook, the
+        same write marks the hook due (held by this worker), and the hook is
+        called here after the write, before the caller goes on to the next
+        step (see :mod:`.hooks`). ``task`` is the task object when the driver
+        holds it (in process: its hook and context); otherwise the hook is
+        found through the executor registry.
+        """
         position = claim.position
         key = position.key()
         if outcome.succeeded:
@@ -465,6 +481,14 @@ class StepBook:
         if decision.skipped_optional:
             state.skipped.append(key)
         now = utcnow()
+        hook_due = (
+            claim.spec.on_final_failure
+            and not outcome.succeeded
+            and (decision.action is rules.Action.FAIL or decision.skipped_optional)
+        )
+        if hook_due:  # durable in the write that records the failure
+            hold = None if self.holds_steps else now + timedelta(seconds=self.lease_seconds)
+            state.hold_hook(key, HOOK_PENDING, self.owner, now, hold)
         changes: dict[str, Any] = {"updated": now, "lease_owner": None, "lease_expires": None}
         if decision.action is rules.Action.RUN:
             assert decision.position is not None
@@ -487,7 +511,23 @@ class StepBook:
         updated = claim.record.evolve(state=state.to_dict(), **changes)
         try:
             written = self._write(updated)
+            seen: JobRecord | None = claim.record
+            for _ in range(REBASE_ATTEMPTS):
+                if written or seen is None:
+                    break
+                # Another writer changed only the row's hooks (a recovered hook of
+                # an earlier task): write ours over its changes, not lose the step.
+                current = self._store().get(claim.record.id)
+                rebased = _rebased(seen, updated, current)
+                if rebased is None:
+                    break
+                seen, updated = current, rebased
+                written = self._write(updated)
         except StoreError as exc:
+            if hook_due and self.holds_steps:
+                # The caller carries this row to its next write (never re-running
+                # the step): the hook is called now, and that write says it ran.
+                updated = self._call_hook_unrecorded(updated, position, outcome, task)
             raise OutcomeNotRecorded(exc, decision, updated) from exc
         if not written:
             current = self._store().get(claim.record.id)
@@ -507,7 +547,54 @@ class StepBook:
         elif decision.action is not rules.Action.RUN:
             # Completed or Failed: one notice per job end, for Job.wait().
             publish_ended(claim.record.id)
-        return Recorded(decision, updated.evolve(version=updated.version + 1))
+        record = updated.evolve(version=updated.version + 1)
+        if hook_due:
+            try:
+                record = self._call_hook(record, position, outcome, task) or record
+            except Exception:  # the outcome is recorded: the job goes on regardless
+                logger.exception(
+                    "job %s: the on_final_failure hook of task %s could not be run here; "
+                    "it stays due",
+                    record.id,
+                    key,
+                    extra={"action": "hook_not_run", "job_id": record.id, "task": key},
+                )
+        return Recorded(decision, record)
+
+    def _call_hook_unrecorded(
+        self, record: JobRecord, position: Position, outcome: Outcome, task: Task | None
+    ) -> JobRecord:
+        """Call the hook of a failure whose write failed; ``record`` with it done."""
+        if task is None or task.on_final_failure is None:
+            return record  # stays due, as the next write stores it
+        key = position.key()
+        found = hooks.Found(task.on_final_failure, task, task.context, outcome.error or "")
+        error = self.hooks.call(record.id, key, found)
+        state = JobState.from_dict(record.state)
+        state.hook_done(key, self.owner, utcnow(), error)
+        return record.evolve(state=state.to_dict())
+
+    def _call_hook(
+        self, record: JobRecord, position: Position, outcome: Outcome, task: Task | None
+    ) -> JobRecord | None:
+        """Call the hook this worker just marked due; the row after its done mark."""
+        error = outcome.error or ""
+        found: hooks.Found | None = None
+        if task is not None and task.on_final_failure is not None:
+            found = hooks.Found(task.on_final_failure, task, task.context, error)
+        else:
+            found = hooks.find(record, position, error)
+        if found is None:
+            logger.warning(
+                "job %s: the on_final_failure hook of task %s is not known in this process; "
+                "left due for a worker that has its code",
+                record.id,
+                position.key(),
+                extra={"action": "hook_unknown", "job_id": record.id, "task": position.key()},
+            )
+            return None
+        hold = None if self.holds_steps else self.lease_seconds
+        return self.hooks.run(record, position.key(), found, self.owner, hold)
 
     def release(self, claim: Claim, until: datetime) -> bool:
         """Give up the claimed step unrun (no attempt counted); False if the row moved.
@@ -558,6 +645,38 @@ class StepBook:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         return False  # pragma: no cover - the loop returns or raises
+
+
+def _rebased(seen: JobRecord, mine: JobRecord, current: JobRecord | None) -> JobRecord | None:
+    """``mine`` (a write based on ``seen``) rebased on ``current``, when all that moved
+    since ``seen`` is the state's hooks; None when anything else did."""
+    if current is None or (current.status, current.lease_owner, current.error) != (
+        seen.status,
+        seen.lease_owner,
+        seen.error,
+    ):
+        return None
+    hook_keys = (HOOKS_KEY, HOOKS_DONE_KEY)
+    if _without(current.state, hook_keys) != _without(seen.state, hook_keys):
+        return None
+    state = dict(mine.state)
+    for name in hook_keys:
+        # Theirs, plus what this write changes relative to what it saw.
+        merged = dict(current.state.get(name) or {})
+        before = seen.state.get(name) or {}
+        merged.update((k, v) for k, v in (mine.state.get(name) or {}).items() if before.get(k) != v)
+        if name == HOOKS_KEY:
+            done = current.state.get(HOOKS_DONE_KEY) or {}
+            merged = {k: v for k, v in merged.items() if k not in done}
+        if merged:
+            state[name] = merged
+        else:
+            state.pop(name, None)
+    return mine.evolve(version=current.version, state=state)
+
+
+def _without(data: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in keys}
 
 
 def _cancelled_by_task(job_id: str, task_name: str, error: str) -> None:

@@ -188,7 +188,9 @@ class Worker:
             task = workflow.get_tasks()[position.task]
             outcome = _attempt(workflow, task)
             try:
-                recorded = book.record_outcome(ledger.Claim(record, position, tasks), outcome)
+                recorded = book.record_outcome(
+                    ledger.Claim(record, position, tasks), outcome, task=task
+                )
             except ledger.OutcomeNotRecorded as exc:
                 if exc.decision.action is not rules.Action.RUN:
                     raise

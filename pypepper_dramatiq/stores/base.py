@@ -12,6 +12,7 @@ from ..events import RUN, transition
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
+from ..state import HOOKS_KEY
 from ..status import Status
 
 __all__ = [
@@ -242,6 +243,16 @@ class IJobStore(abc.ABC):
         due = [s for s in self.list_recurring() if not s.paused and s.next_slot <= now]
         due.sort(key=lambda s: (s.next_slot, s.name))
         return due[:limit]
+
+    # -- on_final_failure hooks -------------------------------------------------------
+
+    def pending_hooks(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        """Jobs whose state holds ``on_final_failure`` hooks not run yet
+        (``state["hooks"]``, see :mod:`~pypepper_dramatiq.state`), by ``(created,
+        id)``, strictly after ``after``. Stores that can filter in a query override it."""
+        return [r for r in self.list(after=after) if r.state.get(HOOKS_KEY)][:limit]
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

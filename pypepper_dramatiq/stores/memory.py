@@ -10,6 +10,7 @@ from datetime import datetime
 from ..errors import DuplicateJobError
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
+from ..state import HOOKS_KEY
 from ..status import Status, may_overwrite
 from .base import IJobStore, JobRecord, as_utc
 
@@ -198,6 +199,21 @@ class MemoryJobStore(IJobStore):
     def delete_recurring(self, name: str) -> bool:
         with self._lock:
             return self._schedules.pop(name, None) is not None
+
+    # -- on_final_failure hooks -------------------------------------------------------
+
+    def pending_hooks(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        since = None if after is None else (as_utc(after[0]), after[1])
+        with self._lock:
+            rows = [
+                r
+                for r in self._rows.values()
+                if r.state.get(HOOKS_KEY) and (since is None or (r.created, r.id) > since)
+            ]
+        rows.sort(key=lambda r: (r.created, r.id))
+        return rows[:limit]
 
     # -- retention ----------------------------------------------------------------------
 

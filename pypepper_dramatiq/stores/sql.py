@@ -57,6 +57,7 @@ from ..errors import (
 from ..recurring import RecurringSchedule
 from ..status import Status, overwritable_by
 from .base import IJobStore, JobRecord
+from ..state import HOOKS_KEY
 from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, recurring
 
 __all__ = [
@@ -785,6 +786,25 @@ class SqlJobStore(IJobStore):
 
     def close(self) -> None:
         self._engine.dispose()
+    # -- on_final_failure hooks -------------------------------------------------------
+
+    def pending_hooks(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        # The key is absent from a row with no hook due (JobState.to_dict drops it);
+        # ``->`` on PostgreSQL, ``JSON_EXTRACT`` on MySQL. No index serves it: the
+        # recovery sweep runs it at most every interval.
+        query = (
+            select(jobs)
+            .where(jobs.c.state[HOOKS_KEY].is_not(None))
+            .order_by(jobs.c.created, jobs.c.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
+        with _boundary(self._engine, "listing jobs with hooks due"), self._engine.connect() as c:
+            return [_record(row) for row in c.execute(query).mappings()]
+
 
     # -- retention ----------------------------------------------------------------------
 

@@ -26,7 +26,14 @@ import dramatiq
 import redis
 from dramatiq.brokers.stub import StubBroker
 
-from pypepper_dramatiq import Context, Task, executor_registry, setup, workflow_task
+from pypepper_dramatiq import (
+    Context,
+    JobCancellationError,
+    Task,
+    executor_registry,
+    setup,
+    workflow_task,
+)
 from pypepper_dramatiq.functions import FunctionExecutor
 
 #: Environment variables a worker reads, and their defaults.
@@ -289,3 +296,47 @@ def quiet_sleeper(
             True, lambda: r.rpush(trace_key("ends", context.job_id, task.name), repr(time.time()))
         )
     return value
+
+
+def hook_probe(task: Task, context: Context, error: str) -> None:
+    """The ``on_final_failure`` hook of :func:`fail_with_hook`: counts its runs.
+
+    Keys written, for job ``J`` and task name ``N``: ``hook_runs:J:N`` (INCR per
+    run that got past the pause), ``hook_pids:J:N`` (the pid of each such run),
+    ``hook_errors:J:N`` (the ``error`` it was given), and ``hook_paused:J:N``
+    (the pid of a run that reached the pause).
+
+    The task's params steer it: while the file ``pause_file`` exists, it waits
+    before doing anything (the test SIGKILLs the worker there: after the
+    failure was recorded, before the hook's work); then it sleeps
+    ``hook_sleep`` seconds (longer than a lease: its hold must be renewed).
+    """
+    r = counters()
+    job, name = context.job_id, task.name
+    pause_file = task.params.get("pause_file")
+    if pause_file and os.path.exists(pause_file):
+        r.set(trace_key("hook_paused", job, name), os.getpid())
+        while os.path.exists(pause_file):
+            time.sleep(0.05)
+    time.sleep(float(task.params.get("hook_sleep") or 0.0))
+    with r.pipeline() as pipe:
+        pipe.incr(trace_key("hook_runs", job, name))
+        pipe.rpush(trace_key("hook_pids", job, name), os.getpid())
+        pipe.rpush(trace_key("hook_errors", job, name), error)
+        pipe.execute()
+
+
+@workflow_task(name="it.fail-with-hook", on_final_failure=hook_probe)
+def fail_with_hook(
+    task: Task, context: Context, *, pause_file: str | None = None, hook_sleep: float = 0.0
+) -> None:
+    """Fails every attempt (its runs counted in ``runs:J:N``); its hook is :func:`hook_probe`."""
+    runs = counters().incr(trace_key("runs", context.job_id, task.name))
+    raise RuntimeError(f"{task.name}: planned failure {runs}")
+
+
+@workflow_task(name="it.cancel-own-job")
+def cancel_own_job(task: Task, context: Context) -> None:
+    """Cancels its job (``JobCancellationError``); its runs counted in ``runs:J:N``."""
+    counters().incr(trace_key("runs", context.job_id, task.name))
+    raise JobCancellationError(f"{task.name}: nothing to do")
