@@ -55,9 +55,9 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..recurring import RecurringSchedule
+from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
 from .base import IJobStore, JobRecord
-from ..state import HOOKS_KEY
 from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, recurring
 
 __all__ = [
@@ -786,6 +786,7 @@ class SqlJobStore(IJobStore):
 
     def close(self) -> None:
         self._engine.dispose()
+
     # -- on_final_failure hooks -------------------------------------------------------
 
     def pending_hooks(
@@ -804,7 +805,6 @@ class SqlJobStore(IJobStore):
             query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
         with _boundary(self._engine, "listing jobs with hooks due"), self._engine.connect() as c:
             return [_record(row) for row in c.execute(query).mappings()]
-
 
     # -- retention ----------------------------------------------------------------------
 
