@@ -784,9 +784,6 @@ class SqlJobStore(IJobStore):
         with _boundary(self._engine, "listing due schedules"), self._engine.connect() as c:
             return [_schedule(row) for row in c.execute(query).mappings()]
 
-    def close(self) -> None:
-        self._engine.dispose()
-
     # -- on_final_failure hooks -------------------------------------------------------
 
     def pending_hooks(
@@ -805,6 +802,9 @@ class SqlJobStore(IJobStore):
             query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
         with _boundary(self._engine, "listing jobs with hooks due"), self._engine.connect() as c:
             return [_record(row) for row in c.execute(query).mappings()]
+
+    def close(self) -> None:
+        self._engine.dispose()
 
     # -- retention ----------------------------------------------------------------------
 
