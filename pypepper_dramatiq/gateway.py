@@ -12,18 +12,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from dramatiq.broker import Broker
+
 from .channels.broker import get_broker
 from .channels.channel import Channel, manager
+from .channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .engine.running import running_here
 from .errors import (
     BrokerUnavailableError,
     ChannelFullError,
     ChannelStoppedError,
+    ConfigError,
     DuplicateJobError,
     InvalidTransitionError,
     StoreError,
@@ -34,8 +38,10 @@ from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
 from .notices import publish_ended, wait_for, wait_for_async, wake
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
+from .rules import Position
 from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
 from .status import Status, may_overwrite
+from .stores.base import IJobStore
 from .stores.registry import get_job_store
 from .waits import ON_CONFLICT, Waits, check_choice, check_unique_key, parent_ids
 
@@ -66,6 +72,7 @@ class Gateway:
         max_start_delay: float | timedelta | None = None,
         insert_first: bool = False,
         serve: bool = True,
+        connection: object | None = None,
     ) -> str:
         """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``).
 
@@ -83,6 +90,12 @@ class Gateway:
         ``serve=False`` sends to the channel without making it one of this
         process's channels (a worker firing a schedule for a channel it does not
         serve must not start consuming it).
+
+        With ``connection`` (the caller's SQLAlchemy ``Connection`` or
+        ``Session``) the row is written in the caller's transaction and nothing
+        is sent: the job is held until the caller commits, then released by
+        the workers' sweep (within about a second), or at once by this process
+        when a ``Session`` tells it of the commit.
         """
         _require_sync()
         now = utcnow()
@@ -93,14 +106,26 @@ class Gateway:
         if job.id in waits.parents:
             raise ValueError(f"job {job.id} cannot be scheduled after itself")
         store = get_job_store()  # a YAML durable backend never set up fails here, first
+        if connection is not None:
+            store = _transactional_store(store, connection)
         if job.version:
             # A job stored before (e.g. rebuilt by from_record) may already have ended:
             # a finished row is never overwritten, so refuse instead of queueing a no-op.
             durable = store.get(job.id)
             if durable is not None and durable.status.is_terminal:
                 raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
-        if key is not None or waits.parents or insert_first:
-            return self._guarded(job, times, now, key, on_conflict, waits, serve=serve)
+        if key is not None or waits.parents or insert_first or connection is not None:
+            return self._guarded(
+                job,
+                times,
+                now,
+                key,
+                on_conflict,
+                waits,
+                store,
+                serve=serve,
+                transactional=connection is not None,
+            )
         before = job.status
         wait = times.delay_from(now)
         on_redis = redis_client_of(get_broker()) is not None
@@ -125,15 +150,18 @@ class Gateway:
         key: str | None,
         on_conflict: str,
         waits: Waits,
+        store: IJobStore,
         *,
         serve: bool = True,
+        transactional: bool = False,
     ) -> str:
         """Schedule a job with a unique key or parents: the row first, then the message.
 
         The insert is where the database refuses a second active job per key;
         ``on_conflict`` then decides. Returns the id of the job in charge.
+        A ``transactional`` job (``store`` writes in the caller's transaction)
+        is held: the message goes once the caller has committed.
         """
-        store = get_job_store()
         if waits.parents:
             stored = {record.id for record in store.get_many(waits.parents)}
             for parent in waits.parents:
@@ -142,7 +170,9 @@ class Gateway:
         conflict: DuplicateJobError | None = None
         for _ in range(CONFLICT_ATTEMPTS):
             try:
-                self._insert_then_send(job, times, now, key, waits, serve=serve)
+                self._insert_then_send(
+                    job, times, now, key, waits, store, serve=serve, transactional=transactional
+                )
                 return job.id
             except DuplicateJobError as exc:
                 if exc.unique_key is None:  # this job id is stored already
@@ -162,7 +192,7 @@ class Gateway:
                 return holder
             if on_conflict == "raise":
                 raise conflict
-            if on_conflict == "replace" and self._replace(holder, job.id):
+            if on_conflict == "replace" and self._replace(store, holder, job.id):
                 continue
             # "after" (or "replace" of a holder that already started): wait for it,
             # and take the key when the wait ends.
@@ -178,27 +208,30 @@ class Gateway:
         now: datetime,
         key: str | None,
         waits: Waits,
+        store: IJobStore,
         *,
         serve: bool = True,
+        transactional: bool = False,
     ) -> None:
         """Admit ``job``, insert its Scheduled row, then send its message unless held.
 
         Until the message is sent (and marked), the row is due for release in
         :data:`HANDOFF_SECONDS`: a producer that dies in between leaves the
-        sending to the recovery sweep.
+        sending to the recovery sweep. A ``transactional`` job is held, due
+        for release at its planned start (or now).
         """
         before = job.status
         wait = times.delay_from(now)
         on_redis = redis_client_of(get_broker()) is not None
         waiting = bool(waits.awaited)
-        held = on_redis and (waiting or wait > SHORT_DELAY_SECONDS)
+        held = transactional or (on_redis and (waiting or wait > SHORT_DELAY_SECONDS))
         job.not_before, job.start_deadline = times.not_before, times.deadline
         job.unique_key = key
         job.waits = replace(waits, held=held).to_dict() if waiting else None
         if waiting:
             job.release_at = None  # released when the wait ends
         elif held:
-            job.release_at = times.not_before
+            job.release_at = times.not_before or now
         else:
             job.release_at = max(now + timedelta(seconds=HANDOFF_SECONDS), times.not_before or now)
         # The message goes once the row is stored; a held job takes no slot until
@@ -206,7 +239,7 @@ class Gateway:
         channel_of = manager.available if serve else manager.sender
         channel = _admit(job, before, channel_of, "check" if held else "admit")
         try:
-            written = get_job_store().put(job.to_record().evolve(version=0, updated=now))
+            written = store.put(job.to_record().evolve(version=0, updated=now))
         except BaseException:
             if not held:
                 manager.release_slot(channel.id, job.id)
@@ -219,6 +252,8 @@ class Gateway:
             raise DuplicateJobError(None, job.id)
         job.mark_saved(1, now)
         _log_scheduled(job, channel.id)
+        if transactional:
+            store.after_commit(lambda: self.release_now(job.id))
         if held:
             return
         try:
@@ -234,9 +269,8 @@ class Gateway:
         if not self.persist(job, SAVE_ATTEMPTS):
             logger.warning("job %s is queued but its dispatch was not recorded", job.id)
 
-    def _replace(self, holder_id: str, by: str) -> bool:
+    def _replace(self, store: IJobStore, holder_id: str, by: str) -> bool:
         """Cancel the key holder if it has not started; True if it no longer holds the key."""
-        store = get_job_store()
         for _ in range(CANCEL_ATTEMPTS):
             holder = store.get(holder_id)
             if holder is None or holder.status.is_terminal:
@@ -320,6 +354,28 @@ class Gateway:
         """``wait`` for async code (see ``Job.wait_async``)."""
         return await wait_for_async(job_id, timeout)
 
+    def release_now(self, job_id: str) -> bool:
+        """Send the message of the held job ``job_id`` now, if it is due before the
+        next tick (a transactional job whose caller just committed). Never raises:
+        what is not sent here the workers' sweep sends."""
+        try:
+            store = get_job_store()
+            record = store.get(job_id)
+            now = utcnow()
+            if (
+                record is None
+                or record.status is not Status.SCHEDULED
+                or record.release_at is None
+                or record.release_at > now + timedelta(seconds=SHORT_DELAY_SECONDS)
+            ):
+                return False
+            return release_held(store, [record], now) == 1
+        except Exception as exc:
+            logger.warning(
+                "job %s: not sent after its commit (%s); the workers' sweep sends it", job_id, exc
+            )
+            return False
+
     # -- cancelling -------------------------------------------------------------------
 
     def cancel(self, job: Job) -> bool:
@@ -364,6 +420,104 @@ class Gateway:
                 publish_cancel(job_id)
                 return True
         return False
+
+
+def release_held(
+    store: IJobStore,
+    batch: Sequence[JobRecord],
+    now: datetime,
+    broker: Broker | None = None,
+    tick: float = 1.0,
+) -> int:
+    """Send the first message of held jobs now due (the rows of ``batch``); returns
+    how many were sent.
+
+    Each job takes its channel slot now (one admission call per channel; the
+    bound applies, not the stop flag: the job was accepted before any stop).
+    One refused by a full channel stays held, due again in ``tick`` seconds,
+    behind the other due jobs. Each message is delayed to arrive at the job's
+    planned start. The rows are marked (``release_at`` cleared, the message
+    recorded) with compare-and-sets in one store call: a job cancelled
+    meanwhile keeps its row, and the message sent for it is acknowledged unrun.
+
+    Raises:
+        BrokerUnavailableError, StoreError: the rows not sent stay due.
+    """
+    broker = broker or get_broker()
+    admitted: set[str] = set()
+    by_channel: dict[str, list[str]] = {}
+    for record in batch:
+        by_channel.setdefault(record.channel_id, []).append(record.id)
+    for channel_id, job_ids in by_channel.items():
+        answers = manager.admit_released(channel_id, job_ids, broker)
+        admitted.update(job_id for job_id, ok in zip(job_ids, answers, strict=True) if ok)
+        if not all(answers):
+            logger.info(
+                "channel %s is full: %d due jobs stay held until it has room",
+                channel_id,
+                answers.count(False),
+                extra={"action": "release_deferred", "channel_id": channel_id},
+            )
+    marks: list[JobRecord] = []
+    failed: Exception | None = None
+    for record in batch:
+        if record.id not in admitted:
+            later = now + timedelta(seconds=tick)
+            marks.append(record.evolve(release_at=max(later, record.release_at or later)))
+            continue
+        if failed is not None:  # the broker failed: the rest stay due
+            manager.release_slot(record.channel_id, record.id, broker)
+            continue
+        wait = 0.0
+        if record.not_before is not None:
+            wait = max(0.0, (record.not_before - now).total_seconds())
+        step = StepMessage(record.id, Position(), record.evolve(release_at=None))
+        try:
+            message = send_step(broker, step, record.channel_id, wait)
+        except Exception as exc:
+            failed = exc
+            manager.release_slot(record.channel_id, record.id, broker)
+            continue
+        marks.append(
+            record.evolve(
+                release_at=None,
+                updated=now,
+                state=dict(record.state, **{DISPATCH_KEY: dispatch_of(message)}),
+            )
+        )
+    store.advance_many(marks)
+    if failed is not None:
+        raise failed
+    return sum(1 for mark in marks if mark.release_at is None)
+
+
+def send_step(broker: Broker, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
+    """Enqueue ``step`` on ``channel_id``'s queue (after ``delay`` seconds); the message sent.
+
+    Redis takes a message for any queue, and declaring one in a worker process
+    would make it consume a channel it does not serve; other brokers (the stub
+    broker) need the queue declared first.
+    """
+    if redis_client_of(broker) is None and channel_id not in broker.get_declared_queues():
+        broker.declare_queue(channel_id)
+    return broker.enqueue(step.to_message(channel_id), delay=int(delay * 1000) or None)
+
+
+def _transactional_store(store: IJobStore, connection: object) -> IJobStore:
+    """``store`` writing in the caller's transaction, once it is sure to be sent.
+
+    Raises:
+        ConfigError: not a SQL store, another database, or nothing would send
+            the job (no Redis sweep, and a plain Connection tells no commit).
+    """
+    bound = store.within(connection)
+    if not bound.tells_commits and redis_client_of(get_broker()) is None:
+        raise ConfigError(
+            "scheduled(connection=...) without Redis needs a SQLAlchemy Session: "
+            "with no workers' sweep, this process sends the job when the Session "
+            "commits (a plain Connection does not tell it)"
+        )
+    return bound
 
 
 def publish_cancel(job_id: str, client: Any | None = None) -> bool:

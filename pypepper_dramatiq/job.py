@@ -39,6 +39,7 @@ class JobGateway(Protocol):
         after: Iterable[Job | str] | Job | str = (),
         on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
+        connection: object | None = None,
     ) -> str: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...
@@ -156,6 +157,7 @@ class Job:
         after: Iterable[Job | str] | Job | str = (),
         on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
+        connection: object | None = None,
     ) -> str:
         """INIT, SCHEDULE, send to the channel, persist Scheduled; returns the id of the
         job left in charge of the work (this one's, or the key holder's on a skip).
@@ -180,6 +182,13 @@ class Job:
             max_start_delay: seconds (or a timedelta): a job not started by its
                 planned start plus this ends Cancelled, before any of its code
                 runs (0: no lateness allowed). Waits do not move it.
+            connection: the caller's SQLAlchemy ``Connection`` or ``Session`` on
+                the job store's database: the job is written in the caller's
+                transaction and sent only once it commits (by the workers' sweep
+                within about a second, or at once by this process when a
+                ``Session`` commits); a rollback leaves no trace. The channel's
+                stop flag and bound are checked now (the errors below), and the
+                job takes its slot when it is sent.
 
         Raises:
             ChannelFullError, ChannelStoppedError: nothing was queued; the
@@ -188,6 +197,9 @@ class Job:
                 (``existing_id`` names the holder).
             UnknownJobError: a job of ``after`` is not stored.
             InvalidTransitionError: the job cannot be scheduled from its status.
+            ConfigError: ``connection`` is not a SQLAlchemy Connection or Session,
+                reaches another database than the job store's, or the store is
+                not a SQL one.
             ValueError, TypeError: a bad option (naive eta, negative delay, both
                 delay and eta, an unknown on_conflict...), named; nothing was
                 queued or stored.
@@ -201,6 +213,7 @@ class Job:
             after=after,
             on_parent_failure=on_parent_failure,
             max_start_delay=max_start_delay,
+            connection=connection,
         )
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:

@@ -123,8 +123,8 @@ class WorkflowMiddleware(Middleware):
             self.lease_seconds,
             self.sweep_interval,
             dispatch_seconds=self.book.dispatch_seconds,
+            retention=self.settings.purge_after,
         )
-        sweeper.retention = self.settings.purge_after
         threads: list[Any] = [
             LeaseKeeper(self.inflight, self.owner, self.lease_seconds, self.cancel_grace),
             sweeper,

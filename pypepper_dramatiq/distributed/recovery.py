@@ -26,9 +26,11 @@ from dramatiq.common import dq_name
 
 from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
+from ..engine.hooks import HookSweep
 from ..engine.ledger import StepBook, cursor_of
 from ..engine.waiting import Settled, settle
 from ..errors import StoreError, StoreUnavailableError
+from ..gateway import release_held, send_step
 from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
 from ..record import JobRecord, utcnow
 from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
@@ -36,7 +38,6 @@ from ..retention import BATCH
 from ..rules import Position
 from ..schedules import fire_due
 from ..status import Status
-from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..waits import Waits
 
@@ -64,6 +65,7 @@ class RecoverySweeper(threading.Thread):
         interval: float,
         batch: int = 500,
         dispatch_seconds: float | None = None,
+        retention: dict[Status, float] | None = None,
     ) -> None:
         super().__init__(name="pypepper-recovery", daemon=True)
         self.broker = broker
@@ -75,6 +77,10 @@ class RecoverySweeper(threading.Thread):
         self.batch = batch
         self._stop_event = threading.Event()
         self.book = StepBook(get_job_store, owner, lease_seconds)
+        #: How long ended jobs are kept, by final status, in seconds (None or {}:
+        #: for ever): ``Settings.purge_after``.
+        self.retention = retention
+        self._hook_sweep = HookSweep(get_job_store, owner, lease_seconds, interval, batch)
         #: Where the next look at Scheduled rows starts (created, id); None: the oldest.
         self._scheduled_after: tuple[datetime, str] | None = None
         #: Where the next look at waiting rows starts (waiting_since, id); None: the oldest.
@@ -185,14 +191,7 @@ class RecoverySweeper(threading.Thread):
 
         At most every ``interval`` (see :class:`~pypepper_dramatiq.engine.hooks.HookSweep`).
         """
-        from ..engine.hooks import HookSweep
-
-        sweep: HookSweep | None = getattr(self, "_hook_sweep", None)
-        if sweep is None:
-            sweep = self._hook_sweep = HookSweep(
-                get_job_store, self.owner, self.lease_seconds, self.interval, self.batch
-            )
-        return sweep.sweep(now)
+        return self._hook_sweep.sweep(now)
 
     def fire_recurring(self, now: datetime) -> int:
         """Fire the due slots of the recurring schedules; returns how many jobs fired."""
@@ -247,59 +246,8 @@ class RecoverySweeper(threading.Thread):
         sent = 0
         while batch := [r for r in store.due_releases(until, self.batch) if r.id not in seen]:
             seen.update(r.id for r in batch)  # a row whose mark lost a race is not resent
-            sent += self._release(store, batch, now)
+            sent += release_held(store, batch, now, self.broker, tick)
         return sent
-
-    def _release(self, store: IJobStore, batch: list[JobRecord], now: datetime) -> int:
-        tick = min(self.interval, TICK_SECONDS)
-        admitted: set[str] = set()
-        by_channel: dict[str, list[str]] = {}
-        for record in batch:
-            by_channel.setdefault(record.channel_id, []).append(record.id)
-        for channel_id, job_ids in by_channel.items():
-            answers = manager.admit_released(channel_id, job_ids, self.broker)
-            admitted.update(job_id for job_id, ok in zip(job_ids, answers, strict=True) if ok)
-            if not all(answers):
-                logger.info(
-                    "channel %s is full: %d due jobs stay held until it has room",
-                    channel_id,
-                    answers.count(False),
-                    extra={"action": "release_deferred", "channel_id": channel_id},
-                )
-        # Compare-and-set marks: a job cancelled meanwhile keeps its row (the
-        # message sent is then acknowledged unrun). A job left held goes behind
-        # the other due jobs, so that one full channel does not hold up the rest.
-        marks: list[JobRecord] = []
-        failed: Exception | None = None
-        for record in batch:
-            if record.id not in admitted:
-                later = now + timedelta(seconds=tick)
-                marks.append(record.evolve(release_at=max(later, record.release_at or later)))
-                continue
-            if failed is not None:  # the broker failed: the rest stay due
-                manager.release_slot(record.channel_id, record.id, self.broker)
-                continue
-            wait = 0.0
-            if record.not_before is not None:
-                wait = max(0.0, (record.not_before - now).total_seconds())
-            step = StepMessage(record.id, Position(), record.evolve(release_at=None))
-            try:
-                message = self._send(step, record.channel_id, delay=wait)
-            except Exception as exc:
-                failed = exc
-                manager.release_slot(record.channel_id, record.id, self.broker)
-                continue
-            marks.append(
-                record.evolve(
-                    release_at=None,
-                    updated=now,
-                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(message)}),
-                )
-            )
-        store.advance_many(marks)
-        if failed is not None:
-            raise failed
-        return sum(1 for mark in marks if mark.release_at is None)
 
     def cancel_overdue(self, now: datetime) -> int:
         """Cancel the Scheduled jobs past their start deadline that nobody picked up."""
@@ -311,13 +259,7 @@ class RecoverySweeper(threading.Thread):
         return cancelled
 
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
-        # Redis takes a message for any queue; declaring one here would make this
-        # worker consume a channel it does not serve. The stub broker needs it.
-        if redis_client_of(self.broker) is None and channel_id not in (
-            self.broker.get_declared_queues()
-        ):
-            self.broker.declare_queue(channel_id)
-        return self.broker.enqueue(step.to_message(channel_id), delay=int(delay * 1000) or None)
+        return send_step(self.broker, step, channel_id, delay)
 
     def resend_lost_first_steps(self, now: datetime) -> int:
         """Send again the first message of Scheduled jobs whose message is gone.
@@ -384,9 +326,6 @@ class RecoverySweeper(threading.Thread):
 
     # -- retention ----------------------------------------------------------------------
 
-    #: How long ended jobs are kept, by final status, in seconds (None or {}: for
-    #: ever); :class:`~.middleware.WorkflowMiddleware` sets it from ``Settings.retention``.
-    retention: dict[Status, float] | None = None
     #: Rows per purge statement, and statements per status in one pass: a pass
     #: deletes at most 10,000 jobs of each status, so that it stays short (the next
     #: full pass goes on where it stopped).

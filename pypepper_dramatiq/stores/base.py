@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from ..events import RUN, transition
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..recurring import RecurringSchedule
@@ -254,6 +254,28 @@ class IJobStore(abc.ABC):
         id)``, strictly after ``after``. Stores that can filter in a query override it."""
         return [r for r in self.list(after=after) if r.state.get(HOOKS_KEY)][:limit]
 
+    def within(self, connection: object) -> IJobStore:
+        """This store writing in the caller's transaction (``scheduled(connection=)``).
+
+        Only a SQL store can: its rows then become visible when the caller commits.
+
+        Raises:
+            ConfigError: this store cannot write in a caller's transaction.
+        """
+        raise ConfigError(
+            f"{type(self).__name__} cannot write in a caller's transaction "
+            "(scheduled(connection=...) needs a PostgreSQL or MySQL job store)"
+        )
+
+    #: Whether :meth:`after_commit` is told of the caller's commit (a store from
+    #: :meth:`within` on a ``Session``).
+    tells_commits: bool = False
+
+    def after_commit(self, callback: Callable[[], object]) -> bool:
+        """Call ``callback`` once the caller's transaction this store writes in has
+        committed; False (and never called) when this store is not told of it."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 
@@ -301,6 +323,22 @@ class IJobStore(abc.ABC):
             if current is not None and current.version == row.version and self.delete(row.id):
                 deleted.append(row.id)
         return deleted
+
+    # -- counts (the dashboard) ---------------------------------------------------------
+
+    def count_by_status(
+        self, *, channel_id: str | None = None, category: str | None = None
+    ) -> dict[Status, int]:
+        """How many jobs each status has (every status a key, 0 when none), among those
+        of ``channel_id`` and ``category`` when given.
+
+        This default reads the rows through :meth:`list`; the stores of this package
+        override it with a count.
+        """
+        return {
+            status: len(self.list(status=status, channel_id=channel_id, category=category))
+            for status in Status
+        }
 
 
 def why_not_claimable(

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from alembic import command
 from alembic.config import Config
@@ -34,6 +34,7 @@ from sqlalchemy import (
     Engine,
     create_engine,
     delete,
+    event,
     func,
     insert,
     literal,
@@ -44,6 +45,7 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement, Select
 
 from .. import retention
@@ -883,6 +885,108 @@ class SqlJobStore(IJobStore):
             if ids:
                 conn.execute(delete(jobs).where(jobs.c.id.in_(ids), guard))
         return ids
+
+    def within(self, connection: object) -> IJobStore:
+        """This store writing through ``connection`` (a SQLAlchemy ``Connection``, or a
+        ``Session``'s), in the caller's transaction.
+
+        Each statement runs in a savepoint of that transaction, so that one the
+        database refuses (a held unique key) rolls back alone and the caller's
+        transaction goes on. Reads and writes of one job (``put``, ``advance``,
+        ``get``, ``get_many``, ``key_holder``) are what it is for.
+
+        Raises:
+            ConfigError: ``connection`` is neither, or reaches another database.
+        """
+        caller = _caller_connection(connection)
+        mine, theirs = _database_of(self._engine.url), _database_of(caller.engine.url)
+        if mine != theirs:
+            raise ConfigError(
+                f"connection= reaches {caller.engine.url.render_as_string(hide_password=True)}, "
+                f"not the job store's database ({_masked(self._engine)})"
+            )
+        return _InCallerTransaction(caller, self._engine, connection)
+
+    # -- counts (the dashboard) ---------------------------------------------------------
+
+    def count_by_status(
+        self, *, channel_id: str | None = None, category: str | None = None
+    ) -> dict[Status, int]:
+        # One GROUP BY over the (status, created, id) index (with a channel, the
+        # (channel_id, status, ...) one); a category filter reads the rows.
+        query = select(jobs.c.status, func.count()).group_by(jobs.c.status)
+        if channel_id is not None:
+            query = query.where(jobs.c.channel_id == channel_id)
+        if category is not None:
+            query = query.where(jobs.c.category == category)
+        counts = dict.fromkeys(Status, 0)
+        with _boundary(self._engine, "counting jobs"), self._engine.connect() as conn:
+            for status, count in conn.execute(query):
+                counts[Status(status)] = int(count)
+        return counts
+
+
+class _InCallerTransaction(SqlJobStore):
+    """A :class:`SqlJobStore` whose statements run in a caller's transaction.
+
+    The portable statements only (the PostgreSQL subclass's hot paths use pooled
+    driver connections of their own); made by :meth:`SqlJobStore.within`.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _InCallerTransaction:
+        return object.__new__(cls)
+
+    def __init__(self, connection: Connection, engine: Engine, given: object) -> None:
+        self._engine = cast(Engine, _CallerTransaction(connection, engine))
+        self._session = given if isinstance(given, Session) else None
+        self.tells_commits = self._session is not None
+
+    def after_commit(self, callback: Callable[[], object]) -> bool:
+        if self._session is None:
+            return False
+        # Once, after the commit that makes the row visible (never on a rollback).
+        event.listen(self._session, "after_commit", lambda _session: callback(), once=True)
+        return True
+
+
+class _CallerTransaction:
+    """What a :class:`SqlJobStore` needs of an engine, on a caller's connection:
+    each ``connect()`` is a savepoint in the caller's transaction."""
+
+    def __init__(self, connection: Connection, engine: Engine) -> None:
+        self._connection = connection
+        self.url = engine.url
+        self.dialect = connection.dialect
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self._connection.begin_nested():
+            yield self._connection
+
+    def dispose(self) -> None:
+        """The connection is the caller's: nothing to release."""
+
+
+def _caller_connection(connection: object) -> Connection:
+    if isinstance(connection, Session):
+        return connection.connection()
+    if isinstance(connection, Connection):
+        return connection
+    raise ConfigError(
+        f"connection= takes a SQLAlchemy Connection or Session, got {type(connection).__name__}"
+    )
+
+
+#: Each backend's port when a URL names none.
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
+
+
+def _database_of(url: Any) -> tuple[str, str, int | None, str]:
+    """What makes two URLs the same database, whatever their driver or user."""
+    backend = url.get_backend_name()
+    backend = "mysql" if backend == "mariadb" else backend
+    host = url.host or str(url.query.get("host") or "localhost")
+    return backend, host, url.port or _DEFAULT_PORTS.get(backend), url.database or ""
 
 
 class PostgresJobStore(SqlJobStore):

@@ -194,8 +194,10 @@ def test_the_sweep_purges_in_full_passes_only_in_bounded_batches_and_logs_the_co
     store.put(JobRecord(id="recent", status=Status.COMPLETED, updated=now - timedelta(days=6)))
     store.put(JobRecord(id="old-failed", status=Status.FAILED, created=T0, updated=T0))
     store.put(JobRecord(id="running", status=Status.IN_PROGRESS, created=T0, updated=T0))
-    sweeper = RecoverySweeper(fresh_process_state, "me", lease_seconds=30, interval=5)
-    sweeper.retention = Settings(retention={"Completed": "7d"}).purge_after
+    retention = Settings(retention={"Completed": "7d"}).purge_after
+    sweeper = RecoverySweeper(
+        fresh_process_state, "me", lease_seconds=30, interval=5, retention=retention
+    )
     sweeper.purge_batch, sweeper.purge_batches = 10, 2
 
     sweeper.sweep(full=False)
