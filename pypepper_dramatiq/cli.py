@@ -10,6 +10,8 @@ Commands:
 * ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
 * ``purge --status S --older-than D``: delete the jobs that ended S longer
   than D ago (``--dry-run``: count them).
+* ``dashboard``: serve the web dashboard (``--host``, ``--port``; HTTP basic
+  auth from ``PYPEPPER_DASHBOARD_USER`` / ``PYPEPPER_DASHBOARD_PASSWORD``).
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
 ended), 2 bad usage or a store or Redis that cannot be used.
@@ -44,6 +46,11 @@ from .stores.base import IJobStore, JobRecord, utcnow
 
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
 URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
+#: The dashboard's basic-auth credentials (both, or neither: read-only).
+DASHBOARD_USER_ENV, DASHBOARD_PASSWORD_ENV = (
+    "PYPEPPER_DASHBOARD_USER",
+    "PYPEPPER_DASHBOARD_PASSWORD",
+)
 
 PROG = "pypepper-dramatiq"
 
@@ -264,6 +271,27 @@ def _parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="count the jobs it would delete; delete none"
     )
     purge.add_argument("--json", action="store_true", help="one line of JSON (default: words)")
+
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve the web dashboard",
+        description="Serve the web dashboard (jobs, one job's history, schedules, channels) "
+        f"with Werkzeug's server. With ${DASHBOARD_USER_ENV} and ${DASHBOARD_PASSWORD_ENV} "
+        "set it asks for them (HTTP basic auth) and may cancel jobs and pause, resume or "
+        "trigger schedules; without them it is read-only. Needs the dashboard extra: "
+        "pip install 'pypepper-dramatiq[dashboard]'.",
+    )
+    _add_uri(dashboard)
+    dashboard.add_argument(
+        "--broker-url",
+        default=broker_url,
+        help="redis://... of the workers: the channels page, and cancels and firings "
+        f"reach them at once; default: ${BROKER_ENV}",
+    )
+    dashboard.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (127.0.0.1: this machine only)"
+    )
+    dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
     return parser
 
 
@@ -323,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _recurring(store, args)
             if args.command == "purge":
                 return _purge(store, args)
+            if args.command == "dashboard":
+                return _dashboard(store, args)
             return _jobs(store, args)
         finally:
             store.close()
@@ -533,6 +563,40 @@ def _purge(store: IJobStore, args: argparse.Namespace) -> int:
     else:
         verb = "would delete" if args.dry_run else "deleted"
         print(f"{verb} {count} {args.status} jobs that ended before {_when(ended_before)}")
+    return 0
+
+
+# -- dashboard -------------------------------------------------------------------------------
+
+
+def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
+    from .stores.registry import reset_job_store, set_job_store
+
+    try:
+        from werkzeug.serving import run_simple
+
+        from .web import basic_auth, make_app
+    except ImportError as exc:
+        _error(str(exc))
+        return 2
+    user = os.environ.get(DASHBOARD_USER_ENV) or ""
+    password = os.environ.get(DASHBOARD_PASSWORD_ENV) or ""
+    if bool(user) != bool(password):
+        _error(f"set both ${DASHBOARD_USER_ENV} and ${DASHBOARD_PASSWORD_ENV}, or neither")
+        return 2
+    set_job_store(store)
+    try:
+        if args.broker_url:
+            from .distributed.setup import setup
+
+            setup(args.broker_url)  # cancels are published, firings sent, on this Redis
+            set_job_store(store)
+        app = make_app(auth=basic_auth(user, password) if user else None)
+        mode = "basic auth" if user else f"read-only (no ${DASHBOARD_USER_ENV})"
+        print(f"dashboard on http://{args.host}:{args.port}/, {mode}", file=sys.stderr)
+        run_simple(args.host, args.port, app, threaded=True)
+    finally:
+        reset_job_store()
     return 0
 
 

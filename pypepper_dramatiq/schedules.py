@@ -31,8 +31,10 @@ __all__ = [
     "RecurringSchedule",
     "fire_due",
     "list_recurring",
+    "pause_recurring",
     "recurring",
     "remove_recurring",
+    "resume_recurring",
     "trigger_recurring",
 ]
 
@@ -40,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 #: The unique key the firings of a schedule with ``overlap="skip"`` share.
 OVERLAP_KEY = "recurring:{name}"
+#: Compare-and-set tries of :func:`pause_recurring` / :func:`resume_recurring`.
+PAUSE_ATTEMPTS = 10
 
 
 def recurring(
@@ -232,3 +236,58 @@ def _template(job: Job) -> dict[str, object]:
             "rebuild it from the store"
         )
     return {"channel_id": job.channel_id, "category": job.category, "payload": record.payload}
+
+
+# -- pause and resume ------------------------------------------------------------------------
+
+
+def pause_recurring(name: str, now: datetime | None = None) -> bool:
+    """Stop schedule ``name`` from firing until :func:`resume_recurring`; True once it
+    is paused (also when it was already), False if it kept changing meanwhile.
+
+    The jobs it fired already are left alone; :func:`trigger_recurring` still fires it.
+
+    Raises:
+        UnknownScheduleError: no schedule ``name`` is stored.
+    """
+    return _set_paused(name, True, now or utcnow())
+
+
+def resume_recurring(name: str, now: datetime | None = None) -> bool:
+    """Let schedule ``name`` fire again; True once it is resumed (also when it was not
+    paused), False if it kept changing meanwhile.
+
+    The slots that passed while it was paused are not fired (whatever its
+    ``catch_up``): it fires next at its first slot after ``now``.
+
+    Raises:
+        UnknownScheduleError: no schedule ``name`` is stored.
+    """
+    return _set_paused(name, False, now or utcnow())
+
+
+def _set_paused(name: str, paused: bool, now: datetime) -> bool:
+    store = get_job_store()
+    for _ in range(PAUSE_ATTEMPTS):
+        schedule = store.get_recurring(name)
+        if schedule is None:
+            raise UnknownScheduleError(name)
+        if schedule.paused is paused:
+            return True
+        changed = schedule.evolve(paused=paused, updated=now)
+        if not paused and schedule.next_slot <= now:
+            changed = changed.evolve(
+                next_slot=CronSchedule(schedule.cron, schedule.timezone).next_after(now)
+            )
+        if store.advance_recurring(changed):  # compare-and-set on the version read
+            logger.info(
+                "recurring schedule %s %s",
+                name,
+                "paused" if paused else "resumed",
+                extra={
+                    "action": "pause_recurring" if paused else "resume_recurring",
+                    "schedule": name,
+                },
+            )
+            return True
+    return False

@@ -244,3 +244,17 @@ class MemoryJobStore(IJobStore):
                 for row in chosen:
                     del self._rows[row.id]
         return [row.id for row in chosen]
+
+    # -- counts (the dashboard) ---------------------------------------------------------
+
+    def count_by_status(
+        self, *, channel_id: str | None = None, category: str | None = None
+    ) -> dict[Status, int]:
+        counts = dict.fromkeys(Status, 0)
+        with self._lock:
+            for row in self._rows.values():
+                if (channel_id is None or row.channel_id == channel_id) and (
+                    category is None or row.category == category
+                ):
+                    counts[row.status] += 1
+        return counts

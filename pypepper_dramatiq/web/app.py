@@ -1,0 +1,400 @@
+"""The dashboard's WSGI application: routing, access, actions, and rendering.
+
+Werkzeug routes and wraps the requests, Jinja2 renders the pages (autoescaped),
+itsdangerous signs the forms' CSRF tokens (:mod:`.security`). The pages read the
+job store; the actions go through the package's own calls (``Job.cancel_saved``,
+:mod:`~pypepper_dramatiq.schedules`), as the shell does.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.routing import Map, MapAdapter, Rule
+from werkzeug.utils import redirect, send_from_directory
+from werkzeug.wrappers import Request, Response
+
+from ..channels.broker import get_broker
+from ..channels.channel import manager
+from ..errors import (
+    InvalidTransitionError,
+    StoreError,
+    UnknownJobError,
+    UnknownScheduleError,
+)
+from ..job import Job
+from ..record import MAX_ID_LENGTH
+from ..schedules import pause_recurring, resume_recurring, trigger_recurring
+from ..status import Status
+from ..stores.base import IJobStore
+from ..stores.registry import get_job_store
+from . import views
+from .paging import decode_cursor, encode_cursor
+from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+#: Jobs per page unless ``limit`` says otherwise, and the most it may say.
+PAGE, MOST = 50, 500
+
+#: The notices an action's redirect may name (``?notice=``): fixed words, never echoed input.
+NOTICES = {
+    "cancelled": "The job was cancelled.",
+    "ended": "The job had already ended: nothing was cancelled.",
+    "busy": "The row kept changing while the action ran; nothing was changed. Try again.",
+    "paused": "The schedule is paused.",
+    "resumed": "The schedule is resumed; it fires next at its next slot.",
+    "triggered": "The schedule was fired now: this is the job in charge.",
+}
+
+#: Sent with every page: no script or style from elsewhere, no framing, no caching.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+_URLS = Map(
+    [
+        Rule("/", endpoint="jobs"),
+        Rule("/jobs/<path:job_id>", endpoint="job"),
+        Rule("/schedules", endpoint="schedules"),
+        # Actions first, the name last: a job id or schedule name may hold a "/".
+        Rule("/actions/cancel/<path:job_id>", endpoint="cancel", methods=["POST"]),
+        Rule("/actions/pause/<path:name>", endpoint="pause", methods=["POST"]),
+        Rule("/actions/resume/<path:name>", endpoint="resume", methods=["POST"]),
+        Rule("/actions/trigger/<path:name>", endpoint="trigger", methods=["POST"]),
+        Rule("/channels", endpoint="channels"),
+        Rule("/static/<path:filename>", endpoint="static"),
+    ],
+    strict_slashes=False,
+)
+
+
+class Refused(HTTPException):
+    """An action the dashboard will not do, with the reason shown on the page."""
+
+    def __init__(self, code: int, description: str) -> None:
+        super().__init__(description)
+        self.code = code
+
+
+@dataclass
+class _Call:
+    """One request as the handlers see it."""
+
+    request: Request
+    urls: MapAdapter
+    csrf_value: str
+    new_csrf_value: bool
+
+    def url(self, endpoint: str, **values: Any) -> str:
+        return self.urls.build(endpoint, {k: v for k, v in values.items() if v not in (None, "")})
+
+
+class Dashboard:
+    """The WSGI application :func:`make_app` returns (see there)."""
+
+    def __init__(
+        self,
+        store: IJobStore | None = None,
+        broker: Any | None = None,
+        *,
+        auth: Auth | None = None,
+        allow_anonymous_actions: bool = False,
+        secret_key: str | bytes | None = None,
+    ) -> None:
+        if auth is not None and not callable(auth):
+            raise TypeError(f"auth must be a callable taking the WSGI environ, got {auth!r}")
+        self._store = store
+        self._broker = broker
+        self.auth = auth
+        #: Whether the forms act: with an ``auth``, or when anonymous actions are allowed.
+        self.actions_allowed = auth is not None or bool(allow_anonymous_actions)
+        self._csrf = CsrfTokens(secret_key if secret_key else secrets.token_bytes(32))
+        self._templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    # -- WSGI ---------------------------------------------------------------------------
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        request = Request(environ)
+        response = self._respond(request)
+        return response(environ, start_response)
+
+    @property
+    def store(self) -> IJobStore:
+        """The store the pages read: the one given, else the process's."""
+        return self._store if self._store is not None else get_job_store()
+
+    def _respond(self, request: Request) -> Response:
+        if self.auth is not None and not self.auth(request.environ):
+            return Response(
+                "Authentication required.\n",
+                401,
+                {"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"', **SECURITY_HEADERS},
+                mimetype="text/plain",
+            )
+        value = request.cookies.get(CSRF_COOKIE) or ""
+        fresh = not (20 <= len(value) <= 100)
+        call = _Call(
+            request,
+            _URLS.bind_to_environ(request.environ),
+            CsrfTokens.new_value() if fresh else value,
+            fresh,
+        )
+        try:
+            endpoint, values = call.urls.match()
+            response: Response = getattr(self, f"_{endpoint}")(call, **values)
+        except MethodNotAllowed as exc:
+            response = self._error(call, 405, "This address takes a POST form, not a visit.")
+            response.headers["Allow"] = ", ".join(exc.valid_methods or ())
+        except HTTPException as exc:
+            response = self._error(call, exc.code or 500, exc.description or "")
+        except StoreError as exc:
+            logger.warning("dashboard: the job store cannot be used: %s", exc)
+            response = self._error(call, 503, f"The job store cannot be used: {exc}")
+        for name, header in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, header)
+        if call.new_csrf_value:
+            response.set_cookie(
+                CSRF_COOKIE,
+                call.csrf_value,
+                path=(request.script_root or "") + "/",
+                httponly=True,
+                samesite="Strict",
+                secure=request.is_secure,
+            )
+        return response
+
+    # -- rendering ----------------------------------------------------------------------
+
+    def _render(self, call: _Call, template: str, status: int = 200, **values: Any) -> Response:
+        notice = NOTICES.get(call.request.args.get("notice", ""))
+        page = self._templates.get_template(template).render(
+            url=call.url,
+            csrf_field=CSRF_FIELD,
+            csrf_token=self._csrf.token(call.csrf_value),
+            actions_allowed=self.actions_allowed,
+            anonymous_actions=self.actions_allowed and self.auth is None,
+            notice=notice,
+            request_path=call.request.path,
+            **values,
+        )
+        return Response(page, status, mimetype="text/html")
+
+    def _error(self, call: _Call, code: int, message: str) -> Response:
+        titles = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found"}
+        titles |= {405: "Method not allowed", 409: "Conflict", 503: "Store unavailable"}
+        return self._render(
+            call, "error.html", code, code=code, title=titles.get(code, "Error"), message=message
+        )
+
+    # -- pages --------------------------------------------------------------------------
+
+    def _jobs(self, call: _Call) -> Response:
+        args = call.request.args
+        status = args.get("status") or None
+        if status is not None and status not in {s.value for s in Status}:
+            raise Refused(400, "Unknown status in the filter.")
+        channel = args.get("channel") or None
+        category = args.get("category") or None
+        limit = _limit(args.get("limit"))
+        before = None
+        if args.get("before"):
+            before = decode_cursor(args["before"])
+            if before is None:
+                raise Refused(400, "The page cursor is not one this dashboard made.")
+        filters = {"status": status, "channel": channel, "category": category}
+        if any("\x00" in value for value in (channel or "", category or "")):
+            # No stored value holds a NUL (PostgreSQL refuses it): nothing matches.
+            found: list[Any] = []
+            counts = dict.fromkeys(Status, 0)
+        else:
+            found = list(
+                self.store.list(
+                    status=status,
+                    channel_id=channel,
+                    category=category,
+                    limit=limit + 1,
+                    newest_first=True,
+                    before=before,
+                )
+            )
+            counts = self.store.count_by_status(channel_id=channel, category=category)
+        page = found[:limit]
+        older = encode_cursor(page[-1].created, page[-1].id) if len(found) > limit else None
+        return self._render(
+            call,
+            "jobs.html",
+            rows=[views.job_row(record) for record in page],
+            counts=[(s.value, counts.get(s, 0)) for s in Status if s is not Status.UNKNOWN],
+            total=sum(counts.values()),
+            filters=filters,
+            statuses=[s.value for s in Status],
+            limit=limit,
+            limit_given=args.get("limit"),
+            older=older,
+            paged=before is not None,
+        )
+
+    def _job(self, call: _Call, job_id: str) -> Response:
+        record = self.store.get(job_id) if _plausible_id(job_id) else None
+        if record is None:
+            raise Refused(404, f"No job {job_id!r} is stored.")
+        return self._render(call, "job.html", job=views.job_view(record, self.store))
+
+    def _schedules(self, call: _Call) -> Response:
+        rows = [views.schedule_row(schedule) for schedule in self.store.list_recurring()]
+        return self._render(call, "schedules.html", schedules=rows)
+
+    def _channels(self, call: _Call) -> Response:
+        broker = self._broker if self._broker is not None else get_broker()
+        problem = None
+        try:
+            source, rows = views.channel_rows(
+                broker, [c for c in map(manager.get, manager.ids()) if c is not None]
+            )
+        except Exception as exc:  # Redis down: the page says so rather than failing
+            source, rows, problem = "Redis", [], f"Redis cannot be read: {exc}"
+        return self._render(call, "channels.html", source=source, channels=rows, problem=problem)
+
+    def _static(self, call: _Call, filename: str) -> Response:
+        return send_from_directory(HERE / "static", filename, call.request.environ)
+
+    # -- actions ------------------------------------------------------------------------
+
+    def _may_act(self, call: _Call) -> None:
+        """Refuse the action unless it is allowed, carries a good token, and acts on the
+        store the pages show."""
+        if not self.actions_allowed:
+            raise Refused(
+                403,
+                "This dashboard is read-only: it has no authentication configured "
+                "(make_app(auth=...), or allow_anonymous_actions=True).",
+            )
+        token = call.request.form.get(CSRF_FIELD)
+        if call.new_csrf_value or not self._csrf.valid(token, call.csrf_value):
+            raise Refused(403, "The form's CSRF token is missing or not valid: reload the page.")
+        if self._store is not None and self._store is not get_job_store():
+            raise Refused(
+                409,
+                "Actions go through the process's job store, and this dashboard shows "
+                "another one: install it with set_job_store(store) to act on it.",
+            )
+
+    def _cancel(self, call: _Call, job_id: str) -> Response:
+        self._may_act(call)
+        if not _plausible_id(job_id):
+            raise Refused(404, f"No job {job_id!r} is stored.")
+        try:
+            notice = "cancelled" if Job.cancel_saved(job_id) else "busy"
+        except UnknownJobError:
+            raise Refused(404, f"No job {job_id!r} is stored.") from None
+        except InvalidTransitionError:
+            notice = "ended"
+        logger.info(
+            "dashboard: cancel of job %s: %s",
+            job_id,
+            notice,
+            extra={"action": "dashboard_cancel", "job_id": job_id},
+        )
+        return redirect(call.url("job", job_id=job_id, notice=notice), 303)
+
+    def _pause(self, call: _Call, name: str) -> Response:
+        return self._schedule_action(call, name, "paused")
+
+    def _resume(self, call: _Call, name: str) -> Response:
+        return self._schedule_action(call, name, "resumed")
+
+    def _trigger(self, call: _Call, name: str) -> Response:
+        self._may_act(call)
+        try:
+            job_id = trigger_recurring(name)
+        except UnknownScheduleError:
+            raise Refused(404, f"No recurring schedule {name!r} is stored.") from None
+        return redirect(call.url("job", job_id=job_id, notice="triggered"), 303)
+
+    def _schedule_action(self, call: _Call, name: str, done: str) -> Response:
+        self._may_act(call)
+        change = pause_recurring if done == "paused" else resume_recurring
+        try:
+            notice = done if change(name) else "busy"
+        except UnknownScheduleError:
+            raise Refused(404, f"No recurring schedule {name!r} is stored.") from None
+        return redirect(call.url("schedules", notice=notice), 303)
+
+
+def _plausible_id(job_id: str) -> bool:
+    """Whether a store could hold ``job_id`` (a longer one or a NUL cannot be stored)."""
+    return 0 < len(job_id) <= MAX_ID_LENGTH and "\x00" not in job_id
+
+
+def _limit(text: str | None) -> int:
+    if not text:
+        return PAGE
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MOST:
+        raise Refused(400, f"The page size must be a whole number from 1 to {MOST}.")
+    return value
+
+
+def make_app(
+    store: IJobStore | None = None,
+    broker: Any | None = None,
+    *,
+    auth: Auth | None = None,
+    allow_anonymous_actions: bool = False,
+    secret_key: str | bytes | None = None,
+) -> Dashboard:
+    """The dashboard as a WSGI application, to serve alone or mount under a prefix.
+
+    Args:
+        store: the job store the pages show; default: the process's
+            (:func:`~pypepper_dramatiq.get_job_store`, looked up per request).
+            The actions act on the process's store through the package's calls;
+            with another store given here they are refused (409).
+        broker: the Dramatiq broker whose Redis holds the channels (the channels
+            page); default: the process's. With a broker that is not Redis, the
+            page shows this process's channels.
+        auth: ``auth(environ) -> bool`` decides each request; False answers 401
+            with a basic-auth challenge (:func:`~pypepper_dramatiq.web.basic_auth`
+            makes one). Without it the dashboard is read-only...
+        allow_anonymous_actions: ...unless this is True: anyone who reaches it may
+            then cancel jobs and pause, resume or trigger schedules.
+        secret_key: signs the forms' CSRF tokens; default: random per process, so
+            several processes behind one address need the same key.
+
+    Raises:
+        TypeError: ``auth`` is not callable.
+    """
+    return Dashboard(
+        store,
+        broker,
+        auth=auth,
+        allow_anonymous_actions=allow_anonymous_actions,
+        secret_key=secret_key,
+    )

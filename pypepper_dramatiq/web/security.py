@@ -1,0 +1,83 @@
+"""Who may look and who may act: the ``auth`` callables and the CSRF tokens of the forms.
+
+A request is let in when the dashboard's ``auth`` callable answers True for its
+WSGI environ (:func:`basic_auth` makes one for HTTP basic auth). Each action is
+a POST form carrying a token signed with the dashboard's secret key
+(itsdangerous) over a random value the browser keeps in a ``SameSite=Strict``,
+``HttpOnly`` cookie: a page of another site can neither read the token nor
+send the cookie, so it cannot make a signed-in browser act.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from itsdangerous import BadData, URLSafeTimedSerializer
+from werkzeug.datastructures import Authorization
+
+#: What decides whether a request may see (and act on) the dashboard: its WSGI environ.
+Auth = Callable[[Mapping[str, Any]], bool]
+
+#: The cookie holding the browser's CSRF value.
+CSRF_COOKIE = "pypepper_dashboard_csrf"
+#: The form field holding the signed token.
+CSRF_FIELD = "csrf_token"
+#: How long a form's token stays good, in seconds (a page left open for a day still acts).
+CSRF_MAX_AGE = 24 * 3600
+#: Salt of the tokens' signatures (a key used for other signatures too cannot forge them).
+_SALT = "pypepper-dramatiq.dashboard.csrf"
+#: The realm a 401 names.
+REALM = "pypepper-dramatiq"
+
+
+def basic_auth(user: str, password: str) -> Auth:
+    """An ``auth`` callable that lets in requests with these HTTP basic credentials.
+
+    Both are compared in constant time (:func:`hmac.compare_digest`), on their
+    UTF-8 bytes.
+
+    Raises:
+        ValueError: an empty user or password.
+    """
+    if not user or not password:
+        raise ValueError("basic auth needs a non-empty user and password")
+    wanted_user, wanted_password = user.encode(), password.encode()
+
+    def allowed(environ: Mapping[str, Any]) -> bool:
+        given = Authorization.from_header(environ.get("HTTP_AUTHORIZATION"))
+        if given is None or given.type != "basic":
+            return False
+        user_ok = hmac.compare_digest((given.username or "").encode(), wanted_user)
+        password_ok = hmac.compare_digest((given.password or "").encode(), wanted_password)
+        return user_ok and password_ok
+
+    return allowed
+
+
+class CsrfTokens:
+    """Signed form tokens bound to the browser's cookie value."""
+
+    def __init__(self, secret_key: str | bytes) -> None:
+        self._serializer = URLSafeTimedSerializer(secret_key, salt=_SALT)
+
+    @staticmethod
+    def new_value() -> str:
+        """A fresh cookie value."""
+        return secrets.token_urlsafe(32)
+
+    def token(self, value: str) -> str:
+        """The form token for the cookie ``value``."""
+        return self._serializer.dumps(value)
+
+    def valid(self, token: str | None, value: str | None) -> bool:
+        """Whether ``token`` was signed by this key, is not too old, and is for ``value``."""
+        if not token or not value:
+            return False
+        try:
+            signed = self._serializer.loads(token, max_age=CSRF_MAX_AGE)
+        except BadData:
+            return False
+        return isinstance(signed, str) and hmac.compare_digest(signed.encode(), value.encode())
