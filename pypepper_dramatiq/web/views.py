@@ -89,8 +89,8 @@ def job_row(record: JobRecord) -> JobRow:
 
 @dataclass(frozen=True)
 class Attempt:
-    round: Any
-    attempt: Any
+    round: str
+    attempt: str
     started: str
     ended: str
     seconds: str
@@ -156,12 +156,17 @@ def _seconds(started: str | None, ended: str | None) -> str:
     return "-"
 
 
+def _counted(index: Any) -> str:
+    """A stored 0-based round or attempt number as people count (1 is the first)."""
+    return str(index + 1) if isinstance(index, int) else "-"
+
+
 def _attempt(item: Mapping[str, Any]) -> Attempt:
     error_type, message = item.get("error_type"), item.get("message")
     error = ": ".join(str(part) for part in (error_type, message) if part)
     return Attempt(
-        round=item.get("round", "-"),
-        attempt=item.get("attempt", "-"),
+        round=_counted(item.get("round")),
+        attempt=_counted(item.get("attempt")),
         started=when(item.get("started")),
         ended=when(item.get("ended")),
         seconds=_seconds(item.get("started"), item.get("ended")),
@@ -185,7 +190,9 @@ def _task_status(record: JobRecord, key: str, place: tuple[int, int]) -> str:
         return "Running" if record.lease_owner else ("Retrying" if failed else "Queued")
     if here and record.status in (Status.FAILED, Status.CANCELLED):
         return str(record.status.value)
-    return "Failed" if failed and record.status is Status.FAILED else "Pending"
+    if failed and record.status is Status.FAILED:
+        return "Failed"
+    return "Not run" if record.status.is_terminal else "Pending"
 
 
 def _task_view(record: JobRecord, key: str, name: str, optional: bool) -> TaskView:
