@@ -26,6 +26,7 @@ SCENARIOS = (
     "recurring",
     "wait",
     "purge",
+    "progress",
 )
 
 

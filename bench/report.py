@@ -276,6 +276,18 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                     "-",
                 ]
             )
+    prog = results.get("progress")
+    if prog:
+        scenario = f"11. progress, {prog['calls']:,} bar.succeeded() in one task"
+        for label, cell in (
+            (
+                "loop with / without progress (ms); cost a call (us)",
+                f"{_fmt(prog['seconds_with'] * 1000)} / {_fmt(prog['seconds_without'] * 1000, 1)};"
+                f" {_fmt(prog['us_per_call'], 2)}",
+            ),
+            ("store writes (while running + the outcome write)", str(prog["store_writes"])),
+        ):
+            out.append([scenario, label, "-", cell, "-", "-"])
     return out
 
 

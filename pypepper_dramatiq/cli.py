@@ -376,6 +376,8 @@ def _show(store: IJobStore, job_id: str, *, one_line: bool) -> int:
     shown = record.to_dict()
     if record.status is Status.SCHEDULED:
         shown["waiting_for"] = record.waiting_for()
+    if record.progress:
+        shown["progress"] = record.progress
     print(json.dumps(shown, indent=None if one_line else 2))
     return 0
 

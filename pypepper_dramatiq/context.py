@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .progress import ProgressBar, ProgressReporter
+
 #: Key of the job's cancel :class:`threading.Event` in a context.
 CANCEL_EVENT_KEY = "cancel_event"
 #: Key of the job id in a task's context.
@@ -15,6 +17,8 @@ RESULTS_KEY = "results"
 PARENT_RESULTS_KEY = "parent_results"
 #: Key of the step's position ``[workflow, task, round, attempt]`` (distributed runs).
 POSITION_KEY = "position"
+#: Key of the running attempt's :class:`~pypepper_dramatiq.progress.ProgressReporter`.
+PROGRESS_REPORTER_KEY = "progress_reporter"
 
 
 class Context:
@@ -70,6 +74,37 @@ class Context:
         results = self.context.setdefault(PARENT_RESULTS_KEY, {})
         assert isinstance(results, dict)
         return results
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report the running task's progress: ``done`` of ``total`` items, a note.
+
+        Readable from any process as ``Job.get_saved(id).progress[task_key]``
+        (and ``pypepper-dramatiq show``). The store sees at most one write per
+        second per running task, and the last value when the attempt ends, so
+        calling this in a tight loop is cheap. Outside a driver (a task run by
+        hand) the value is kept in the context only.
+
+        Raises:
+            ValueError: a count that is not a number, is negative, or passes ``total``.
+        """
+        self.progress_reporter.report(done, total, 0, note)
+
+    def progress_bar(self, total: float, note: str | None = None) -> ProgressBar:
+        """A counter of ``total`` items: ``bar.succeeded(n=1)``, ``bar.failed(n=1)``
+        (stored as ``done``, both counted, and ``failed``). Written like :meth:`progress`.
+
+        Raises:
+            ValueError: ``total`` is not a number >= 0.
+        """
+        return ProgressBar(self.progress_reporter, total, note)
+
+    @property
+    def progress_reporter(self) -> ProgressReporter:
+        """Where this task's progress goes (the driver's, or one kept here)."""
+        reporter = self.context.get(PROGRESS_REPORTER_KEY)
+        if not isinstance(reporter, ProgressReporter):
+            reporter = self.context[PROGRESS_REPORTER_KEY] = ProgressReporter("-")
+        return reporter
 
     def __repr__(self) -> str:
         return f"Context({self.context!r})"

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import AmbiguousTaskNameError, NoTaskResultError
+from .progress import ENTRY_FIELDS, PROGRESS_KEY
 from .spec import TaskSpec
 from .status import Status
 from .waits import Waits, describe
@@ -191,6 +192,19 @@ class JobRecord:
         if error is not None:
             raise NoTaskResultError(f"{task} has not produced a result: it failed ({error})")
         raise NoTaskResultError(f"{task} has not produced a result yet")
+
+    @property
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """What each task reported last (``context.progress``, ``progress_bar``), by
+        task key ``"workflow.task"``: ``task`` (its name), ``done``, ``total``,
+        ``failed``, ``note``, ``updated`` (ISO time). Empty when none reported.
+        A running task's value is at most about a second old."""
+        stored = self.state.get(PROGRESS_KEY) or {}
+        return {
+            key: {field: entry.get(field) for field in ENTRY_FIELDS}
+            for key, entry in stored.items()
+            if isinstance(entry, dict)
+        }
 
     def results_by_name(self) -> dict[str, Any]:
         """The stored results, keyed by task name; tasks without a result are left out.

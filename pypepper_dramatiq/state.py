@@ -26,7 +26,10 @@ it. The stored form is a JSON object with these keys (all optional):
   hold) the sweep may take the hook over by compare-and-set;
 * ``hooks_done``: by task key, the hooks that ran: ``{"ended": <ISO time>,
   "owner": <who ran it>}``, plus ``"error": "Type: message"`` when the hook
-  raised (the job's outcome is not changed by it).
+  raised (the job's outcome is not changed by it);
+* ``progress``: by task key, what the task reported last (the entry format is
+  :mod:`~pypepper_dramatiq.progress`'s). Written while the task runs without
+  moving the row's version, and by the write that records the attempt.
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .progress import PROGRESS_KEY
 from .rules import Position
 
 #: Key of the broker message that carries the job's first step (the producer writes it).
@@ -51,7 +55,7 @@ HOOKS_DONE_KEY = "hooks_done"
 #: The keys :class:`JobState` knows.
 KNOWN_KEYS = frozenset(
     {"cursor", "results", "errors", "attempts", "skipped", "history", "history_dropped"}
-    | {DISPATCH_KEY, PARENT_RESULTS_KEY, HOOKS_KEY, HOOKS_DONE_KEY}
+    | {DISPATCH_KEY, PARENT_RESULTS_KEY, HOOKS_KEY, HOOKS_DONE_KEY, PROGRESS_KEY}
 )
 
 #: A hook's entry in ``hooks``: held by the worker that recorded the failure...
@@ -77,6 +81,8 @@ class JobState:
     hooks: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Hooks that ran, by task key.
     hooks_done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What each task reported last, by task key (see :mod:`~pypepper_dramatiq.progress`).
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Keys this version does not know, kept for the next write.
     other: dict[str, Any] = field(default_factory=dict)
 
@@ -95,6 +101,7 @@ class JobState:
             parent_results=dict(data.get(PARENT_RESULTS_KEY) or {}),
             hooks={k: dict(v) for k, v in (data.get(HOOKS_KEY) or {}).items()},
             hooks_done={k: dict(v) for k, v in (data.get(HOOKS_DONE_KEY) or {}).items()},
+            progress={k: dict(v) for k, v in (data.get(PROGRESS_KEY) or {}).items()},
             other={k: v for k, v in data.items() if k not in KNOWN_KEYS},
         )
 
@@ -122,6 +129,8 @@ class JobState:
             data[HOOKS_KEY] = self.hooks
         if self.hooks_done:
             data[HOOKS_DONE_KEY] = self.hooks_done
+        if self.progress:
+            data[PROGRESS_KEY] = self.progress
         return data
 
     # -- on_final_failure hooks ------------------------------------------------------

@@ -25,6 +25,7 @@ SCENARIOS = (
     "recurring",
     "wait",
     "purge",
+    "progress",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

@@ -44,6 +44,17 @@ def test_show_and_jobs_print_stored_records(
     assert [json.loads(line)["id"] for line in lines] == ["job-b"]
 
 
+def test_show_prints_the_progress_of_the_tasks(
+    pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = {"progress": {"0.1": {"task": "load", "done": 40, "total": 100, "failed": 2}}}
+    assert pg_store.put(JobRecord(id="job-p", status=Status.IN_PROGRESS, state=state))
+    assert main(["show", "job-p", "--uri", postgres_uri]) == 0
+    progress = json.loads(capsys.readouterr().out)["progress"]["0.1"]
+    assert (progress["task"], progress["done"], progress["total"]) == ("load", 40, 100)
+    assert progress["note"] is None  # every field, filled
+
+
 @pytest.mark.parametrize("command", ["show", "cancel"])
 def test_show_and_cancel_of_an_unknown_job_say_the_same(
     pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str], command: str

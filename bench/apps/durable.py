@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from pypepper_dramatiq import Job, Workflow, setup, workflow_task
@@ -43,6 +44,29 @@ def flaky(task: Any, context: Any) -> None:
 def tick(task: Any, context: Any) -> None:
     """The recurring scenario's task: counts the runs of each job, by job id."""
     probe.mark_job("tick", context.job_id)
+
+
+@workflow_task(name="bench.progress")
+def progress_loop(task: Any, context: Any, calls: int = 100_000, report: bool = True) -> dict:
+    """Counts ``calls`` items, with ``bar.succeeded()`` each (``report``) or a plain
+    counter: the loop's seconds and the progress writes made while it ran."""
+    started = time.perf_counter()
+    if report:
+        bar = context.progress_bar(calls)
+        for _ in range(calls):
+            bar.succeeded()
+    else:
+        counted = [0]
+        for _ in range(calls):
+            counted[0] += 1
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "writes": context.progress_reporter.writes if report else 0}
+
+
+def progress_job(calls: int, report: bool) -> Job:
+    new = Job(category="progress", channel_id=CHANNEL)
+    new.workflows.append(Workflow([progress_loop.task(name="loop", calls=calls, report=report)]))
+    return new
 
 
 def job(tasks: int = 1, key: str | None = None) -> Job:

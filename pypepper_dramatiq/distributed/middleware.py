@@ -203,6 +203,7 @@ class WorkflowMiddleware(Middleware):
             message.options.pop("time_limit", None)
         step_actor.current.claim = claim
         step_actor.current.inflight = self.inflight
+        step_actor.current.reporter = self.book.progress_reporter(claim)
 
     def _claim(self, broker: Broker, step: StepMessage, message: Any) -> Claim | None:
         """Claim the step; None when the message must not run here (already dealt with)."""
@@ -303,7 +304,10 @@ class WorkflowMiddleware(Middleware):
             return
         claim: Claim | None = getattr(step_actor.current, "claim", None)
         outcome: Outcome | None = getattr(step_actor.current, "outcome", None)
-        step_actor.current.claim = step_actor.current.outcome = None
+        reporter = getattr(step_actor.current, "reporter", None)
+        if reporter is not None:  # closed already unless the actor never ran
+            reporter.close()
+        step_actor.current.claim = step_actor.current.outcome = step_actor.current.reporter = None
         step_actor.current.handled = False
         if claim is None:
             return

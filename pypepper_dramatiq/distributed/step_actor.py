@@ -20,12 +20,14 @@ from ..context import (
     JOB_ID_KEY,
     PARENT_RESULTS_KEY,
     POSITION_KEY,
+    PROGRESS_REPORTER_KEY,
     RESULTS_KEY,
     Context,
 )
 from ..engine.ledger import Claim, Outcome
 from ..engine.running import InFlight, StepCancelled
 from ..errors import UnknownExecutorError, is_retriable
+from ..progress import ProgressReporter
 from ..record import utcnow
 from ..task import Task
 
@@ -43,8 +45,13 @@ HANDED_BACK = Outcome(False, error="handed back on worker shutdown")
 _NOTHING: Any = object()
 
 
-def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
+def run_attempt(
+    claim: Claim, inflight: InFlight, reporter: ProgressReporter | None = None
+) -> Outcome:
     """Run the claimed task once in this thread; never raises.
+
+    ``reporter`` receives the task's progress while it runs; its last value
+    goes with the outcome, for the write that records the attempt.
 
     An interrupt (worker shutdown, a forced cancel, a time limit) that lands
     after the task's function returned does not undo the attempt: Python
@@ -52,6 +59,15 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
     which for a task blocked in C (``time.sleep``, a socket read) can be
     after its work finished. The returned value is then recorded as usual.
     """
+    reporter = reporter or ProgressReporter(claim.position.key(), claim.spec.name)
+    try:
+        outcome = _run_attempt(claim, inflight, reporter)
+    finally:
+        progress = reporter.close()
+    return outcome if progress is None else replace(outcome, progress=progress)
+
+
+def _run_attempt(claim: Claim, inflight: InFlight, reporter: ProgressReporter) -> Outcome:
     started = utcnow()
     running = inflight.start(claim.record.id)
     result = _NOTHING
@@ -71,6 +87,7 @@ def run_attempt(claim: Claim, inflight: InFlight) -> Outcome:
                 RESULTS_KEY: claim.results_by_name(),
                 POSITION_KEY: claim.position.to_list(),
                 PARENT_RESULTS_KEY: claim.record.state.get(PARENT_RESULTS_KEY) or {},
+                PROGRESS_REPORTER_KEY: reporter,
             }
         )
         result = task.executor.execute(task, task.context)
@@ -120,7 +137,7 @@ def _step(*args: Any, **kwargs: Any) -> None:
         if getattr(current, "handled", False):
             return  # the middleware dealt with this message (a duplicate, a deferral...)
         raise RuntimeError("the step actor runs only behind WorkflowMiddleware")
-    current.outcome = run_attempt(claim, inflight)
+    current.outcome = run_attempt(claim, inflight, getattr(current, "reporter", None))
 
 
 class _ActorsOnly:

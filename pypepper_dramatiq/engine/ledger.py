@@ -25,6 +25,7 @@ from ..errors import ResultNotStorableError, StoreError, cancels_job, describe
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
 from ..gateway import publish_cancel
 from ..notices import publish_ended
+from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
 from ..results import check_storable
 from ..rules import Position, RetryPolicy
@@ -90,6 +91,9 @@ class Outcome:
     #: The task raised :class:`~pypepper_dramatiq.errors.JobCancellationError`: the
     #: job ends Cancelled (the user's act, through the task), whatever its retries.
     cancels_job: bool = False
+    #: What the task reported last (:mod:`~pypepper_dramatiq.progress`), stored by
+    #: the write that records the attempt; None: it reported nothing.
+    progress: dict[str, Any] | None = None
 
     @classmethod
     def failure(
@@ -419,6 +423,17 @@ class StepBook:
 
     # -- after the attempt -------------------------------------------------------
 
+    def progress_reporter(self, claim: Claim) -> ProgressReporter:
+        """Where the claimed attempt's task reports its progress: the row's
+        ``state["progress"]``, written without moving its version (so no step or
+        cancel loses its compare-and-set to it), at most once a second."""
+        job_id = claim.record.id
+
+        def write(key: str, value: dict[str, Any]) -> None:
+            self._store().write_progress(job_id, key, value)
+
+        return ProgressReporter(claim.position.key(), claim.spec.name, sink=write)
+
     def record(self, claim: Claim, outcome: Outcome) -> rules.Step | None:
         """Store the outcome and the next position; returns what to do next.
 
@@ -452,6 +467,8 @@ class StepBook:
             state, key, outcome.history_entry(position, self.owner, claim.record.updated)
         )
         state.attempts[key] = state.attempts.get(key, 0) + 1
+        if outcome.progress is not None:
+            state.progress[key] = outcome.progress
         if outcome.succeeded:
             state.results[key] = outcome.result
             state.errors.pop(key, None)

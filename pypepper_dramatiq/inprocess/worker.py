@@ -13,9 +13,11 @@ import logging
 import os
 import socket
 import time
+from dataclasses import replace
 
 from .. import history, rules
 from ..channels.channel import Channel
+from ..context import PROGRESS_REPORTER_KEY
 from ..engine import ledger, waiting
 from ..engine.running import running_here
 from ..errors import (
@@ -29,6 +31,7 @@ from ..errors import (
 from ..events import CANCEL, COMPLETE, FAIL, RUN
 from ..job import Job
 from ..notices import publish_ended
+from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
 from ..start_times import missed_deadline
 from ..status import Status
@@ -186,11 +189,10 @@ class Worker:
                 return None
             workflow = job.workflows[position.workflow]
             task = workflow.get_tasks()[position.task]
-            outcome = _attempt(workflow, task)
+            claim = ledger.Claim(record, position, tasks)
+            outcome = _attempt(workflow, task, book.progress_reporter(claim))
             try:
-                recorded = book.record_outcome(
-                    ledger.Claim(record, position, tasks), outcome, task=task
-                )
+                recorded = book.record_outcome(claim, outcome, task=task)
             except ledger.OutcomeNotRecorded as exc:
                 if exc.decision.action is not rules.Action.RUN:
                     raise
@@ -398,16 +400,26 @@ _IN_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:in-process"
 _IN_PROCESS_LEASE = 30.0
 
 
-def _attempt(workflow: Workflow, task: Task) -> ledger.Outcome:
-    """One attempt in this thread, under the workflow's ``round_timeout`` pool."""
+def _attempt(workflow: Workflow, task: Task, reporter: ProgressReporter) -> ledger.Outcome:
+    """One attempt in this thread, under the workflow's ``round_timeout`` pool;
+    the task reports its progress to ``reporter`` (its last value goes with the
+    outcome, for the write that records the attempt)."""
     started = utcnow()
-    succeeded, value = workflow.attempt(task)
+    values = task.context.context
+    values[PROGRESS_REPORTER_KEY] = reporter
+    try:
+        succeeded, value = workflow.attempt(task)
+    finally:
+        progress = reporter.close()
+        if values.get(PROGRESS_REPORTER_KEY) is reporter:
+            del values[PROGRESS_REPORTER_KEY]
     if succeeded:
-        return ledger.Outcome(True, value, started=started, ended=utcnow())
+        return ledger.Outcome(True, value, started=started, ended=utcnow(), progress=progress)
     error = value if isinstance(value, BaseException) else RuntimeError(str(value))
-    return ledger.Outcome.failure(
+    outcome = ledger.Outcome.failure(
         error, retriable=is_retriable(error), kind=history.kind_of(error), started=started
     )
+    return outcome if progress is None else replace(outcome, progress=progress)
 
 
 def _log(job: Job, action: str, detail: object = None) -> None:

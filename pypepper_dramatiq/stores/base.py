@@ -6,6 +6,7 @@ import abc
 import builtins
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..events import RUN, transition
@@ -67,6 +68,17 @@ class IJobStore(abc.ABC):
         the others); a store that can, writes them all in one transaction.
         """
         return [self.advance(record) for record in records]
+
+    def write_progress(self, job_id: str, key: str, value: dict[str, Any]) -> bool:
+        """Store what the running task at ``key`` reported (``state["progress"][key]``
+        of an InProgress row), without moving the row's version or status, so that
+        no step or cancel loses its compare-and-set to it. True if written.
+
+        The default writes nothing (a store that can only write whole rows would
+        move the version): the progress is then stored by the write that records
+        the attempt.
+        """
+        return False
 
     def claim_step(
         self,

@@ -6,8 +6,10 @@ import builtins
 import threading
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..errors import DuplicateJobError
+from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
 from ..state import HOOKS_KEY
@@ -83,6 +85,15 @@ class MemoryJobStore(IJobStore):
             self._rows[record.id] = record.evolve(
                 version=record.version + 1, created=current.created, payload=current.payload
             )
+            return True
+
+    def write_progress(self, job_id: str, key: str, value: dict[str, Any]) -> bool:
+        with self._lock:
+            current = self._rows.get(job_id)
+            if current is None or current.status is not Status.IN_PROGRESS:
+                return False
+            progress = dict(current.state.get(PROGRESS_KEY) or {}, **{key: value})
+            self._rows[job_id] = current.evolve(state={**current.state, PROGRESS_KEY: progress})
             return True
 
     def get(self, job_id: str) -> JobRecord | None:

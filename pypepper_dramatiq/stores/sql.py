@@ -39,6 +39,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    text,
     tuple_,
     update,
 )
@@ -56,6 +57,7 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
+from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
@@ -535,6 +537,28 @@ class SqlJobStore(IJobStore):
     def _advance(self, record: JobRecord) -> bool:
         with self._engine.connect() as connection:
             return connection.execute(_advance_statement(record)).rowcount == 1
+
+    def write_progress(self, job_id: str, key: str, value: dict[str, Any]) -> bool:
+        # One statement that merges the entry into state["progress"] on the server
+        # and leaves version and status alone.
+        patch = json.dumps({PROGRESS_KEY: {key: value}})
+        if self._engine.dialect.name == "postgresql":
+            merged = text(
+                "UPDATE scheduler_jobs SET state = jsonb_set(state, '{progress}', "
+                "COALESCE(state -> 'progress', '{}'::jsonb) || "
+                "(CAST(:patch AS jsonb) -> 'progress')) "
+                "WHERE id = :id AND status = 'InProgress'"
+            )
+        else:  # MySQL and MariaDB: RFC 7396 merge, objects merged key by key
+            merged = text(
+                "UPDATE scheduler_jobs SET state = JSON_MERGE_PATCH(state, :patch) "
+                "WHERE id = :id AND status = 'InProgress'"
+            )
+        with (
+            _boundary(self._engine, f"writing the progress of job {job_id}"),
+            self._engine.connect() as connection,
+        ):
+            return connection.execute(merged, {"id": job_id, "patch": patch}).rowcount == 1
 
     def advance_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
         # One transaction (one commit) for all rows. A row refused by the unique

@@ -340,3 +340,18 @@ def cancel_own_job(task: Task, context: Context) -> None:
     """Cancels its job (``JobCancellationError``); its runs counted in ``runs:J:N``."""
     counters().incr(trace_key("runs", context.job_id, task.name))
     raise JobCancellationError(f"{task.name}: nothing to do")
+
+
+@workflow_task(name="it.progress")
+def reports_progress(task: Task, context: Context, *, items: int = 10) -> int:
+    """Reports ``done`` = 3 of ``items``, then waits (up to 30 s) until the key
+    ``go:J:N`` exists in Redis, then counts every item with a progress bar."""
+    context.progress(3, items, note="a third")
+    r = counters()
+    deadline = time.time() + 30
+    while not r.exists(trace_key("go", context.job_id, task.name)) and time.time() < deadline:
+        time.sleep(0.05)
+    bar = context.progress_bar(items, note="all")
+    for _ in range(items):
+        bar.succeeded()
+    return items
