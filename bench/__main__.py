@@ -27,6 +27,7 @@ SCENARIOS = (
     "wait",
     "purge",
     "progress",
+    "transactional",
 )
 
 

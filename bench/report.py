@@ -288,6 +288,18 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             ("store writes (while running + the outcome write)", str(prog["store_writes"])),
         ):
             out.append([scenario, label, "-", cell, "-", "-"])
+    tx = results.get("transactional")
+    if tx:
+        out.append(
+            [
+                f"12. scheduled(connection=...), {tx['jobs']:,} jobs",
+                "schedule cost (us/job): in the caller's transaction / plain",
+                "-",
+                f"{_fmt(tx['transactional_us'])} / {_fmt(tx['plain_us'])}",
+                "-",
+                f"{tx['transactional_us'] / tx['plain_us']:.2f}x",
+            ]
+        )
     return out
 
 

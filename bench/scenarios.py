@@ -42,6 +42,7 @@ class Sizes:
     wait_jobs: int = 200  #: jobs waited for in each part of the wait scenario
     purge: tuple[int, int] = (100_000, 30_000)  #: scenario 9: old ended rows, jobs drained
     progress_calls: int = 100_000  #: scenario 11: bar.succeeded() calls in one task
+    transactional_jobs: int = 500  #: scenario 12: jobs scheduled each way, per round
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -49,7 +50,7 @@ FULL = Sizes(
     3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20, (100, 10000), 1000, 60.0
 )
 # Scenario 9 at the quick size (the full one is the field's default, the issue's figure).
-QUICK = replace(QUICK, purge=(10_000, 3_000), progress_calls=20_000)
+QUICK = replace(QUICK, purge=(10_000, 3_000), progress_calls=20_000, transactional_jobs=100)
 
 
 def median(values: list[float]) -> float:
@@ -893,6 +894,42 @@ def progress(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     return out
 
 
+def transactional(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """What ``scheduled(connection=...)`` costs against a plain ``scheduled()``: N jobs
+    each way, alternated in rounds, each transactional job in its own transaction
+    (a Connection: ``begin``, schedule, commit), no worker running."""
+    import os
+
+    from sqlalchemy import create_engine
+
+    count = sizes.transactional_jobs
+    stack.reset()
+    durable.warm()
+    engine = create_engine(os.environ["BENCH_STORE_URI"])
+    plain_s: list[float] = []
+    in_tx_s: list[float] = []
+    try:
+        for _ in range(3):
+            started = time.perf_counter()
+            for _ in range(count):
+                durable.app.job(1).scheduled()
+            plain_s.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            for _ in range(count):
+                with engine.begin() as connection:
+                    durable.app.job(1).scheduled(connection=connection)
+            in_tx_s.append(time.perf_counter() - started)
+    finally:
+        engine.dispose()
+    plain_us, in_tx_us = median(plain_s) / count * 1e6, median(in_tx_s) / count * 1e6
+    print(
+        f"  transactional: {in_tx_us:.0f} us a job in the caller's transaction, "
+        f"{plain_us:.0f} us plain ({in_tx_us / plain_us:.2f}x)",
+        flush=True,
+    )
+    return {"jobs": count, "plain_us": plain_us, "transactional_us": in_tx_us}
+
+
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
     from .harness import CeleryCompetitor
 
@@ -910,6 +947,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("wait", lambda: wait(stack, durable, sizes)),
         ("purge", lambda: purge(stack, durable, sizes)),
         ("progress", lambda: progress(stack, durable, sizes)),
+        ("transactional", lambda: transactional(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

@@ -26,6 +26,7 @@ SCENARIOS = (
     "wait",
     "purge",
     "progress",
+    "transactional",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
