@@ -50,7 +50,14 @@ from .inprocess.worker import Worker
 from .job import Job, chain
 from .recurring import RecurringSchedule
 from .rules import RetryPolicy
-from .schedules import list_recurring, recurring, remove_recurring, trigger_recurring
+from .schedules import (
+    list_recurring,
+    pause_recurring,
+    recurring,
+    remove_recurring,
+    resume_recurring,
+    trigger_recurring,
+)
 from .status import Status
 from .stores.registry import (
     IJobStore,
@@ -83,7 +90,9 @@ __all__ = [
     "RecurringSchedule",
     "list_recurring",
     "recurring",
+    "pause_recurring",
     "remove_recurring",
+    "resume_recurring",
     "trigger_recurring",
     # executors
     "CallableExecutor",
