@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .channels.admission import channel_states
 from .config import duration
 from .errors import (
     ConfigError,
@@ -637,40 +638,16 @@ def _channels(args: argparse.Namespace) -> int:
         client.close()
 
 
-def _known_channels(client: Any) -> list[str]:
-    """Every channel with a key in Redis: its hash, or its set of waiting jobs."""
-
-    names: set[str] = set()
-    for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*", count=500, _type="hash"):
-        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) :])
-    # A channel's hash always exists once a process used it; the sets are looked at
-    # too, in case the hash was deleted by hand while jobs waited.
-    for key in client.scan_iter(
-        match=f"{CHANNEL_KEY_PREFIX}*{WAITING_SUFFIX}", count=500, _type="set"
-    ):
-        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) : -len(WAITING_SUFFIX)])
-    return sorted(names)
-
-
 def _list_channels(client: Any, *, as_json: bool) -> int:
-
-    names = _known_channels(client)
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.scard(f"{CHANNEL_KEY_PREFIX}{name}{WAITING_SUFFIX}")
-        pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped")
-    answers = pipe.execute() if names else []
-    rows = []
-    for i, name in enumerate(names):
-        waiting, (maxsize, stopped) = answers[2 * i], answers[2 * i + 1]
-        rows.append(
-            {
-                "channel": name,
-                "waiting": int(waiting),
-                "maxsize": int(maxsize or 0),
-                "stopped": stopped in (b"1", "1"),
-            }
-        )
+    rows = [
+        {
+            "channel": state.name,
+            "waiting": state.waiting,
+            "maxsize": state.maxsize,
+            "stopped": state.stopped,
+        }
+        for state in channel_states(client)
+    ]
     if as_json:
         for row in rows:
             print(json.dumps(row))

@@ -24,6 +24,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
 from ..errors import BrokerUnavailableError
@@ -426,3 +427,42 @@ class RedisGate(Gate):
         self.client.delete(self.meta_key, self.waiting_key)
         with self._connect_lock:
             self._bound, self._connected = None, True
+
+
+@dataclass(frozen=True)
+class ChannelState:
+    """One channel as Redis holds it now."""
+
+    name: str
+    waiting: int
+    maxsize: int
+    stopped: bool
+
+
+def channel_states(client: Any) -> list[ChannelState]:
+    """Every channel with a key in Redis (its hash, or its set of waiting jobs), by
+    name: one scan per kind of key, then one pipeline for all of them.
+
+    A channel's hash exists once a process used it; the sets are looked at too, in
+    case the hash was deleted by hand while jobs waited.
+    """
+    names: set[str] = set()
+    for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*", count=500, _type="hash"):
+        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) :])
+    for key in client.scan_iter(
+        match=f"{CHANNEL_KEY_PREFIX}*{WAITING_SUFFIX}", count=500, _type="set"
+    ):
+        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) : -len(WAITING_SUFFIX)])
+    ordered = sorted(names)
+    if not ordered:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for name in ordered:
+        pipe.scard(f"{CHANNEL_KEY_PREFIX}{name}{WAITING_SUFFIX}")
+        pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped")
+    answers = pipe.execute()
+    states = []
+    for i, name in enumerate(ordered):
+        waiting, (maxsize, stopped) = answers[2 * i], answers[2 * i + 1]
+        states.append(ChannelState(name, int(waiting), int(maxsize or 0), stopped in (b"1", "1")))
+    return states

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..channels.admission import channel_states
 from ..record import JobRecord, utcnow
 from ..recurring import RecurringSchedule
-from ..redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX, redis_client_of
+from ..redis_layout import redis_client_of
 from ..spec import TaskSpec
 from ..status import Status
 from ..stores.base import IJobStore
@@ -346,21 +347,8 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
             ChannelRow(channel.id, channel.length(), channel.maxsize, channel.stop)
             for channel in local
         ]
-    names: set[str] = set()
-    for key in client.scan_iter(match=f"{CHANNEL_KEY_PREFIX}*", count=500, _type="hash"):
-        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) :])
-    for key in client.scan_iter(
-        match=f"{CHANNEL_KEY_PREFIX}*{WAITING_SUFFIX}", count=500, _type="set"
-    ):
-        names.add(key.decode()[len(CHANNEL_KEY_PREFIX) : -len(WAITING_SUFFIX)])
-    ordered = sorted(names)
-    pipe = client.pipeline(transaction=False)
-    for name in ordered:
-        pipe.scard(f"{CHANNEL_KEY_PREFIX}{name}{WAITING_SUFFIX}")
-        pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped")
-    answers = pipe.execute() if ordered else []
-    rows = []
-    for i, name in enumerate(ordered):
-        waiting, (maxsize, stopped) = answers[2 * i], answers[2 * i + 1]
-        rows.append(ChannelRow(name, int(waiting), int(maxsize or 0), stopped in (b"1", "1")))
+    rows = [
+        ChannelRow(state.name, state.waiting, state.maxsize, state.stopped)
+        for state in channel_states(client)
+    ]
     return "Redis", rows

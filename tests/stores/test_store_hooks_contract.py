@@ -7,29 +7,15 @@ the ``on_final_failure`` hooks a dead worker left due with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-
-import pytest
 
 from pypepper_dramatiq.state import JobState
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
-from pypepper_dramatiq.stores.memory import MemoryJobStore
 
-from .test_store_contract import SQL_FIXTURES, STORES, T0, MinimalStore, job, stored
+from .test_store_contract import T0, job, store, stored
 
-
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest) -> Iterator[IJobStore]:
-    if request.param == "memory":
-        memory = MemoryJobStore()
-        yield memory
-        memory.close()
-    elif request.param == "minimal":
-        yield MinimalStore()
-    else:
-        yield request.getfixturevalue(SQL_FIXTURES[request.param])
+__all__ = ["store"]  # the fixture: every store of the contract
 
 
 def state_of(*, due: bool, done: bool) -> dict[str, object]:

@@ -7,7 +7,6 @@ inherits them), PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -15,10 +14,11 @@ import pytest
 
 from pypepper_dramatiq.status import TERMINAL, Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
-from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
-from .test_store_contract import SQL_FIXTURES, STORES, T0, MinimalStore, job, stored
+from .test_store_contract import SQL_FIXTURES, T0, job, store, stored
+
+__all__ = ["store"]  # the fixture: every store of the contract
 
 #: Jobs that ended at T0 are "old"; the purge's cutoff is a day later.
 CUTOFF = T0 + timedelta(days=1)
@@ -32,18 +32,6 @@ HOOK_DUE = {
     "since": T0.isoformat(),
     "until": (T0 + timedelta(seconds=30)).isoformat(),
 }
-
-
-@pytest.fixture(params=STORES)
-def store(request: pytest.FixtureRequest) -> Iterator[IJobStore]:
-    if request.param == "memory":
-        memory = MemoryJobStore()
-        yield memory
-        memory.close()
-    elif request.param == "minimal":
-        yield MinimalStore()
-    else:
-        yield request.getfixturevalue(SQL_FIXTURES[request.param])
 
 
 def put(store: IJobStore, job_id: str, status: Status, **fields: Any) -> JobRecord:
