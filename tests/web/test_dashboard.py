@@ -501,3 +501,9 @@ def test_the_dashboard_command_serves_with_basic_auth_from_the_environment(
     set_job_store(store)
     assert host == "0.0.0.0" and "read-only" in capsys.readouterr().err
     assert "Read-only" in text(Client(app).get("/"))
+
+
+def test_the_dashboard_is_importable_by_the_name_users_look_for() -> None:
+    from pypepper_dramatiq import dashboard, web
+
+    assert dashboard.make_app is web.make_app and dashboard.basic_auth is web.basic_auth
