@@ -283,10 +283,9 @@ class IJobStore(abc.ABC):
     #: :meth:`within` on a ``Session``).
     tells_commits: bool = False
 
-    def after_commit(self, callback: Callable[[], object]) -> bool:
+    def after_commit(self, callback: Callable[[], object]) -> None:  # noqa: B027 - optional
         """Call ``callback`` once the caller's transaction this store writes in has
-        committed; False (and never called) when this store is not told of it."""
-        return False
+        committed; never called when this store is not told of it (``tells_commits``)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -965,12 +965,10 @@ class _InCallerTransaction(SqlJobStore):
         self._session = given if isinstance(given, Session) else None
         self.tells_commits = self._session is not None
 
-    def after_commit(self, callback: Callable[[], object]) -> bool:
-        if self._session is None:
-            return False
-        # Once, after the commit that makes the row visible (never on a rollback).
-        event.listen(self._session, "after_commit", lambda _session: callback(), once=True)
-        return True
+    def after_commit(self, callback: Callable[[], object]) -> None:
+        if self._session is not None:
+            # Once, after the commit that makes the row visible (never on a rollback).
+            event.listen(self._session, "after_commit", lambda _session: callback(), once=True)
 
 
 class _CallerTransaction:
