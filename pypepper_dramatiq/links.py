@@ -46,3 +46,9 @@ def parents_of(
     if waits:
         found.extend(Link(parent, job_id, AFTER) for parent in Waits.from_dict(waits).parents)
     return found
+
+
+def parent_order(link: Link) -> tuple[bool, str]:
+    """The order a job's links to its parents are listed in: the retried job first,
+    then the parents it waited for, by id."""
+    return (link.kind != RETRY, link.parent)

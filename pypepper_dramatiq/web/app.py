@@ -12,6 +12,7 @@ import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,10 @@ logger = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 #: Jobs per page unless ``limit`` says otherwise, and the most it may say.
 PAGE, MOST = 50, 500
+#: The counts per status are exact up to this many jobs, "more than" above it.
+COUNTED = 10_000
+#: The longest text search taken (characters; the rest is dropped).
+SEARCH_LONGEST = 200
 
 #: The notices an action's redirect may name (``?notice=``): fixed words, never echoed input.
 NOTICES = {
@@ -219,14 +224,24 @@ class Dashboard:
             raise Refused(400, "Unknown status in the filter.")
         channel = args.get("channel") or None
         category = args.get("category") or None
+        search = (args.get("q") or "").strip()[:SEARCH_LONGEST] or None
+        created_from = _moment(args.get("created_from"), "created_from")
+        created_until = _moment(args.get("created_until"), "created_until")
         limit = _limit(args.get("limit"))
         before = None
         if args.get("before"):
             before = decode_cursor(args["before"])
             if before is None:
                 raise Refused(400, "The page cursor is not one this dashboard made.")
-        filters = {"status": status, "channel": channel, "category": category}
-        if any("\x00" in value for value in (channel or "", category or "")):
+        filters = {
+            "status": status,
+            "channel": channel,
+            "category": category,
+            "q": search,
+            "created_from": args.get("created_from") if created_from else None,
+            "created_until": args.get("created_until") if created_until else None,
+        }
+        if any("\x00" in value for value in (channel or "", category or "", search or "")):
             # No stored value holds a NUL (PostgreSQL refuses it): nothing matches.
             found: list[Any] = []
             counts = dict.fromkeys(Status, 0)
@@ -236,20 +251,33 @@ class Dashboard:
                     status=status,
                     channel_id=channel,
                     category=category,
+                    created_from=created_from,
+                    created_until=created_until,
+                    search=search,
                     limit=limit + 1,
                     newest_first=True,
                     before=before,
                 )
             )
-            counts = self.store.count_by_status(channel_id=channel, category=category)
+            counts = self.store.count_by_status(
+                channel_id=channel,
+                category=category,
+                created_from=created_from,
+                created_until=created_until,
+                limit=COUNTED,
+            )
         page = found[:limit]
         older = encode_cursor(page[-1].created, page[-1].id) if len(found) > limit else None
         return self._render(
             call,
             "jobs.html",
             rows=[views.job_row(record) for record in page],
-            counts=[(s.value, counts.get(s, 0)) for s in Status if s is not Status.UNKNOWN],
-            total=sum(counts.values()),
+            counts=[
+                (s.value, views.count_text([counts.get(s, 0)], COUNTED))
+                for s in Status
+                if s is not Status.UNKNOWN
+            ],
+            total=views.count_text(counts.values(), COUNTED),
             filters=filters,
             statuses=[s.value for s in Status],
             limit=limit,
@@ -360,6 +388,20 @@ def _limit(text: str | None) -> int:
     if not 1 <= value <= MOST:
         raise Refused(400, f"The page size must be a whole number from 1 to {MOST}.")
     return value
+
+
+def _moment(text: str | None, name: str) -> datetime | None:
+    """A time filter from a form: ISO 8601 (a date, or ``datetime-local``'s
+    ``YYYY-MM-DDTHH:MM``); without an offset it is UTC."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise Refused(
+            400, f"{name} must be a date or a time such as 2026-11-30T08:00 (UTC)."
+        ) from None
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
 
 
 def make_app(

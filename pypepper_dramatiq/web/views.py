@@ -6,16 +6,19 @@ Nothing here writes; the templates only lay it out (Jinja2 escapes every value).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from ..channels.admission import channel_states
+from ..links import AFTER, RETRY
+from ..progress import PROGRESS_KEY
 from ..record import JobRecord, utcnow
 from ..recurring import RecurringSchedule
 from ..redis_layout import redis_client_of
 from ..spec import TaskSpec
+from ..state import HOOKS_DONE_KEY
 from ..status import Status
 from ..stores.base import IJobStore
 from ..waits import Waits
@@ -24,6 +27,8 @@ from ..waits import Waits
 SHORT = 120
 #: Longest text a page shows of one value (a result, the raw record); the rest is cut.
 LONGEST = 100_000
+#: Most children a job's page lists.
+CHILDREN = 100
 #: The statuses a job may be cancelled in.
 CANCELLABLE = frozenset({Status.SCHEDULED, Status.IN_PROGRESS})
 
@@ -60,6 +65,15 @@ def first_line(text: str | None, limit: int = 80) -> str:
 
 
 # -- the jobs list ---------------------------------------------------------------------------
+
+
+def count_text(counts: Iterable[int], limit: int) -> str:
+    """The sum of counts made by ``count_by_status(limit=limit)`` as the page shows it:
+    ``"1,234"``, or ``"10,000+"`` when one of them was more than ``limit`` (it then
+    adds ``limit``)."""
+    values = list(counts)
+    total = sum(min(value, limit) for value in values)
+    return f"{total:,}+" if any(value > limit for value in values) else f"{total:,}"
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,40 @@ class TaskView:
     error: str
     history: list[Attempt]
     dropped: int
+    #: What the task reported last (``context.progress``), if it did.
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A task's last progress report, as a bar shows it."""
+
+    done: float
+    total: float | None
+    note: str
+    updated: str
+
+    @property
+    def percent(self) -> str:
+        if not self.total:
+            return ""
+        return f"{min(100.0, 100.0 * self.done / self.total):.0f} %"
+
+
+def _progress(entry: Mapping[str, Any] | None) -> Progress | None:
+    if not entry:
+        return None
+    try:
+        done = float(entry.get("done") or 0)
+        total = float(entry["total"]) if entry.get("total") is not None else None
+    except (TypeError, ValueError):
+        return None
+    return Progress(
+        done=done,
+        total=total if total and total > 0 else None,
+        note=str(entry.get("note") or ""),
+        updated=when(entry.get("updated")),
+    )
 
 
 @dataclass(frozen=True)
@@ -141,6 +189,9 @@ class JobView:
     related: list[Related]
     raw: str
     facts: list[tuple[str, str]] = field(default_factory=list)
+    #: The jobs that came from this one (waited for it, retry it).
+    children: list[Related] = field(default_factory=list)
+    timeline: list[Moment] = field(default_factory=list)
 
     @property
     def cancellable(self) -> bool:
@@ -214,6 +265,7 @@ def _task_view(record: JobRecord, key: str, name: str, optional: bool) -> TaskVi
         error=str((state.get("errors") or {}).get(key) or ""),
         history=[_attempt(item) for item in (state.get("history") or {}).get(key, [])],
         dropped=int((state.get("history_dropped") or {}).get(key, 0)),
+        progress=_progress((state.get(PROGRESS_KEY) or {}).get(key)),
     )
 
 
@@ -249,22 +301,127 @@ def _workflows(record: JobRecord) -> list[WorkflowView]:
     return [WorkflowView(index=w, tasks=tasks) for w, tasks in sorted(by_workflow.items())]
 
 
-def _related(record: JobRecord, store: IJobStore) -> list[Related]:
-    if not record.waits:
-        return []
-    waits = Waits.from_dict(record.waits)
-    wanted = [(job_id, "parent") for job_id in waits.parents]
-    if waits.holder:
-        wanted.append((waits.holder, f"holder of key {waits.key}"))
-    rows = {row.id: row for row in store.get_many([job_id for job_id, _ in wanted])}
-    return [
-        Related(
-            id=job_id,
-            role=role,
-            status=rows[job_id].status.value if job_id in rows else None,
-        )
-        for job_id, role in wanted
+#: How a job's page names a linked job, by link kind: (as a parent, as a child).
+ROLES = {AFTER: ("parent", "waits for this job"), RETRY: ("retry of", "retried as")}
+
+
+def _related(record: JobRecord, store: IJobStore) -> tuple[list[Related], list[Related]]:
+    """The jobs ``record`` came from (parents, the job it retries, a key holder), and
+    the jobs that came from it (:meth:`IJobStore.links`)."""
+    links = store.links(record.id, limit=CHILDREN)
+    above: list[tuple[str, str]] = [
+        (link.parent, ROLES[link.kind][0]) for link in links if link.child == record.id
     ]
+    below = [(link.child, ROLES[link.kind][1]) for link in links if link.parent == record.id]
+    if record.waits:
+        # A row stored before the links were kept names its parents in ``waits`` only.
+        waits = Waits.from_dict(record.waits)
+        above += [(p, "parent") for p in waits.parents if (p, "parent") not in above]
+        if waits.holder:
+            above.append((waits.holder, f"holder of key {waits.key}"))
+    wanted = [job_id for job_id, _ in above + below]
+    rows = {row.id: row for row in store.get_many(wanted)} if wanted else {}
+
+    def related(pairs: list[tuple[str, str]]) -> list[Related]:
+        return [
+            Related(
+                id=job_id,
+                role=role,
+                status=rows[job_id].status.value if job_id in rows else None,
+            )
+            for job_id, role in pairs
+        ]
+
+    return related(above), related(below)
+
+
+# -- the timeline ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One line of a job's timeline."""
+
+    at: str
+    what: str
+    detail: str = ""
+    kind: str = "info"
+
+
+def _parsed(value: datetime | str | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def timeline(record: JobRecord, names: Mapping[str, str] | None = None) -> list[Moment]:
+    """The job's transitions, oldest first, from what its row keeps (no other table):
+    created, each attempt's start and end (the bounded history), the hooks that ran,
+    and the end. ``names`` gives the task names by key ``"workflow.task"``."""
+    names = names or {}
+    found: list[tuple[datetime, int, Moment]] = []
+
+    def add(at: datetime | str | None, moment: Moment) -> None:
+        parsed = _parsed(at)
+        if parsed is not None:
+            found.append((parsed, len(found), moment))
+
+    add(record.created, Moment(when(record.created), "Created", f"in channel {record.channel_id}"))
+    if record.not_before is not None and record.not_before > record.created:
+        add(record.not_before, Moment(when(record.not_before), "Planned start"))
+    state = record.state
+    for key, items in (state.get("history") or {}).items():
+        task = names.get(key, f"task {key}")
+        dropped = int((state.get("history_dropped") or {}).get(key, 0))
+        for n, item in enumerate(items):
+            attempt = _counted(item.get("attempt"))
+            where = f"on {item['worker']}" if item.get("worker") else ""
+            add(
+                item.get("started"),
+                Moment(when(item.get("started")), f"{task}: attempt {attempt} started", where),
+            )
+            outcome = str(item.get("outcome") or "ended")
+            error = ": ".join(str(x) for x in (item.get("error_type"), item.get("message")) if x)
+            add(
+                item.get("ended"),
+                Moment(
+                    when(item.get("ended")),
+                    f"{task}: attempt {attempt} {outcome.replace('_', ' ')}",
+                    error,
+                    "bad" if outcome != "succeeded" else "good",
+                ),
+            )
+            if n == 0 and dropped:
+                add(
+                    item.get("ended"),
+                    Moment(when(item.get("ended")), f"{task}: {dropped} later attempts dropped"),
+                )
+    for key, done in (state.get(HOOKS_DONE_KEY) or {}).items():
+        task = names.get(key, f"task {key}")
+        add(
+            done.get("ended"),
+            Moment(
+                when(done.get("ended")),
+                f"{task}: on_final_failure hook ran",
+                str(done.get("error") or ""),
+            ),
+        )
+    if record.status.is_terminal:
+        kind = "good" if record.status is Status.COMPLETED else "bad"
+        add(
+            record.updated,
+            Moment(when(record.updated), record.status.value, record.error or "", kind),
+        )
+    elif record.status is Status.IN_PROGRESS and record.lease_owner:
+        add(
+            record.updated,
+            Moment(when(record.updated), "Running", f"on {record.lease_owner}"),
+        )
+    return [moment for _, _, moment in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
 def job_view(record: JobRecord, store: IJobStore) -> JobView:
@@ -282,13 +439,16 @@ def job_view(record: JobRecord, store: IJobStore) -> JobView:
         ("Start deadline", when(record.start_deadline)),
         ("Unique key", record.unique_key or "-"),
     ]
+    parents, children = _related(record, store)
     return JobView(
         record=record,
         workflows=workflows,
         done=sum(task.status in ("Completed", "Skipped") for task in tasks),
         total=len(tasks),
         waiting_for=record.waiting_for(utcnow()),
-        related=_related(record, store),
+        related=parents,
+        children=children,
+        timeline=timeline(record, {task.key: task.name for task in tasks}),
         raw=as_json(record.to_dict(), indent=2),
         facts=facts,
     )

@@ -1,0 +1,164 @@
+"""The store contract of what the dashboard reads: list filters, bounded counts, links.
+
+Reuses the stores of :mod:`.test_store_contract`: memory, the defaults of
+``IJobStore`` through ``MinimalStore``, PostgreSQL and MariaDB.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from pypepper_dramatiq.links import AFTER, RETRY, RETRY_OF_KEY, Link
+from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.stores.base import IJobStore, JobRecord
+from pypepper_dramatiq.waits import Waits
+
+from .test_store_contract import T0, job, store, stored
+
+__all__ = ["store"]  # the fixture: every store of the contract
+
+
+def put(store: IJobStore, job_id: str, status: Status = Status.COMPLETED, **fields: Any) -> None:
+    assert store.put(job(job_id, status=status, **fields))
+
+
+def ids(rows: Any) -> list[str]:
+    return [row.id for row in rows]
+
+
+def at(seconds: int) -> Any:
+    return T0 + timedelta(seconds=seconds)
+
+
+# -- filters -----------------------------------------------------------------------------
+
+
+def test_created_between_keeps_the_start_and_drops_the_end(store: IJobStore) -> None:
+    for n in range(5):
+        put(store, f"j{n}", created=at(n))
+    found = store.list(created_from=at(1), created_until=at(3))
+    assert ids(found) == ["j1", "j2"]
+    assert ids(store.list(created_from=at(3), newest_first=True)) == ["j4", "j3"]
+    assert ids(store.list(created_until=at(1))) == ["j0"]
+
+
+def test_search_finds_text_in_the_id_or_the_category_ignoring_case(store: IJobStore) -> None:
+    put(store, "Invoice-2024-17", category="billing")
+    put(store, "report-1", category="Monthly-INVOICES", created=at(1))
+    put(store, "other", category=None, created=at(2))
+    assert ids(store.list(search="invoice")) == ["Invoice-2024-17", "report-1"]
+    assert ids(store.list(search="BILL")) == ["Invoice-2024-17"]
+    assert ids(store.list(search="zzz")) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["%", "_", "!", "' OR '1'='1", '"; DROP TABLE scheduler_jobs; --', "\\", "%_!'\""]
+)
+def test_search_takes_sql_metacharacters_as_plain_text(store: IJobStore, text: str) -> None:
+    put(store, "plain-job", category="etl")
+    put(store, "odd%_!job", category="x", created=at(1))
+    found = ids(store.list(search=text))
+    assert found == (["odd%_!job"] if text in "odd%_!job" else [])
+    assert stored(store, "plain-job").status is Status.COMPLETED  # nothing was dropped
+
+
+def test_filters_combine_with_the_status_and_the_cursor(store: IJobStore) -> None:
+    for n in range(6):
+        put(
+            store,
+            f"etl-{n}",
+            status=Status.FAILED if n % 2 else Status.COMPLETED,
+            category="etl",
+            created=at(n),
+        )
+    put(store, "web-9", status=Status.FAILED, category="web", created=at(9))
+    first = store.list(status=Status.FAILED, search="etl", newest_first=True, limit=2)
+    assert ids(first) == ["etl-5", "etl-3"]
+    cursor = (first[-1].created, first[-1].id)
+    rest = store.list(status=Status.FAILED, search="etl", newest_first=True, limit=2, before=cursor)
+    assert ids(rest) == ["etl-1"]
+    assert ids(store.list(category="etl", created_from=at(4), newest_first=True)) == [
+        "etl-5",
+        "etl-4",
+    ]
+
+
+def test_a_page_without_a_status_is_newest_first_across_statuses(store: IJobStore) -> None:
+    statuses = list(Status)
+    for n in range(21):
+        put(store, f"j{n:02}", status=statuses[n % len(statuses)], created=at(n // 2))
+    everything = ids(store.list(newest_first=True))
+    pages: list[str] = []
+    cursor = None
+    while True:
+        page = store.list(newest_first=True, limit=4, before=cursor)
+        if not page:
+            break
+        pages += ids(page)
+        cursor = (page[-1].created, page[-1].id)
+    assert pages == everything
+    assert everything == sorted(everything, key=lambda i: (at(int(i[1:]) // 2), i), reverse=True)
+    assert ids(store.list(limit=3)) == ["j00", "j01", "j02"]
+
+
+# -- bounded counts ----------------------------------------------------------------------
+
+
+def test_counts_are_exact_up_to_the_limit_and_say_more_above_it(store: IJobStore) -> None:
+    for n in range(7):
+        put(store, f"done-{n}", created=at(n))
+    for n in range(2):
+        put(store, f"failed-{n}", status=Status.FAILED, created=at(n))
+    exact = store.count_by_status()
+    assert exact[Status.COMPLETED] == 7 and exact[Status.FAILED] == 2
+    assert exact[Status.SCHEDULED] == 0 and set(exact) == set(Status)
+    bounded = store.count_by_status(limit=5)
+    assert bounded[Status.COMPLETED] == 6  # more than 5
+    assert bounded[Status.FAILED] == 2
+    assert store.count_by_status(limit=7)[Status.COMPLETED] == 7
+    between = store.count_by_status(created_from=at(1), created_until=at(4))
+    assert between[Status.COMPLETED] == 3 and between[Status.FAILED] == 1
+
+
+# -- links -------------------------------------------------------------------------------
+
+
+def test_links_name_parents_and_children_both_ways(store: IJobStore) -> None:
+    put(store, "first", status=Status.COMPLETED)
+    put(store, "second", status=Status.FAILED, created=at(1))
+    waits = Waits(parents=("first", "second"), on_parent_failure="ignore").to_dict()
+    put(store, "fan-in", status=Status.SCHEDULED, waits=waits, created=at(2))
+    put(
+        store,
+        "second-again",
+        status=Status.SCHEDULED,
+        created=at(3),
+        payload={RETRY_OF_KEY: "second", "workflows": []},
+    )
+    assert store.links("fan-in") == [
+        Link("first", "fan-in", AFTER),
+        Link("second", "fan-in", AFTER),
+    ]
+    assert store.links("second") == [
+        Link("second", "fan-in", AFTER),
+        Link("second", "second-again", RETRY),
+    ]
+    assert store.links("second-again") == [Link("second", "second-again", RETRY)]
+    assert store.links("first") == [Link("first", "fan-in", AFTER)]
+    assert store.links("second", limit=1) == [Link("second", "fan-in", AFTER)]
+    assert store.links("nobody") == []
+
+
+def test_links_survive_later_writes_and_go_with_the_child(store: IJobStore) -> None:
+    put(store, "parent", status=Status.COMPLETED)
+    waits = Waits(parents=("parent",)).to_dict()
+    child = JobRecord(id="child", status=Status.SCHEDULED, created=T0, updated=T0, waits=waits)
+    assert store.put(child)
+    assert store.put(stored(store, "child").evolve(status=Status.IN_PROGRESS))
+    assert store.put(stored(store, "child").evolve(status=Status.COMPLETED))
+    assert store.links("parent") == [Link("parent", "child", AFTER)]
+    assert store.delete("child")
+    assert store.links("parent") == []
