@@ -1,18 +1,26 @@
-"""Leases of the steps this worker process runs, renewed in one statement per interval."""
+"""Leases of the steps this worker process runs, renewed in one statement per interval;
+and the process's heartbeat row (:mod:`~pypepper_dramatiq.workers`), one statement per
+heartbeat."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+import dramatiq
+
+from ..channels.channel import manager
 from ..engine.running import InFlight
 from ..errors import StoreUnavailableError
 from ..outage import JOB_STORE, shared_outage
 from ..record import utcnow
 from ..status import Status
 from ..stores.registry import get_job_store
+from ..workers import PRUNE_SECONDS, WorkerInfo, forget_before, heartbeat_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +30,14 @@ class LeaseKeeper(threading.Thread):
 
     One statement per interval for all attempts in flight. An attempt whose
     job turned Cancelled, or whose lease was taken over, gets its cancel event.
+
+    It also keeps this process's row of the workers' listing: written when it
+    starts and then once per ``heartbeat`` seconds (default
+    :func:`~pypepper_dramatiq.workers.heartbeat_seconds` of the renewal interval),
+    never by a step; deleted when it is stopped (a clean shutdown). Rows of
+    workers not seen for an hour are deleted at its start and every ten minutes.
+    A store that cannot be reached is logged as an outage and tried again at the
+    next heartbeat.
     """
 
     def __init__(
@@ -31,6 +47,7 @@ class LeaseKeeper(threading.Thread):
         lease_seconds: float,
         cancel_grace: float,
         interval: float | None = None,
+        heartbeat: float | None = None,
     ) -> None:
         super().__init__(name="pypepper-leases", daemon=True)
         self.inflight = inflight
@@ -38,33 +55,92 @@ class LeaseKeeper(threading.Thread):
         self.lease_seconds = lease_seconds
         self.cancel_grace = cancel_grace
         self.interval = interval if interval is not None else max(0.2, lease_seconds / 3)
+        self.heartbeat = heartbeat if heartbeat is not None else heartbeat_seconds(self.interval)
         self._stop_event = threading.Event()
         self._outage = shared_outage(JOB_STORE)
+        self._serving_since: datetime | None = None
+        self._last_prune: float | None = None
 
     def stop(self) -> None:
         self._stop_event.set()
 
     def run(self) -> None:
         last_renewal = 0.0
+        self._serving_since = utcnow()
+        last_beat = time.monotonic()
+        self._beat_safely()
         while not self._stop_event.wait(min(self.interval, 0.25)):
             try:
                 self.inflight.interrupt_overdue(self.cancel_grace)
                 if time.monotonic() - last_renewal >= self.interval:
                     last_renewal = time.monotonic()
-                    self.renew()
-                    self._outage.ok()
+                    if self.renew():  # an idle keeper asked nothing: it cannot tell
+                        self._outage.ok()
             except StoreUnavailableError as exc:
                 self._outage.failed(exc)
             except Exception:
                 logger.exception("lease renewal failed; retrying")
+            if time.monotonic() - last_beat >= self.heartbeat:
+                last_beat = time.monotonic()
+                self._beat_safely()
+        self._forget_safely()
 
-    def renew(self) -> None:
+    def renew(self) -> bool:
+        """Renew the leases of the attempts in flight; False when there were none
+        (the store was not asked)."""
         ids = self.inflight.ids()
         if not ids:
-            return
+            return False
         until = utcnow() + timedelta(seconds=self.lease_seconds)
         held = get_job_store().renew_leases(self.owner, ids, until)
         for job_id in ids:
             status = held.get(job_id)
             if status is None or status is Status.CANCELLED:
                 self.inflight.cancel(job_id)
+        return True
+
+    # -- the heartbeat row ----------------------------------------------------------------
+
+    def info(self) -> WorkerInfo:
+        """This process's row, as of now."""
+        now = utcnow()
+        return WorkerInfo(
+            owner=self.owner,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            started=self._serving_since or now,
+            last_seen=now,
+            heartbeat=self.heartbeat,
+            channels=tuple(sorted(manager.ids())),
+            dramatiq_version=dramatiq.__version__,
+        )
+
+    def beat(self) -> None:
+        """Write this process's row (one statement); at the first beat and every
+        :data:`~pypepper_dramatiq.workers.PRUNE_SECONDS` after, also delete the rows
+        of workers not seen for an hour."""
+        store = get_job_store()
+        worker = self.info()
+        store.beat_worker(worker)
+        if self._last_prune is None or time.monotonic() - self._last_prune >= PRUNE_SECONDS:
+            self._last_prune = time.monotonic()
+            store.prune_workers(forget_before(worker.last_seen))
+
+    def _beat_safely(self) -> None:
+        try:
+            self.beat()
+            self._outage.ok()
+        except StoreUnavailableError as exc:
+            self._outage.failed(exc)
+        except Exception:
+            logger.exception("worker heartbeat failed; retrying at the next one")
+
+    def _forget_safely(self) -> None:
+        """Delete this process's row: it stops (a store that cannot be reached leaves
+        the row, which the listing calls gone after a few heartbeats)."""
+        try:
+            get_job_store().forget_worker(self.owner)
+        except StoreUnavailableError as exc:
+            self._outage.failed(exc)
+        except Exception:
+            logger.exception("could not delete this worker's heartbeat row")

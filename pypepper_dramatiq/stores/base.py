@@ -15,6 +15,7 @@ from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
 from ..state import HOOKS_KEY
 from ..status import Status
+from ..workers import WorkerInfo
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -350,6 +351,38 @@ class IJobStore(abc.ABC):
             status: len(self.list(status=status, channel_id=channel_id, category=category))
             for status in Status
         }
+
+    # -- worker processes (the workers page) --------------------------------------------
+    #
+    # A store that keeps no worker rows lists none: the defaults below write nothing.
+
+    def beat_worker(self, worker: WorkerInfo) -> None:  # noqa: B027 - optional
+        """Insert or refresh the row of ``worker.owner``, in one statement: every field
+        as given, but ``started``, which stays as first written. A worker process's
+        lease keeper calls it once per heartbeat (:mod:`~pypepper_dramatiq.workers`)."""
+
+    def forget_worker(self, owner: str) -> bool:
+        """Delete the row of ``owner`` (a worker stopping cleanly); True if there was one."""
+        return False
+
+    def workers(self, now: datetime) -> builtins.list[WorkerInfo]:
+        """The worker rows seen within :data:`~pypepper_dramatiq.workers.FORGET_AFTER_SECONDS`
+        of ``now``, live or gone, by host, pid and owner."""
+        return []
+
+    def prune_workers(self, before: datetime) -> int:
+        """Delete the worker rows last seen before ``before``; how many."""
+        return 0
+
+    def held_by(self, owners: Collection[str]) -> builtins.list[JobRecord]:
+        """The InProgress jobs whose lease one of ``owners`` holds (the steps those
+        workers run now), by id. The stores of this package read the (status, ...)
+        index; this default reads every InProgress row."""
+        wanted = set(owners)
+        if not wanted:
+            return []
+        rows = [r for r in self.list(status=Status.IN_PROGRESS) if r.lease_owner in wanted]
+        return sorted(rows, key=lambda r: r.id)
 
 
 def why_not_claimable(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
 from ..state import HOOKS_KEY
 from ..status import Status, may_overwrite
+from ..workers import WorkerInfo, listed
 from .base import IJobStore, JobRecord, as_utc
 
 #: The statuses in which a job holds its unique key.
@@ -26,6 +28,7 @@ class MemoryJobStore(IJobStore):
     def __init__(self) -> None:
         self._rows: dict[str, JobRecord] = {}
         self._schedules: dict[str, RecurringSchedule] = {}
+        self._workers: dict[str, WorkerInfo] = {}
         self._lock = threading.RLock()
 
     def _check_key(self, record: JobRecord) -> None:
@@ -269,3 +272,38 @@ class MemoryJobStore(IJobStore):
                 ):
                     counts[row.status] += 1
         return counts
+
+    # -- worker processes (the workers page) --------------------------------------------
+
+    def beat_worker(self, worker: WorkerInfo) -> None:
+        with self._lock:
+            current = self._workers.get(worker.owner)
+            self._workers[worker.owner] = (
+                worker if current is None else replace(worker, started=current.started)
+            )
+
+    def forget_worker(self, owner: str) -> bool:
+        with self._lock:
+            return self._workers.pop(owner, None) is not None
+
+    def workers(self, now: datetime) -> builtins.list[WorkerInfo]:
+        with self._lock:
+            return listed(self._workers.values(), now)
+
+    def prune_workers(self, before: datetime) -> int:
+        cutoff = as_utc(before)
+        with self._lock:
+            old = [owner for owner, w in self._workers.items() if w.last_seen < cutoff]
+            for owner in old:
+                del self._workers[owner]
+        return len(old)
+
+    def held_by(self, owners: Collection[str]) -> builtins.list[JobRecord]:
+        wanted = set(owners)
+        with self._lock:
+            rows = [
+                r
+                for r in self._rows.values()
+                if r.status is Status.IN_PROGRESS and r.lease_owner in wanted
+            ]
+        return sorted(rows, key=lambda r: r.id)

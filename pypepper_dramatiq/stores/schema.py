@@ -149,3 +149,22 @@ recurring = Table(
     Column("updated", UtcDateTime(), nullable=False),
     Index("ix_scheduler_recurring_next_slot", "next_slot"),
 )
+
+#: The worker processes (:mod:`~pypepper_dramatiq.workers`): one row per process,
+#: refreshed by its lease keeper once per heartbeat, deleted when it stops cleanly.
+workers = Table(
+    "scheduler_workers",
+    metadata,
+    # The lease owner id the process writes into the jobs it holds.
+    Column("owner", String(128), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started", UtcDateTime(), nullable=False),
+    Column("last_seen", UtcDateTime(), nullable=False),
+    # Seconds between two heartbeats: a row missing three of them is shown as gone.
+    Column("heartbeat", Double, nullable=False),
+    Column("channels", json_type(), nullable=True),
+    Column("dramatiq_version", String(32), nullable=True),
+    # The listing's cutoff and the keepers' delete of rows not seen for an hour.
+    Index("ix_scheduler_workers_last_seen", "last_seen"),
+)

@@ -45,6 +45,8 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement, Select
@@ -61,8 +63,10 @@ from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
+from ..workers import WorkerInfo, forget_before, listed
 from .base import IJobStore, JobRecord
 from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, recurring
+from .schema import workers as worker_rows
 
 __all__ = [
     "PostgresJobStore",
@@ -949,6 +953,63 @@ class SqlJobStore(IJobStore):
                 counts[Status(status)] = int(count)
         return counts
 
+    # -- worker processes (the workers page) --------------------------------------------
+
+    def beat_worker(self, worker: WorkerInfo) -> None:
+        # One statement whether the row exists or not: PostgreSQL's ON CONFLICT DO
+        # UPDATE, MySQL's and MariaDB's ON DUPLICATE KEY UPDATE. ``started`` keeps the
+        # value first written; a retry after a stale connection writes the same row.
+        values = _worker_values(worker)
+        kept = ("owner", "started")
+        stmt: Any
+        if self._engine.dialect.name == "postgresql":
+            stmt = pg_insert(worker_rows).values(values)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[worker_rows.c.owner],
+                set_={name: stmt.excluded[name] for name in values if name not in kept},
+            )
+        else:
+            stmt = mysql_insert(worker_rows).values(values)
+            stmt = stmt.on_duplicate_key_update(
+                {name: stmt.inserted[name] for name in values if name not in kept}
+            )
+
+        def beat() -> None:
+            with self._engine.connect() as connection:
+                connection.execute(stmt)
+
+        _once_more_if_stale(self._engine, f"recording worker {worker.owner}", beat)
+
+    def forget_worker(self, owner: str) -> bool:
+        stmt = delete(worker_rows).where(worker_rows.c.owner == owner)
+        with _boundary(self._engine, f"forgetting worker {owner}"), self._engine.connect() as c:
+            return c.execute(stmt).rowcount == 1
+
+    def workers(self, now: datetime) -> builtins.list[WorkerInfo]:
+        # A few rows per worker process: sorted here, as MySQL's collations would not.
+        query = select(worker_rows).where(worker_rows.c.last_seen >= forget_before(now))
+        with _boundary(self._engine, "listing workers"), self._engine.connect() as c:
+            found = [_worker(row) for row in c.execute(query).mappings()]
+        return listed(found, now)
+
+    def prune_workers(self, before: datetime) -> int:
+        stmt = delete(worker_rows).where(worker_rows.c.last_seen < before)
+        with _boundary(self._engine, "deleting old worker rows"), self._engine.connect() as c:
+            return int(c.execute(stmt).rowcount)
+
+    def held_by(self, owners: Collection[str]) -> builtins.list[JobRecord]:
+        # InProgress rows are few: the (status, ...) indexes find them.
+        wanted = sorted(set(owners))
+        found: builtins.list[JobRecord] = []
+        with _boundary(self._engine, "listing the steps workers hold"), self._engine.connect() as c:
+            for start in range(0, len(wanted), 500):
+                query = select(jobs).where(
+                    jobs.c.status == Status.IN_PROGRESS.value,
+                    jobs.c.lease_owner.in_(wanted[start : start + 500]),
+                )
+                found.extend(_record(row) for row in c.execute(query).mappings())
+        return sorted(found, key=lambda r: r.id)
+
 
 class _InCallerTransaction(SqlJobStore):
     """A :class:`SqlJobStore` whose statements run in a caller's transaction.
@@ -1158,3 +1219,30 @@ def _schedule(row: Any) -> RecurringSchedule:
 def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
     args: tuple[Any, ...] = getattr(exc.orig, "args", ())
     return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY
+
+
+def _worker_values(worker: WorkerInfo) -> dict[str, Any]:
+    """The ``scheduler_workers`` row of ``worker``."""
+    return {
+        "owner": worker.owner,
+        "host": worker.host,
+        "pid": worker.pid,
+        "started": worker.started,
+        "last_seen": worker.last_seen,
+        "heartbeat": worker.heartbeat,
+        "channels": list(worker.channels),
+        "dramatiq_version": worker.dramatiq_version,
+    }
+
+
+def _worker(row: Any) -> WorkerInfo:
+    return WorkerInfo(
+        owner=row["owner"],
+        host=row["host"],
+        pid=int(row["pid"]),
+        started=row["started"],
+        last_seen=row["last_seen"],
+        heartbeat=float(row["heartbeat"]),
+        channels=tuple(str(name) for name in row["channels"] or ()),
+        dramatiq_version=row["dramatiq_version"],
+    )
