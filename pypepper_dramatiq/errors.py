@@ -109,6 +109,39 @@ class WaitInsideJobError(PypepperError, RuntimeError):
         self.job_id = job_id
 
 
+class RetryError(PypepperError):
+    """The job cannot be retried as asked (``Job.retry_saved``)."""
+
+
+class JobNotRetriableError(RetryError):
+    """Only a Failed or Cancelled job can be retried."""
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(
+            f"job {job_id!r} is {status}: only a Failed or Cancelled job can be retried"
+        )
+        self.job_id = job_id
+        #: The job's stored status.
+        self.status = status
+
+
+class UnknownTaskError(RetryError, LookupError):
+    """The job has no task by this name (or at this ``workflow.task`` position)."""
+
+    def __init__(self, job_id: str, task: str, names: list[list[str]]) -> None:
+        tasks = ", ".join(
+            f"{w}.{t} {name}" for w, row in enumerate(names) for t, name in enumerate(row)
+        )
+        super().__init__(
+            f"job {job_id!r} has no task {task!r}; its tasks (workflow.task name): "
+            f"{tasks or 'none'}"
+        )
+        self.job_id = job_id
+        self.task = task
+        #: The task names of each workflow of the job.
+        self.names = names
+
+
 class UnknownScheduleError(PypepperError, LookupError):
     """No recurring schedule with this name is stored."""
 

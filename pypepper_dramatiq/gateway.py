@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from .errors import (
     DuplicateJobError,
     InvalidTransitionError,
     StoreError,
+    UnknownExecutorError,
     UnknownJobError,
 )
 from .events import CANCEL, INIT, SCHEDULE, transition
@@ -38,6 +40,7 @@ from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
 from .notices import publish_ended, wait_for, wait_for_async, wake
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
+from .retrying import retry_record
 from .rules import Position
 from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
 from .status import Status, may_overwrite
@@ -420,6 +423,42 @@ class Gateway:
                 publish_cancel(job_id)
                 return True
         return False
+
+    # -- retrying ---------------------------------------------------------------------
+
+    def retry_saved(self, job_id: str, from_task: str | None = None) -> str:
+        """Schedule a new job resuming the Failed or Cancelled job ``job_id``; its id
+        (see ``Job.retry_saved``).
+
+        :mod:`~pypepper_dramatiq.retrying` decides where it resumes and what it
+        keeps; the new job is then rebuilt (its tasks' executors must be
+        registered here) and scheduled as ``scheduled()`` schedules a job that
+        is stored first: admitted by its channel, inserted Scheduled, sent. The
+        original's row is only read.
+        """
+        _require_sync()
+        store = get_job_store()
+        original = store.get(job_id)
+        if original is None:
+            raise UnknownJobError(job_id)
+        record = retry_record(original, uuid.uuid4().hex, from_task, now=utcnow())
+        try:
+            job = Job.from_record(record)
+        except UnknownExecutorError as exc:
+            raise UnknownExecutorError(
+                exc.executor_id,
+                f"job {job_id} cannot be retried in this process: import the code of its "
+                "tasks here first",
+            ) from None
+        new_id = self.schedule(job, insert_first=True)
+        logger.info(
+            "job %s retries job %s from task %s",
+            new_id,
+            job_id,
+            Position.from_list(record.state["cursor"]).key(),
+            extra={"action": "retry", "job_id": new_id, "retry_of": job_id},
+        )
+        return new_id
 
 
 def release_held(

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, PARENT_RESULTS_KEY, RESULTS_KEY, Context
 from .errors import UnknownExecutorError, UnknownJobError
 from .events import Event, SchedulerFSM, build_scheduler_fsm
+from .links import RETRY_OF_KEY
 from .record import JobRecord, check_job_id, utcnow
 from .status import Status
 from .task import Task
@@ -45,6 +46,7 @@ class JobGateway(Protocol):
     def persist(self, job: Job, attempts: int) -> bool: ...
     def cancel(self, job: Job) -> bool: ...
     def cancel_saved(self, job_id: str) -> bool: ...
+    def retry_saved(self, job_id: str, from_task: str | None = None) -> str: ...
     def get_saved(self, job_id: str) -> JobRecord | None: ...
     def wait(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord: ...
     async def wait_async(
@@ -100,6 +102,9 @@ class Job:
         #: The unique key the job holds, and what it waits for: set by ``scheduled()``.
         self.unique_key: str | None = None
         self.waits: dict[str, Any] | None = None
+        #: The id of the job this one retries (``Job.retry_saved``), stored in
+        #: ``payload["retry_of"]``; None for a job that retries none.
+        self.retry_of: str | None = None
         self.state: dict[str, Any] = {}
         self.context = Context(
             {CANCEL_EVENT_KEY: threading.Event(), JOB_ID_KEY: self.id, RESULTS_KEY: {}}
@@ -255,6 +260,50 @@ class Job:
             StoreError: the store failed.
         """
         return _through().cancel_saved(job_id)
+
+    @staticmethod
+    def retry_saved(job_id: str, from_task: str | None = None) -> str:
+        """Schedule a new job that takes the Failed or Cancelled job ``job_id`` up
+        where it stopped; returns the new job's id.
+
+        The new job has the same workflows, channel and category, and starts at
+        the task that failed (or was cancelled), or at ``from_task``, with the
+        results of the tasks before it kept: they do not run again, and the
+        tasks after them see their results (``context.results``, ``result()``)
+        as if they had. Those tasks' attempts are not copied: the original keeps
+        its history, unchanged, as every ended job does. ``payload["retry_of"]``
+        of the new job names the original. It goes through ``scheduled()``'s
+        path (the channel's admission, its row stored, its message sent) and
+        starts now, with no unique key, no parents and no start deadline.
+
+        The process that calls it rebuilds the job's tasks, so the code of the
+        job's ``@workflow_task`` functions (or registered executors) must be
+        imported here, as where it was first scheduled.
+
+        Args:
+            job_id: the job to retry.
+            from_task: start at this task instead: its name, or its position
+                ``"workflow.task"`` (such as ``"0.1"``) when several tasks have
+                that name. It may be earlier than where the job stopped (the
+                tasks from there on run again), not later.
+
+        Raises:
+            UnknownJobError: no job ``job_id`` is stored.
+            JobNotRetriableError: the job is not Failed or Cancelled (it names
+                the job and its status).
+            UnknownTaskError: the job has no task ``from_task`` (it names the
+                job's tasks).
+            AmbiguousTaskNameError: several tasks are named ``from_task`` (the
+                message names their positions: pass one).
+            RetryError: ``from_task`` comes after where the job stopped.
+            UnknownExecutorError: the job was stored without its workflows (a
+                task had no ``executor_id``), so it cannot be retried from the
+                store; or a task's executor id is not registered here.
+            ChannelFullError, ChannelStoppedError, BrokerUnavailableError: as
+                for ``scheduled()``; nothing was stored.
+            StoreError: the store failed.
+        """
+        return _through().retry_saved(job_id, from_task)
 
     # -- persistence --------------------------------------------------------
 
@@ -417,9 +466,12 @@ class Job:
         tasks = [t for w in self.workflows for t in w.get_tasks()]
         if any(t.executor_id is None for t in tasks):
             return None
-        return {
+        payload: dict[str, Any] = {
             "workflows": [{"tasks": [t.to_dict() for t in w.get_tasks()]} for w in self.workflows]
         }
+        if self.retry_of is not None:
+            payload[RETRY_OF_KEY] = self.retry_of
+        return payload
 
     @classmethod
     def from_record(cls, record: JobRecord) -> Job:
@@ -448,6 +500,8 @@ class Job:
         job.not_before, job.start_deadline = record.not_before, record.start_deadline
         job.release_at = record.release_at
         job.unique_key, job.waits = record.unique_key, record.waits
+        retry_of = record.payload.get(RETRY_OF_KEY)
+        job.retry_of = retry_of if isinstance(retry_of, str) else None
         return job
 
     def __repr__(self) -> str:

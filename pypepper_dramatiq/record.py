@@ -121,8 +121,12 @@ class JobRecord:
     # which stays right when names repeat; the accessors below map the names of
     # ``payload["workflows"][w]["tasks"][t]["name"]`` onto those positions.
 
-    def _task_names(self) -> list[list[str]]:
-        """The task names of each workflow, from the payload."""
+    def task_names(self) -> list[list[str]]:
+        """The task names of each workflow, from the payload.
+
+        Raises:
+            NoTaskResultError: the record holds no workflows (``payload`` is None).
+        """
         if self.payload is None:
             raise NoTaskResultError(
                 f"job {self.id} was stored without its workflows (a task has no "
@@ -131,6 +135,31 @@ class JobRecord:
         return [
             [TaskSpec.from_dict(task).name for task in workflow.get("tasks", [])]
             for workflow in self.payload.get("workflows", [])
+        ]
+
+    def positions_of(self, name: str, workflow: int | None = None) -> list[tuple[int, int]]:
+        """Where the tasks named ``name`` are, as ``(workflow, task)`` in job order: the
+        one mapping of task names to positions (:meth:`result` and retries read it).
+
+        Args:
+            name: the task's name.
+            workflow: look in this workflow only.
+
+        Raises:
+            NoTaskResultError: the job has no workflow ``workflow``, or the record
+                holds no workflows (``payload`` is None).
+        """
+        names = self.task_names()
+        if workflow is not None and not 0 <= workflow < len(names):
+            raise NoTaskResultError(
+                f"job {self.id} has no workflow {workflow} (it has {len(names)})"
+            )
+        return [
+            (w, t)
+            for w, tasks in enumerate(names)
+            if workflow is None or w == workflow
+            for t, task_name in enumerate(tasks)
+            if task_name == name
         ]
 
     def result(self, name: str, workflow: int | None = None) -> Any:
@@ -153,19 +182,8 @@ class JobRecord:
                 yet, failed, or skipped: the message says which); also when the
                 record holds no workflows (``payload`` is None).
         """
-        names = self._task_names()
-        where = f"job {self.id}"
-        if workflow is not None:
-            if not 0 <= workflow < len(names):
-                raise NoTaskResultError(f"{where} has no workflow {workflow} (it has {len(names)})")
-            where = f"workflow {workflow} of {where}"
-        found = [
-            (w, t)
-            for w, tasks in enumerate(names)
-            if workflow is None or w == workflow
-            for t, task_name in enumerate(tasks)
-            if task_name == name
-        ]
+        found = self.positions_of(name, workflow)
+        where = f"job {self.id}" if workflow is None else f"workflow {workflow} of job {self.id}"
         if not found:
             raise NoTaskResultError(f"{where} has no task named {name!r}")
         if len(found) > 1:
@@ -218,7 +236,7 @@ class JobRecord:
         Raises:
             NoTaskResultError: the record holds no workflows (``payload`` is None).
         """
-        names = self._task_names()
+        names = self.task_names()
         results = self.state.get("results") or {}
         count: dict[str, int] = {}
         per_workflow: dict[tuple[int, str], int] = {}

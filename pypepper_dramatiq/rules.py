@@ -201,12 +201,16 @@ def _first_task_from(plan: Plan, workflow: int, task: int) -> Position | None:
     return None
 
 
-def first_step(plan: Plan, *, cancelled: bool = False) -> Step:
-    """Where a job starts."""
+def first_step(plan: Plan, *, cancelled: bool = False, start: Position | None = None) -> Step:
+    """Where a job starts: its first task, or, for a job that resumes another
+    (``Job.retry_saved``: its stored cursor is ``start``), the task at ``start``
+    (the first one after it when that workflow is empty), with a fresh budget:
+    round 0, attempt 0."""
     if cancelled:
         return CANCEL_STEP
-    start = _first_task_from(plan, 0, 0)
-    return COMPLETE_STEP if start is None else Step(Action.RUN, start)
+    at = (0, 0) if start is None else (start.workflow, start.task)
+    begin = _first_task_from(plan, *at)
+    return COMPLETE_STEP if begin is None else Step(Action.RUN, begin)
 
 
 def next_step(

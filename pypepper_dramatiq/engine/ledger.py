@@ -331,7 +331,8 @@ class StepBook:
             if step.record.payload is None:
                 return None
             plan = plan_of([w.get("tasks", []) for w in step.record.payload.get("workflows", [])])
-            first = rules.first_step(plan)
+            # A retry starts at its stored cursor (the record the message carries).
+            first = rules.first_step(plan, start=cursor_of(step.record))
             if first.position is None:
                 return None
             cursor, start = first.position, True
@@ -376,7 +377,7 @@ class StepBook:
         if reason is not None:
             raise StepSkipped(record.id, reason)
         if record.status is Status.SCHEDULED:
-            first = rules.first_step(plan_of(tasks))
+            first = rules.first_step(plan_of(tasks), start=cursor_of(record))
             if first.action is rules.Action.COMPLETE:
                 done = transition(transition(record.status, RUN), COMPLETE)
                 if self._store().put(record.evolve(status=done, updated=now)):

@@ -173,13 +173,18 @@ class Worker:
         tasks = [
             [task.spec().to_dict() for task in workflow.get_tasks()] for workflow in job.workflows
         ]
-        step = rules.first_step(ledger.plan_of(tasks), cancelled=job.is_cancelled)
+        record = job.to_record()
+        # A retry starts at its stored cursor, with the results of the tasks before it.
+        step = rules.first_step(
+            ledger.plan_of(tasks), cancelled=job.is_cancelled, start=ledger.cursor_of(record)
+        )
         if step.action is not rules.Action.RUN:
             return None  # nothing to run (or cancelled): the end is written by _finish
+        assert step.position is not None
+        job.context.results.update(ledger.Claim(record, step.position, tasks).results_by_name())
         book = ledger.StepBook(
             get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True
         )
-        record = job.to_record()
         while True:
             position = step.position
             assert position is not None
