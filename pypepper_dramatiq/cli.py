@@ -10,6 +10,7 @@ Commands:
 * ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
 * ``purge --status S --older-than D``: delete the jobs that ended S longer
   than D ago (``--dry-run``: count them).
+* ``workers``: the worker processes (live, or gone lately) and the steps each runs now.
 * ``dashboard``: serve the web dashboard (``--host``, ``--port``; HTTP basic
   auth from ``PYPEPPER_DASHBOARD_USER`` / ``PYPEPPER_DASHBOARD_PASSWORD``).
 
@@ -44,6 +45,7 @@ from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .retention import BATCH
 from .status import TERMINAL, Status
 from .stores.base import IJobStore, JobRecord, utcnow
+from .workers import FORGET_AFTER_SECONDS, GONE_AFTER_BEATS, ListedWorker, listing
 
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
 URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
@@ -250,6 +252,23 @@ def _parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="list as JSON lines (default: a table)"
     )
 
+    workers = commands.add_parser(
+        "workers",
+        help="list the worker processes and the steps each runs now",
+        description="The dramatiq worker processes running this package's middleware, as "
+        "their heartbeat rows in the job store say: host, pid, since when, last heartbeat, "
+        f"live or gone (no heartbeat for {GONE_AFTER_BEATS} of its intervals: killed, or "
+        "cut off), and the steps each holds now (InProgress jobs leased to it). A worker "
+        "stopped cleanly is not listed; a gone one is listed for "
+        f"{FORGET_AFTER_SECONDS / 3600:g} hour.",
+    )
+    _add_uri(workers)
+    workers.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON lines, one worker per line with its steps (default: tables)",
+    )
+
     purge = commands.add_parser(
         "purge",
         help="delete the jobs that ended longer ago than --older-than",
@@ -352,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _recurring(store, args)
             if args.command == "purge":
                 return _purge(store, args)
+            if args.command == "workers":
+                return _workers(store, as_json=args.json)
             if args.command == "dashboard":
                 return _dashboard(store, args)
             return _jobs(store, args)
@@ -699,6 +720,62 @@ def _change_channel(client: Any, action: str, name: str, size: int | None) -> in
             else f"channel {name}: bound {bound}, unchanged"
         )
     return 0
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+def _workers(store: IJobStore, *, as_json: bool) -> int:
+    now = utcnow()
+    found = store.workers(now)
+    shown = listing(found, store.held_by([w.owner for w in found]), now)
+    if as_json:
+        for entry in shown:
+            print(json.dumps(entry.to_dict()))
+        return 0
+    if not shown:
+        print("no worker process is known (each writes its row when it starts)", file=sys.stderr)
+        return 0
+    _print_table(
+        ("HOST", "PID", "STATE", "STARTED", "LAST SEEN", "CHANNELS", "STEPS", "OWNER"),
+        [_worker_row(entry) for entry in shown],
+    )
+    steps = [(entry, step) for entry in shown for step in entry.steps]
+    if steps:
+        print()
+        _print_table(
+            ("HOST", "PID", "JOB", "TASK", "ROUND", "ATTEMPT", "SINCE"),
+            [
+                (
+                    entry.worker.host,
+                    str(entry.worker.pid),
+                    step.job_id,
+                    f"{step.task or '?'} ({step.key})" if step.key else "-",
+                    "-" if step.round is None else str(step.round + 1),
+                    "-" if step.attempt is None else str(step.attempt + 1),
+                    _when(step.since),
+                )
+                for entry, step in steps
+            ],
+        )
+    return 0
+
+
+def _worker_row(entry: ListedWorker) -> tuple[str, ...]:
+    worker = entry.worker
+    state = entry.state
+    if state != "live":
+        state = f"{state} ({entry.silent_for:.0f}s)"
+    return (
+        worker.host,
+        str(worker.pid),
+        state,
+        _when(worker.started),
+        _when(worker.last_seen),
+        ",".join(worker.channels) or "-",
+        str(len(entry.steps)),
+        worker.owner,
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

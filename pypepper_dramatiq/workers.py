@@ -169,6 +169,46 @@ def steps_by_owner(records: Iterable[JobRecord]) -> dict[str, list[RunningStep]]
     return found
 
 
+@dataclass(frozen=True)
+class ListedWorker:
+    """A worker as the listings show it at one instant: its row, live or gone, and the
+    steps it holds."""
+
+    worker: WorkerInfo
+    #: :data:`LIVE` or :data:`GONE`.
+    state: str
+    #: Seconds since its latest heartbeat (on the reader's clock against the worker's).
+    silent_for: float
+    steps: tuple[RunningStep, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the row's fields, ``state``, ``silent_for`` and ``steps``."""
+        return {
+            **self.worker.to_dict(),
+            "state": self.state,
+            "silent_for": round(self.silent_for, 3),
+            "steps": [step.to_dict() for step in self.steps],
+        }
+
+
+def listing(
+    workers: Iterable[WorkerInfo], held: Iterable[JobRecord], now: datetime
+) -> list[ListedWorker]:
+    """The workers page and command: each worker row listed at ``now`` with the steps
+    of ``held`` (the InProgress jobs leased to them, ``IJobStore.held_by``)."""
+    steps = steps_by_owner(held)
+    now = as_utc(now)
+    return [
+        ListedWorker(
+            worker=w,
+            state=w.state(now),
+            silent_for=max(0.0, (now - w.last_seen).total_seconds()),
+            steps=tuple(steps.get(w.owner, ())),
+        )
+        for w in listed(workers, now)
+    ]
+
+
 def listed(workers: Iterable[WorkerInfo], now: datetime) -> list[WorkerInfo]:
     """The rows a listing shows at ``now`` (seen within :data:`FORGET_AFTER_SECONDS`),
     by host, pid and owner: the order every store answers in."""
