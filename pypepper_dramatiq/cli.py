@@ -6,6 +6,8 @@ Commands:
 * ``jobs``: list stored jobs, newest first, a page at a time (``--before``).
 * ``show JOB_ID``: one job's stored snapshot as JSON.
 * ``cancel JOB_ID``: cancel a stored job.
+* ``retry JOB_ID [--from-task NAME]``: a new job takes a Failed or Cancelled
+  one up where it stopped; prints the new job's id (exit 2 when refused).
 * ``channels [list|stop|resume|resize]``: the channels kept in Redis.
 * ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
 * ``purge --status S --older-than D``: delete the jobs that ended S longer
@@ -34,9 +36,12 @@ from urllib.parse import urlsplit, urlunsplit
 from .channels.admission import channel_states
 from .config import duration
 from .errors import (
+    AmbiguousTaskNameError,
     ConfigError,
     InvalidTransitionError,
     PypepperError,
+    RetryError,
+    UnknownExecutorError,
     UnknownJobError,
     UnknownScheduleError,
 )
@@ -179,6 +184,38 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get(BROKER_ENV) or None,
         help="redis://... of the workers: running tasks see the cancel at once "
         f"(without it, at their next lease renewal); default: ${BROKER_ENV}",
+    )
+
+    retry = commands.add_parser(
+        "retry",
+        help="retry a Failed or Cancelled job: a new job takes it up where it stopped",
+        description="Schedule a new job that takes the Failed or Cancelled job JOB_ID up "
+        "at the task where it stopped (or at --from-task), with the results of the tasks "
+        "before it kept, and print its id. JOB_ID stays as it ended. The new job is "
+        "rebuilt here, so the code of its tasks must be imported: --import the modules "
+        "that define them. Exit status 2 when the job cannot be retried.",
+    )
+    retry.add_argument("job_id")
+    retry.add_argument(
+        "--from-task",
+        metavar="NAME",
+        help="start at this task: its name, or its position workflow.task (such as 0.1) "
+        "when several tasks have the name; where the job stopped, or earlier",
+    )
+    retry.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (the current directory is on the path): where the "
+        "job's @workflow_task functions are; may be repeated",
+    )
+    _add_uri(retry)
+    retry.add_argument(
+        "--broker-url",
+        default=os.environ.get(BROKER_ENV) or None,
+        help=f"redis://... of the workers, which run the new job; default: ${BROKER_ENV}",
     )
 
     jobs = commands.add_parser(
@@ -352,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.action == "trigger" and not args.broker_url:
             parser.error(f"recurring trigger needs --broker-url (or ${BROKER_ENV})")
+    if args.command == "retry" and not args.broker_url:
+        parser.error(f"retry needs --broker-url (or ${BROKER_ENV}): the workers run the new job")
 
     try:
         if args.command == "migrate":
@@ -365,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "cancel":
                 return _cancel(store, args.job_id, args.broker_url)
+            if args.command == "retry":
+                return _retry(store, args)
             if args.command == "show":
                 return _show(store, args.job_id, one_line=args.json)
             if args.command == "recurring":
@@ -490,6 +531,38 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
         reset_job_store()
         if client is not None:
             client.close()
+
+
+def _retry(store: IJobStore, args: argparse.Namespace) -> int:
+    import importlib
+
+    from .distributed.setup import setup
+    from .job import Job
+    from .stores.registry import reset_job_store, set_job_store
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as dramatiq's command finds the tasks' modules
+    set_job_store(store)
+    try:
+        for module in args.imports:
+            importlib.import_module(module)  # it may call setup(): ours comes after
+        setup(args.broker_url)
+        set_job_store(store)
+        new_id = Job.retry_saved(args.job_id, from_task=args.from_task)
+    except ImportError as exc:
+        _error(f"--import: {exc}")
+        return 2
+    except (UnknownJobError, RetryError, AmbiguousTaskNameError, UnknownExecutorError) as exc:
+        # Every refusal of a retry is status 2: nothing was stored or sent.
+        unknown_id = isinstance(exc, UnknownExecutorError) and exc.executor_id is not None
+        hint = " (--import MODULE)" if unknown_id else ""
+        _error(f"{exc}{hint}")
+        return 2
+    finally:
+        reset_job_store()
+    print(new_id)
+    print(f"job {args.job_id} is retried by job {new_id}", file=sys.stderr)
+    return 0
 
 
 # -- recurring schedules ---------------------------------------------------------------------
