@@ -31,11 +31,12 @@ from ..errors import (
     UnknownScheduleError,
 )
 from ..job import Job
-from ..record import MAX_ID_LENGTH
+from ..record import MAX_ID_LENGTH, utcnow
 from ..schedules import pause_recurring, resume_recurring, trigger_recurring
 from ..status import Status
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
+from ..workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
 from . import views
 from .paging import decode_cursor, encode_cursor
 from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens
@@ -85,6 +86,7 @@ _URLS = Map(
         Rule("/actions/resume/<path:name>", endpoint="resume", methods=["POST"]),
         Rule("/actions/trigger/<path:name>", endpoint="trigger", methods=["POST"]),
         Rule("/channels", endpoint="channels"),
+        Rule("/workers", endpoint="workers"),
         Rule("/static/<path:filename>", endpoint="static"),
     ],
     strict_slashes=False,
@@ -306,6 +308,16 @@ class Dashboard:
         except Exception as exc:  # Redis down: the page says so rather than failing
             source, rows, problem = "Redis", [], f"Redis cannot be read: {exc}"
         return self._render(call, "channels.html", source=source, channels=rows, problem=problem)
+
+    def _workers(self, call: _Call) -> Response:
+        rows = views.worker_rows(self.store, utcnow())
+        return self._render(
+            call,
+            "workers.html",
+            workers=rows,
+            gone_after=GONE_AFTER_BEATS,
+            heartbeat=HEARTBEAT_SECONDS,
+        )
 
     def _static(self, call: _Call, filename: str) -> Response:
         return send_from_directory(HERE / "static", filename, call.request.environ)

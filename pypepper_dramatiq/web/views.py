@@ -22,6 +22,7 @@ from ..state import HOOKS_DONE_KEY
 from ..status import Status
 from ..stores.base import IJobStore
 from ..waits import Waits
+from ..workers import LIVE, ListedWorker, listing
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).
 SHORT = 120
@@ -512,3 +513,79 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
         for state in channel_states(client)
     ]
     return "Redis", rows
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepRow:
+    job_id: str
+    #: The task's name and position ("load (0.1)"), or "-" when the cursor says none.
+    task: str
+    #: Round and attempt, counted from 1 as the job page counts them ("-": unknown).
+    round: str
+    attempt: str
+    since: str
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    owner: str
+    host: str
+    pid: int
+    live: bool
+    #: How long since its last heartbeat, in words ("12s", "3m 05s").
+    silent_for: str
+    started: str
+    last_seen: str
+    heartbeat: str
+    channels: str
+    dramatiq_version: str
+    steps: list[StepRow]
+
+
+def worker_rows(store: IJobStore, now: datetime) -> list[WorkerRow]:
+    """The workers page: each worker row the store lists at ``now``, live or gone, with
+    the steps it holds (two reads: the rows, then their InProgress jobs)."""
+    found = store.workers(now)
+    return [
+        _worker_row(entry) for entry in listing(found, store.held_by([w.owner for w in found]), now)
+    ]
+
+
+def _worker_row(entry: ListedWorker) -> WorkerRow:
+    worker = entry.worker
+    return WorkerRow(
+        owner=worker.owner,
+        host=worker.host,
+        pid=worker.pid,
+        live=entry.state == LIVE,
+        silent_for=_duration(entry.silent_for),
+        started=when(worker.started),
+        last_seen=when(worker.last_seen),
+        heartbeat=f"{worker.heartbeat:g}s",
+        channels=", ".join(worker.channels) or "-",
+        dramatiq_version=worker.dramatiq_version or "-",
+        steps=[
+            StepRow(
+                job_id=step.job_id,
+                task=f"{step.task or '?'} ({step.key})" if step.key else "-",
+                round="-" if step.round is None else str(step.round + 1),
+                attempt="-" if step.attempt is None else str(step.attempt + 1),
+                since=when(step.since),
+            )
+            for step in entry.steps
+        ],
+    )
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, rest = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {rest:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"

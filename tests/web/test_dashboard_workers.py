@@ -1,0 +1,102 @@
+"""The dashboard's workers page, through Werkzeug's test client, on memory and PostgreSQL.
+
+Each worker row (live, or gone after missing its heartbeats) with host, pid, times and
+the steps it holds now, linked to their jobs; hostile text stays text; the nav links it.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from werkzeug.test import Client
+
+from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.stores.base import IJobStore
+from pypepper_dramatiq.web import make_app
+from pypepper_dramatiq.workers import WorkerInfo
+
+from .conftest import put, text
+
+FAR_FUTURE = datetime(2200, 1, 1, tzinfo=timezone.utc)
+PAYLOAD = {"workflows": [{"tasks": [{"name": "fetch"}, {"name": "load"}]}]}
+
+
+@pytest.fixture
+def workers(store: IJobStore) -> Iterator[IJobStore]:
+    """Two workers in the process's store: one live running a step, one gone since a
+    minute (its step still leased to it)."""
+    store.prune_workers(FAR_FUTURE)
+    now = utcnow()
+    started = now - timedelta(minutes=30)
+    store.beat_worker(
+        WorkerInfo("alpha:101:aa", "alpha", 101, started, now, channels=("web", "etl"))
+    )
+    store.beat_worker(
+        WorkerInfo("beta:202:bb", "beta", 202, started, now - timedelta(seconds=65), heartbeat=5)
+    )
+    running = {"status": Status.IN_PROGRESS, "payload": PAYLOAD}
+    put(store, "job-run", 0, lease_owner="alpha:101:aa", state={"cursor": [0, 1, 1, 0]}, **running)
+    put(store, "job-stuck", 1, lease_owner="beta:202:bb", state={"cursor": [0, 0, 0, 0]}, **running)
+    put(store, "job-done", 2, status=Status.COMPLETED)
+    yield store
+    store.prune_workers(FAR_FUTURE)
+
+
+def rows_of(page: str) -> list[str]:
+    return re.findall(r'<tr class="worker".*?</tr>', page, flags=re.S)
+
+
+def test_the_page_lists_each_worker_live_or_gone_with_the_steps_it_runs(
+    workers: IJobStore,
+) -> None:
+    response = Client(make_app()).get("/workers")
+    assert response.status_code == 200
+    page = text(response)
+    alpha, beta = rows_of(page)
+    assert "<td>alpha</td>" in alpha and ">101<" in alpha and "web, etl" in alpha
+    assert 'class="badge status-completed">live<' in alpha
+    assert '<a class="id" href="/jobs/job-run">job-run</a> load (0.1), round 2, attempt 1' in alpha
+    assert "<td>beta</td>" in beta and ">202<" in beta
+    assert 'class="badge status-failed">gone<' in beta
+    assert re.search(r"silent 1m 0[5-9]s", beta)
+    assert 'href="/jobs/job-stuck"' in beta and "fetch (0.0)" in beta
+    assert "job-done" not in page
+    assert 'href="/workers" aria-current="page"' in page
+    assert "data-live" in page  # refreshed live like the channels page
+
+
+def test_an_idle_worker_and_an_empty_store(store: IJobStore) -> None:
+    store.prune_workers(FAR_FUTURE)
+    client = Client(make_app())
+    assert "No worker process is known" in text(client.get("/workers"))
+    now = utcnow()
+    store.beat_worker(WorkerInfo("gamma:7:cc", "gamma", 7, now, now))
+    try:
+        [row] = rows_of(text(client.get("/workers")))
+        assert "idle" in row and "live" in row
+    finally:
+        store.prune_workers(FAR_FUTURE)
+
+
+def test_hostile_host_and_owner_stay_text(store: IJobStore) -> None:
+    store.prune_workers(FAR_FUTURE)
+    now = utcnow()
+    hostile = "<script>window.pwned=1</script>"
+    store.beat_worker(WorkerInfo(f"{hostile}:1:x", hostile, 1, now, now, channels=(hostile,)))
+    try:
+        page = text(Client(make_app()).get("/workers"))
+        assert "<script>window" not in page
+        assert html.escape(hostile, quote=False) in page
+    finally:
+        store.prune_workers(FAR_FUTURE)
+
+
+def test_every_page_links_the_workers_page(store: IJobStore) -> None:
+    client = Client(make_app())
+    for path in ("/", "/schedules", "/channels"):
+        assert 'href="/workers"' in text(client.get(path)), path
