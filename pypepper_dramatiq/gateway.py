@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from dramatiq.broker import Broker
 
+from . import observers
 from .channels.broker import get_broker
 from .channels.channel import Channel, manager
 from .channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
@@ -293,6 +294,7 @@ class Gateway:
                     by,
                     extra={"action": "replace", "job_id": holder_id, "by": by},
                 )
+                observers.job_ended(cancelled)
                 manager.release_slot(holder.channel_id, holder_id)
                 running_here.cancel(holder_id)
                 publish_cancel(holder_id)
@@ -388,6 +390,8 @@ class Gateway:
         job.cancel_event.set()
         logger.info("job %s cancelled", job.id, extra={"action": "cancel", "job_id": job.id})
         persisted = self.persist(job, attempts=SAVE_ATTEMPTS)
+        if persisted and observers.observing():
+            observers.job_ended(job.to_record())
         if held and persisted:
             manager.release_slot(job.channel_id, job.id)
         publish_cancel(job.id)
@@ -417,6 +421,7 @@ class Gateway:
                 logger.info(
                     "job %s cancelled", job_id, extra={"action": "cancel", "job_id": job_id}
                 )
+                observers.job_ended(cancelled)
                 if _held(record.status, record.release_at, record.waits):
                     manager.release_slot(record.channel_id, job_id)
                 running_here.cancel(job_id)

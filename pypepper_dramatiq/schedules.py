@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from . import observers
 from .cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing_id
 from .errors import DuplicateJobError, UnknownScheduleError
 from .gateway import GATEWAY
@@ -224,6 +225,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:
         job.id,
         extra={"action": "fire_recurring", "schedule": schedule.name, "job_id": job.id},
     )
+    observers.fired(schedule.name, job.id)
     return job.id, True
 
 

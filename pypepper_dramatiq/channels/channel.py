@@ -28,6 +28,7 @@ from typing import Any
 
 from dramatiq.broker import Broker, Consumer
 
+from .. import observers
 from ..config import count
 from ..errors import BrokerUnavailableError, MessageError, StoreError
 from ..events import FAIL, transition
@@ -296,9 +297,11 @@ def _fail_stored(record: JobRecord, error: str) -> None:
             current = record.evolve(version=0)
         elif current.status is not Status.SCHEDULED:
             return  # running, finished or cancelled elsewhere: leave it
-        if store.put(
-            current.evolve(status=transition(current.status, FAIL), error=error, updated=utcnow())
-        ):
+        failed = current.evolve(
+            status=transition(current.status, FAIL), error=error, updated=utcnow()
+        )
+        if store.put(failed):
+            observers.job_ended(failed)
             publish_ended(record.id)
     except StoreError as exc:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)

@@ -25,6 +25,7 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware, Shutdown
 
+from .. import observers
 from ..channels.channel import ChannelConnector, manager
 from ..channels.messages import STEP_ACTOR, StepMessage
 from ..engine.ledger import Claim, Outcome, StepBook, StepSkipped
@@ -110,6 +111,7 @@ class WorkflowMiddleware(Middleware):
                 "no channel is declared in this worker process, so it runs no workflow "
                 "jobs: pass the channels it serves to setup(channels=...)"
             )
+        observers.worker_started()
         self.start_background(broker, worker)
 
     def start_background(self, broker: Broker, worker: Any = None) -> None:

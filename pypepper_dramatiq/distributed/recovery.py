@@ -24,6 +24,7 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.common import dq_name
 
+from .. import observers
 from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from ..engine.hooks import HookSweep
@@ -173,6 +174,7 @@ class RecoverySweeper(threading.Thread):
                 position.key(),
                 extra={"action": "recover", "job_id": record.id},
             )
+            observers.recovered(record, observers.LEASE_LAPSED)
         self.fire_recurring(now)
         self.settle_waiting(now)
         released = self.release_due(now)
@@ -181,6 +183,8 @@ class RecoverySweeper(threading.Thread):
         if full:
             self.purge_ended(now)
         self.run_lapsed_hooks(now)
+        if full:
+            self.report_depths()
         if failed is not None:
             raise failed
         return len(recovered) + released + resent
@@ -258,6 +262,22 @@ class RecoverySweeper(threading.Thread):
                 manager.release_slot(record.channel_id, record.id, self.broker)
         return cancelled
 
+    def report_depths(self) -> None:
+        """Tell the observers how many jobs wait in each channel this process knows
+        (one read per channel; nothing when no observer listens)."""
+        if not observers.observing():
+            return
+        depths: dict[str, int] = {}
+        try:
+            for channel_id in manager.ids():
+                channel = manager.get(channel_id)
+                if channel is not None:
+                    depths[channel_id] = channel.length()
+        except Exception as exc:  # a figure for a graph: the next pass reads again
+            logger.debug("channel depths not read: %s", exc)
+            return
+        observers.channel_depths(depths)
+
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
         return send_step(self.broker, step, channel_id, delay)
 
@@ -306,6 +326,7 @@ class RecoverySweeper(threading.Thread):
                 )
             )
             resent += 1
+            observers.recovered(record, observers.MESSAGE_LOST)
             logger.warning(
                 "job %s: Scheduled for %.0fs and its message is gone from the broker; sent again",
                 record.id,

@@ -15,6 +15,7 @@ from ..channels.broker import set_broker
 from ..channels.channel import manager
 from ..config import config, count, section
 from ..errors import ConfigError
+from ..metrics import install_metrics
 from ..settings import YAML_KEYS, Settings
 from ..stores.registry import configure_job_store, setup_from_config
 from .middleware import WorkflowMiddleware
@@ -81,6 +82,7 @@ def setup(
     defer_seconds: float | None = None,
     heartbeat_timeout_ms: int | None = None,
     retention: Mapping[str, float | str | timedelta] | None = None,
+    metrics: bool = False,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
 
@@ -115,6 +117,12 @@ def setup(
             status that is not Completed, Failed or Cancelled, or a value that is
             not a mapping is a ``ConfigError`` naming it, raised here. Default:
             no retention, every job is kept.
+        metrics: count jobs, attempts, retries, recoveries, missed deadlines,
+            recurring firings and channel depths into Prometheus metrics
+            (:func:`~pypepper_dramatiq.metrics.install_metrics`, the ``metrics``
+            extra; a ``ConfigError`` here without it). They show wherever this
+            process's prometheus_client metrics are served: with Dramatiq's
+            ``Prometheus`` middleware on the broker, on its exposition server.
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
@@ -158,6 +166,8 @@ def setup(
             broker = _redis_broker(broker_url, settings.heartbeat_timeout_ms)
         else:
             broker = StubBroker()
+    if metrics:
+        install_metrics(lazy=True)  # the metrics themselves once the worker booted
     middleware = WorkflowMiddleware(settings)
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)

@@ -13,7 +13,7 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Interrupt, Shutdown
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
-from .. import history
+from .. import history, observers
 from ..channels.messages import STEP_ACTOR
 from ..context import (
     CANCEL_EVENT_KEY,
@@ -60,10 +60,14 @@ def run_attempt(
     after its work finished. The returned value is then recorded as usual.
     """
     reporter = reporter or ProgressReporter(claim.position.key(), claim.spec.name)
+    # The name is read only for the observers (it costs a parse of the stored task).
+    name = claim.spec.name if observers.observing() else ""
+    observers.step_started(claim.record.channel_id, name)
     try:
         outcome = _run_attempt(claim, inflight, reporter)
     finally:
         progress = reporter.close()
+        observers.step_finished(claim.record.channel_id, name)
     return outcome if progress is None else replace(outcome, progress=progress)
 
 

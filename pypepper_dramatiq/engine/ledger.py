@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from .. import history, rules
+from .. import history, observers, rules
 from ..channels.messages import StepMessage
 from ..errors import ResultNotStorableError, StoreError, cancels_job, describe
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
@@ -315,6 +315,8 @@ class StepBook:
             claimed, position, tasks = self._claimable(record, step)
             if store.advance(claimed):
                 _log("start" if record.status is Status.SCHEDULED else "claim", record.id, position)
+                if record.status is Status.SCHEDULED:
+                    observers.job_started(claimed, claimed.updated)
                 return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
             if record.status is not Status.SCHEDULED:
                 break
@@ -349,6 +351,8 @@ class StepBook:
             return None
         tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
         _log("start" if start else "claim", record.id, cursor)
+        if start:
+            observers.job_started(record, now)
         return Claim(record, cursor, tasks)
 
     def _claimable(
@@ -380,7 +384,9 @@ class StepBook:
             first = rules.first_step(plan_of(tasks), start=cursor_of(record))
             if first.action is rules.Action.COMPLETE:
                 done = transition(transition(record.status, RUN), COMPLETE)
-                if self._store().put(record.evolve(status=done, updated=now)):
+                ended = record.evolve(status=done, updated=now)
+                if self._store().put(ended):
+                    observers.job_ended(ended)
                     publish_ended(record.id)
                 raise StepSkipped(record.id, "no tasks: completed")
             assert first.position is not None
@@ -412,6 +418,8 @@ class StepBook:
                 error,
                 extra={"action": "deadline_cancel", "job_id": record.id},
             )
+            observers.deadline_missed(cancelled)
+            observers.job_ended(cancelled)
             publish_ended(record.id)
         return written
 
@@ -498,6 +506,14 @@ class StepBook:
         )
         if decision.skipped_optional:
             state.skipped.append(key)
+        if observers.observing():
+            observers.task_ended(
+                claim.record,
+                claim.spec.name,
+                outcome.kind or (history.SUCCEEDED if outcome.succeeded else history.FAILED),
+                outcome.started,
+                outcome.ended,
+            )
         now = utcnow()
         hook_due = (
             claim.spec.on_final_failure
@@ -560,6 +576,8 @@ class StepBook:
             decision.position or position,
             changes.get("error"),
         )
+        if observers.observing():
+            _observe_recorded(claim, outcome, decision, updated)
         if decision.action is rules.Action.CANCEL:
             _cancelled_by_task(claim.record.id, claim.spec.name, changes["error"])
         elif decision.action is not rules.Action.RUN:
@@ -695,6 +713,22 @@ def _rebased(seen: JobRecord, mine: JobRecord, current: JobRecord | None) -> Job
 
 def _without(data: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in keys}
+
+
+def _observe_recorded(
+    claim: Claim, outcome: Outcome, decision: rules.Step, written: JobRecord
+) -> None:
+    """Tell the observers what the outcome just written decided: a retry of the
+    same task, or the job's end."""
+    if decision.action is not rules.Action.RUN:
+        observers.job_ended(written)
+    elif (
+        not outcome.succeeded
+        and decision.position is not None
+        and (decision.position.workflow, decision.position.task)
+        == (claim.position.workflow, claim.position.task)
+    ):
+        observers.retried(written, claim.spec.name)
 
 
 def _cancelled_by_task(job_id: str, task_name: str, error: str) -> None:

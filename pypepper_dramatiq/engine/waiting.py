@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from .. import observers
 from ..errors import DuplicateJobError, NoTaskResultError
 from ..events import CANCEL, FAIL, transition
 from ..notices import publish_ended
@@ -84,6 +85,7 @@ def settle(
             decided.error,
             extra={"action": "parent_failed", "job_id": record.id},
         )
+        observers.job_ended(ended)
         publish_ended(record.id)
         return (Settled.FAILED if failed else Settled.CANCELLED), ended.evolve(
             version=ended.version + 1

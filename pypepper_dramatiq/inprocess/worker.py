@@ -15,7 +15,7 @@ import socket
 import time
 from dataclasses import replace
 
-from .. import history, rules
+from .. import history, observers, rules
 from ..channels.channel import Channel
 from ..context import PROGRESS_REPORTER_KEY
 from ..engine import ledger, waiting
@@ -148,7 +148,7 @@ class Worker:
                 job.follow_progress(exc.record.evolve(version=job.version))
                 if exc.record.status is Status.CANCELLED:  # a task cancelled its job
                     job.adopt(exc.record.evolve(version=job.version))
-                self._finish(job, exc.record.error)
+                self._finish(job, exc.record.error, new_end=True)
                 return True
             except Exception as exc:  # a bug outside the executors
                 logger.exception("job %s: its steps could not run to the end", job.id)
@@ -195,7 +195,11 @@ class Worker:
             workflow = job.workflows[position.workflow]
             task = workflow.get_tasks()[position.task]
             claim = ledger.Claim(record, position, tasks)
-            outcome = _attempt(workflow, task, book.progress_reporter(claim))
+            observers.step_started(job.channel_id, task.name)
+            try:
+                outcome = _attempt(workflow, task, book.progress_reporter(claim))
+            finally:
+                observers.step_finished(job.channel_id, task.name)
             try:
                 recorded = book.record_outcome(claim, outcome, task=task)
             except ledger.OutcomeNotRecorded as exc:
@@ -298,6 +302,10 @@ class Worker:
         job.error = missed_deadline(job.start_deadline, utcnow())
         _log(job, "deadline_cancel")
         if job.persist():
+            if observers.observing():
+                record = job.to_record()
+                observers.deadline_missed(record)
+                observers.job_ended(record)
             publish_ended(job.id)
 
     def _settle_cancelled(self, job: Job) -> None:
@@ -333,6 +341,8 @@ class Worker:
         job.apply_event(RUN)
         try:
             if job.save():
+                if observers.observing():
+                    observers.job_started(job.to_record(), utcnow())
                 return True
             durable = store.get(job.id)
         except StoreError as exc:
@@ -364,6 +374,7 @@ class Worker:
         job.error = "the RUN snapshot could not be persisted"
         if job.persist():
             _log(job, "fail_unpersisted_run")
+            _observe_end(job)
             return False
         job.restore_status(before)
         job.error = None
@@ -377,8 +388,14 @@ class Worker:
         _log(job, "redelivery_failed", result)
         raise JobRedeliveryError(job, result)
 
-    def _finish(self, job: Job, error: str | None) -> None:
-        """COMPLETE or FAIL, unless cancelled; then persist (retried, never re-run)."""
+    def _finish(self, job: Job, error: str | None, *, new_end: bool | None = None) -> None:
+        """COMPLETE or FAIL, unless cancelled; then persist (retried, never re-run).
+
+        ``new_end``: whether this write is the job's end for the observers (None:
+        unless the job was cancelled already, which the cancel reported).
+        """
+        if new_end is None:
+            new_end = not job.is_cancelled
         if not job.is_cancelled:
             try:
                 job.apply_event(FAIL if error else COMPLETE)
@@ -388,6 +405,8 @@ class Worker:
                     raise
         _log(job, "end", job.status)
         if job.persist():
+            if new_end:
+                _observe_end(job)
             return
         durable = _stored(job.id)
         if durable is not None and durable.status is Status.CANCELLED:
@@ -435,6 +454,12 @@ def _log(job: Job, action: str, detail: object = None) -> None:
         "" if detail is None else f" ({detail})",
         extra={"action": action, "job_id": job.id, "status": job.status.value},
     )
+
+
+def _observe_end(job: Job) -> None:
+    """Tell the observers of an end this worker wrote as a snapshot."""
+    if observers.observing():
+        observers.job_ended(job.to_record())
 
 
 def _stored(job_id: str) -> JobRecord | None:
