@@ -3,7 +3,7 @@
 Werkzeug routes and wraps the requests, Jinja2 renders the pages (autoescaped),
 itsdangerous signs the forms' CSRF tokens (:mod:`.security`). The pages read the
 job store; the actions go through the package's own calls (``Job.cancel_saved``,
-:mod:`~pypepper_dramatiq.schedules`), as the shell does.
+``Job.retry_saved``, :mod:`~pypepper_dramatiq.schedules`), as the shell does.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from werkzeug.wrappers import Request, Response
 from ..channels.broker import get_broker
 from ..channels.channel import manager
 from ..errors import (
+    ChannelEnqueueError,
     InvalidTransitionError,
+    RetryError,
     StoreError,
+    UnknownExecutorError,
     UnknownJobError,
     UnknownScheduleError,
 )
@@ -62,6 +65,8 @@ NOTICES = {
     "paused": "The schedule is paused.",
     "resumed": "The schedule is resumed; it fires next at its next slot.",
     "triggered": "The schedule was fired now: this is the job in charge.",
+    "retried": "This job retries the one it was made from, where that one stopped: the "
+    "tasks before it kept their results.",
 }
 
 #: Sent with every page: no script or style from elsewhere, no framing, no caching.
@@ -82,6 +87,7 @@ _URLS = Map(
         Rule("/schedules", endpoint="schedules"),
         # Actions first, the name last: a job id or schedule name may hold a "/".
         Rule("/actions/cancel/<path:job_id>", endpoint="cancel", methods=["POST"]),
+        Rule("/actions/retry/<path:job_id>", endpoint="retry", methods=["POST"]),
         Rule("/actions/pause/<path:name>", endpoint="pause", methods=["POST"]),
         Rule("/actions/resume/<path:name>", endpoint="resume", methods=["POST"]),
         Rule("/actions/trigger/<path:name>", endpoint="trigger", methods=["POST"]),
@@ -361,6 +367,24 @@ class Dashboard:
         )
         return redirect(call.url("job", job_id=job_id, notice=notice), 303)
 
+    def _retry(self, call: _Call, job_id: str) -> Response:
+        self._may_act(call)
+        if not _plausible_id(job_id):
+            raise Refused(404, f"No job {job_id!r} is stored.")
+        try:
+            new_id = Job.retry_saved(job_id)
+        except UnknownJobError:
+            raise Refused(404, f"No job {job_id!r} is stored.") from None
+        except (RetryError, UnknownExecutorError, ChannelEnqueueError) as exc:
+            raise Refused(409, f"The job was not retried: {exc}") from None
+        logger.info(
+            "dashboard: job %s retried by job %s",
+            job_id,
+            new_id,
+            extra={"action": "dashboard_retry", "job_id": job_id, "retried_by": new_id},
+        )
+        return redirect(call.url("job", job_id=new_id, notice="retried"), 303)
+
     def _pause(self, call: _Call, name: str) -> Response:
         return self._schedule_action(call, name, "paused")
 
@@ -438,7 +462,7 @@ def make_app(
             with a basic-auth challenge (:func:`~pypepper_dramatiq.web.basic_auth`
             makes one). Without it the dashboard is read-only...
         allow_anonymous_actions: ...unless this is True: anyone who reaches it may
-            then cancel jobs and pause, resume or trigger schedules.
+            then cancel or retry jobs and pause, resume or trigger schedules.
         secret_key: signs the forms' CSRF tokens; default: random per process, so
             several processes behind one address need the same key.
 
