@@ -202,6 +202,8 @@ class Cluster:
         store_uri: str | None = None,
         wait: bool = True,
         retention: dict[str, Any] | None = None,
+        metrics: bool = False,
+        extra_env: dict[str, str] | None = None,
     ) -> WorkerProcess:
         env = {
             ENV["defer_seconds"]: str(defer_seconds),
@@ -220,6 +222,9 @@ class Cluster:
             env[ENV["dispatch_seconds"]] = str(dispatch_seconds)
         if retention is not None:
             env[ENV["retention"]] = json.dumps(retention)
+        if metrics:
+            env[ENV["metrics"]] = "1"
+        env.update(extra_env or {})
         log = self.tmp_path / f"worker-{len(self.workers)}.log"
         worker = WorkerProcess(log, env, processes=processes, threads=threads)
         self.workers.append(worker)

@@ -55,6 +55,9 @@ ENV = {
     "defer_seconds": "PYPEPPER_IT_DEFER_SECONDS",
     #: ``setup(retention=...)`` as JSON (status -> duration); unset: no retention.
     "retention": "PYPEPPER_IT_RETENTION",
+    #: "1": ``setup(metrics=True)`` and Dramatiq's Prometheus middleware on the broker
+    #: (its exposition server reads ``dramatiq_prom_db`` / ``_host`` / ``_port``).
+    "metrics": "PYPEPPER_IT_METRICS",
 }
 
 #: The channel every test job goes to.
@@ -85,7 +88,12 @@ if REDIS_URL and STORE_URI:
         unknown_task_grace=float(os.environ.get(ENV["unknown_task_grace"], "300")),
         defer_seconds=float(os.environ.get(ENV["defer_seconds"], "2")),
         retention=json.loads(os.environ.get(ENV["retention"]) or "null"),
+        metrics=os.environ.get(ENV["metrics"]) == "1",
     )
+    if os.environ.get(ENV["metrics"]) == "1":
+        from dramatiq.middleware.prometheus import Prometheus
+
+        broker.add_middleware(Prometheus())
 else:
     # Imported by the test process for its task definitions: the plain actors
     # below need some broker to be declared on, and must not touch a server.
