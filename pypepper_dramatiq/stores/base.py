@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ..events import RUN, transition
+from ..links import Link, parent_order, parents_of
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
@@ -23,6 +24,7 @@ __all__ = [
     "JobRecord",
     "as_utc",
     "check_job_id",
+    "matches",
     "utcnow",
     "why_not_claimable",
 ]
@@ -137,11 +139,18 @@ class IJobStore(abc.ABC):
         newest_first: bool = False,
         before: tuple[datetime, str] | None = None,
         after: tuple[datetime, str] | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        search: str | None = None,
     ) -> Sequence[JobRecord]:
         """Records matching every given filter, in ``(created, id)`` order.
 
         Args:
             status, channel_id, category: keep only rows with these values.
+            created_from, created_until: keep only rows created at or after
+                ``created_from`` and before ``created_until``.
+            search: keep only rows whose id or category holds this text, ignoring
+                case (:func:`matches`; ``%`` and ``_`` are plain characters).
             limit: at most this many rows (the first ones in the order).
             newest_first: order by ``created`` then ``id`` descending; by default
                 ascending (oldest first).
@@ -339,18 +348,60 @@ class IJobStore(abc.ABC):
     # -- counts (the dashboard) ---------------------------------------------------------
 
     def count_by_status(
-        self, *, channel_id: str | None = None, category: str | None = None
+        self,
+        *,
+        channel_id: str | None = None,
+        category: str | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        limit: int | None = None,
     ) -> dict[Status, int]:
         """How many jobs each status has (every status a key, 0 when none), among those
-        of ``channel_id`` and ``category`` when given.
+        matching the filters given (as :meth:`list` reads them).
+
+        Args:
+            limit: count at most ``limit + 1`` rows of each status: a count above
+                ``limit`` means "more than ``limit``". A page that shows counts
+                stays fast however many rows there are (each count reads at most
+                that many index entries).
 
         This default reads the rows through :meth:`list`; the stores of this package
         override it with a count.
         """
+        cap = None if limit is None else max(0, limit) + 1
         return {
-            status: len(self.list(status=status, channel_id=channel_id, category=category))
+            status: len(
+                self.list(
+                    status=status,
+                    channel_id=channel_id,
+                    category=category,
+                    created_from=created_from,
+                    created_until=created_until,
+                    limit=cap,
+                )
+            )
             for status in Status
         }
+
+    # -- links (the dashboard) ----------------------------------------------------------
+
+    def links(self, job_id: str, limit: int = 100) -> builtins.list[Link]:
+        """The links of ``job_id`` (:mod:`~pypepper_dramatiq.links`): to the jobs it came
+        from, then to at most ``limit`` jobs that came from it (oldest first).
+
+        This default reads every row; the SQL stores keep the links in a table of
+        their own, written with the child's row.
+        """
+        record = self.get(job_id)
+        found = [] if record is None else parents_of(record.id, record.payload, record.waits)
+        found.sort(key=parent_order)
+        children = [
+            link
+            for row in self.list()
+            for link in parents_of(row.id, row.payload, row.waits)
+            if link.parent == job_id
+        ]
+        return found + children[: max(0, limit)]
 
     # -- worker processes (the workers page) --------------------------------------------
     #
@@ -383,6 +434,13 @@ class IJobStore(abc.ABC):
             return []
         rows = [r for r in self.list(status=Status.IN_PROGRESS) if r.lease_owner in wanted]
         return sorted(rows, key=lambda r: r.id)
+
+
+def matches(record: JobRecord, search: str) -> bool:
+    """Whether ``record``'s id or category holds ``search``, ignoring case (the
+    ``search`` filter of :meth:`IJobStore.list`)."""
+    needle = search.lower()
+    return needle in record.id.lower() or needle in (record.category or "").lower()
 
 
 def why_not_claimable(

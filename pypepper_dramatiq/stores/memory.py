@@ -16,7 +16,7 @@ from ..retention import awaited, ended_status, still_needed
 from ..state import HOOKS_KEY
 from ..status import Status, may_overwrite
 from ..workers import WorkerInfo, listed
-from .base import IJobStore, JobRecord, as_utc
+from .base import IJobStore, JobRecord, as_utc, matches
 
 #: The statuses in which a job holds its unique key.
 _ACTIVE = (Status.SCHEDULED, Status.IN_PROGRESS)
@@ -117,10 +117,15 @@ class MemoryJobStore(IJobStore):
         newest_first: bool = False,
         before: tuple[datetime, str] | None = None,
         after: tuple[datetime, str] | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        search: str | None = None,
     ) -> Sequence[JobRecord]:
         wanted = Status(status) if status is not None else None
         cursor = None if before is None else (as_utc(before[0]), before[1])
         since = None if after is None else (as_utc(after[0]), after[1])
+        earliest = None if created_from is None else as_utc(created_from)
+        latest = None if created_until is None else as_utc(created_until)
         with self._lock:
             rows = [
                 r
@@ -130,6 +135,9 @@ class MemoryJobStore(IJobStore):
                 and (category is None or r.category == category)
                 and (cursor is None or (r.created, r.id) < cursor)
                 and (since is None or (r.created, r.id) > since)
+                and (earliest is None or r.created >= earliest)
+                and (latest is None or r.created < latest)
+                and (search is None or matches(r, search))
             ]
         rows.sort(key=lambda r: (r.created, r.id), reverse=newest_first)
         return rows if limit is None else rows[:limit]
@@ -258,20 +266,6 @@ class MemoryJobStore(IJobStore):
                 for row in chosen:
                     del self._rows[row.id]
         return [row.id for row in chosen]
-
-    # -- counts (the dashboard) ---------------------------------------------------------
-
-    def count_by_status(
-        self, *, channel_id: str | None = None, category: str | None = None
-    ) -> dict[Status, int]:
-        counts = dict.fromkeys(Status, 0)
-        with self._lock:
-            for row in self._rows.values():
-                if (channel_id is None or row.channel_id == channel_id) and (
-                    category is None or row.category == category
-                ):
-                    counts[row.status] += 1
-        return counts
 
     # -- worker processes (the workers page) --------------------------------------------
 

@@ -13,6 +13,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Double,
+    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -111,6 +112,7 @@ jobs = Table(
     Column("active_key", active_key_type(), Computed(ACTIVE_KEY, persisted=True), nullable=True),
     Index("ix_scheduler_jobs_status_created", "status", "created", "id"),
     Index("ix_scheduler_jobs_channel_status_created", "channel_id", "status", "created", "id"),
+    Index("ix_scheduler_jobs_category_status_created", "category", "status", "created", "id"),
     # The recovery query: InProgress rows whose lease lapsed, oldest first.
     Index("ix_scheduler_jobs_status_lease_expires", "status", "lease_expires"),
     # The sweep's queries: held jobs due for release, Scheduled jobs past their deadline.
@@ -148,6 +150,22 @@ recurring = Table(
     Column("created", UtcDateTime(), nullable=False),
     Column("updated", UtcDateTime(), nullable=False),
     Index("ix_scheduler_recurring_next_slot", "next_slot"),
+)
+
+#: Links from a job to the jobs it came from (:mod:`~pypepper_dramatiq.links`), written
+#: with the child's row; deleted with it.
+links = Table(
+    "scheduler_job_links",
+    metadata,
+    Column("parent_id", String(64), primary_key=True),
+    Column(
+        "child_id",
+        String(64),
+        ForeignKey("scheduler_jobs.id", ondelete="CASCADE", name="fk_scheduler_job_links_child"),
+        primary_key=True,
+    ),
+    Column("kind", String(8), nullable=False),
+    Index("ix_scheduler_job_links_child", "child_id"),
 )
 
 #: The worker processes (:mod:`~pypepper_dramatiq.workers`): one row per process,

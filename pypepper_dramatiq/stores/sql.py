@@ -38,9 +38,11 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     text,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy import exc as sa_exc
@@ -59,13 +61,14 @@ from ..errors import (
     StoreError,
     StoreUnavailableError,
 )
+from ..links import Link, parent_order, parents_of
 from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
 from .base import IJobStore, JobRecord
-from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, recurring
+from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, links, recurring
 from .schema import workers as worker_rows
 
 __all__ = [
@@ -316,6 +319,53 @@ def _row_values(record: JobRecord) -> dict[str, Any]:
     }
 
 
+#: The escape character of the ``search`` filter's LIKE pattern (the same on every dialect).
+_LIKE_ESCAPE = "!"
+
+
+def _like_pattern(text: str) -> str:
+    """``%text%`` with the LIKE wildcards in ``text`` made plain characters."""
+    for char in (_LIKE_ESCAPE, "%", "_"):
+        text = text.replace(char, _LIKE_ESCAPE + char)
+    return f"%{text}%"
+
+
+def _filters(
+    *,
+    channel_id: str | None = None,
+    category: str | None = None,
+    before: tuple[datetime, str] | None = None,
+    after: tuple[datetime, str] | None = None,
+    created_from: datetime | None = None,
+    created_until: datetime | None = None,
+    search: str | None = None,
+) -> builtins.list[ColumnElement[bool]]:
+    """The conditions of :meth:`IJobStore.list`'s filters other than the status."""
+    where: builtins.list[ColumnElement[bool]] = []
+    if channel_id is not None:
+        where.append(jobs.c.channel_id == channel_id)
+    if category is not None:
+        where.append(jobs.c.category == category)
+    if before is not None:
+        # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
+        where.append(tuple_(jobs.c.created, jobs.c.id) < (before[0], before[1]))
+    if after is not None:
+        where.append(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
+    if created_from is not None:
+        where.append(jobs.c.created >= created_from)
+    if created_until is not None:
+        where.append(jobs.c.created < created_until)
+    if search is not None:
+        pattern = _like_pattern(search)
+        where.append(
+            or_(
+                jobs.c.id.ilike(pattern, escape=_LIKE_ESCAPE),
+                jobs.c.category.ilike(pattern, escape=_LIKE_ESCAPE),
+            )
+        )
+    return where
+
+
 def _record(row: Any) -> JobRecord:
     return JobRecord(
         id=row["id"],
@@ -495,12 +545,37 @@ class SqlJobStore(IJobStore):
         return f"{type(self).__name__}({_masked(self._engine)!r})"
 
     def put(self, record: JobRecord) -> bool:
+        # A new job that came from others (after=, a retry) is inserted with its
+        # links in one transaction; every other put is the one upsert statement.
+        found = parents_of(record.id, record.payload, record.waits) if record.version == 0 else []
+        write = (lambda: self._insert_linked(record, found)) if found else None
         return self._keyed(
             record,
             lambda: _once_more_if_stale(
-                self._engine, f"saving job {record.id}", lambda: self._upsert(record)
+                self._engine, f"saving job {record.id}", write or (lambda: self._upsert(record))
             ),
         )
+
+    @contextmanager
+    def _linked_write(self) -> Iterator[Connection]:
+        """A transaction for a row and its links."""
+        with _transaction(self._engine) as connection:
+            yield connection
+
+    def _insert_linked(self, record: JobRecord, found: Sequence[Link]) -> bool:
+        try:
+            with self._linked_write() as connection:
+                connection.execute(insert(jobs).values(_row_values(record)))
+                connection.execute(
+                    insert(links),
+                    [{"parent_id": k.parent, "child_id": k.child, "kind": k.kind} for k in found],
+                )
+            return True
+        except sa_exc.IntegrityError as exc:
+            if not _is_duplicate_key(exc) or _refused_by_key_index(exc):
+                raise
+        # The row is there already (a put tried again): its links went in with it.
+        return self._upsert(record)
 
     def _keyed(self, record: JobRecord, write: Callable[[], bool]) -> bool:
         """``write()``; a refusal by the unique index of active keys becomes a
@@ -612,28 +687,47 @@ class SqlJobStore(IJobStore):
         newest_first: bool = False,
         before: tuple[datetime, str] | None = None,
         after: tuple[datetime, str] | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        search: str | None = None,
     ) -> Sequence[JobRecord]:
         # Both columns in one direction, and the cursor as one row comparison, so
-        # that a status (or channel and status) filter reads the (status,
-        # created, id) index in order, backwards for newest first, starting at
-        # the cursor: a page costs its own rows, however deep it is.
-        if newest_first:
-            query = select(jobs).order_by(jobs.c.created.desc(), jobs.c.id.desc())
-        else:
-            query = select(jobs).order_by(jobs.c.created, jobs.c.id)
-        if before is not None:
-            # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
-            query = query.where(tuple_(jobs.c.created, jobs.c.id) < (before[0], before[1]))
-        if after is not None:
-            query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
+        # that a status filter (alone, or with a channel or a category) reads the
+        # (status, ...) / (channel_id, status, ...) / (category, status, ...) index
+        # in order, backwards for newest first, starting at the cursor: a page
+        # costs its own rows, however deep it is.
+        where = _filters(
+            channel_id=channel_id,
+            category=category,
+            before=before,
+            after=after,
+            created_from=created_from,
+            created_until=created_until,
+            search=search,
+        )
+
+        def ordered(query: Select[Any]) -> Select[Any]:
+            columns = query.selected_columns
+            if newest_first:
+                return query.order_by(columns.created.desc(), columns.id.desc())
+            return query.order_by(columns.created, columns.id)
+
         if status is not None:
-            query = query.where(jobs.c.status == Status(status).value)
-        if channel_id is not None:
-            query = query.where(jobs.c.channel_id == channel_id)
-        if category is not None:
-            query = query.where(jobs.c.category == category)
-        if limit is not None:
-            query = query.limit(limit)
+            query = ordered(select(jobs).where(jobs.c.status == Status(status).value, *where))
+            if limit is not None:
+                query = query.limit(limit)
+        elif limit is not None:
+            # No status: the first ``limit`` rows of each status, each read in its
+            # index's order, merged. No index leads with ``created``, and sorting
+            # every row for one page is what a million rows cannot afford.
+            branches = [
+                ordered(select(jobs).where(jobs.c.status == value.value, *where)).limit(limit)
+                for value in Status
+            ]
+            merged = union_all(*branches).subquery()
+            query = ordered(select(merged)).limit(limit)
+        else:
+            query = ordered(select(jobs).where(*where))
         with _boundary(self._engine, "listing jobs"), self._engine.connect() as conn:
             rows: builtins.list[JobRecord] = [
                 _record(row) for row in conn.execute(query).mappings()
@@ -938,20 +1032,59 @@ class SqlJobStore(IJobStore):
     # -- counts (the dashboard) ---------------------------------------------------------
 
     def count_by_status(
-        self, *, channel_id: str | None = None, category: str | None = None
+        self,
+        *,
+        channel_id: str | None = None,
+        category: str | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        limit: int | None = None,
     ) -> dict[Status, int]:
-        # One GROUP BY over the (status, created, id) index (with a channel, the
-        # (channel_id, status, ...) one); a category filter reads the rows.
-        query = select(jobs.c.status, func.count()).group_by(jobs.c.status)
-        if channel_id is not None:
-            query = query.where(jobs.c.channel_id == channel_id)
-        if category is not None:
-            query = query.where(jobs.c.category == category)
+        where = _filters(
+            channel_id=channel_id,
+            category=category,
+            created_from=created_from,
+            created_until=created_until,
+        )
+        if limit is None:
+            # One GROUP BY over the (status, ...) index of the filter.
+            query: Any = select(jobs.c.status, func.count()).where(*where).group_by(jobs.c.status)
+        else:
+            # Per status, count at most limit + 1 entries of its index: bounded
+            # however many rows match.
+            query = union_all(
+                *(
+                    select(literal(value.value), func.count()).select_from(
+                        select(literal(1).label("one"))
+                        .select_from(jobs)
+                        .where(jobs.c.status == value.value, *where)
+                        .limit(max(0, limit) + 1)
+                        .subquery()
+                    )
+                    for value in Status
+                )
+            )
         counts = dict.fromkeys(Status, 0)
         with _boundary(self._engine, "counting jobs"), self._engine.connect() as conn:
             for status, count in conn.execute(query):
                 counts[Status(status)] = int(count)
         return counts
+
+    def links(self, job_id: str, limit: int = 100) -> builtins.list[Link]:
+        columns = (links.c.parent_id, links.c.child_id, links.c.kind)
+        parents = select(*columns).where(links.c.child_id == job_id)
+        children = (
+            select(*columns)
+            .select_from(links.join(jobs, jobs.c.id == links.c.child_id))
+            .where(links.c.parent_id == job_id)
+            .order_by(jobs.c.created, jobs.c.id)
+            .limit(max(0, limit))
+        )
+        reading = _boundary(self._engine, f"reading the links of job {job_id}")
+        with reading, self._engine.connect() as conn:
+            above = [Link(*row) for row in conn.execute(parents)]
+            below = [Link(*row) for row in conn.execute(children)]
+        return sorted(above, key=parent_order) + below
 
     # -- worker processes (the workers page) --------------------------------------------
 
@@ -1025,6 +1158,12 @@ class _InCallerTransaction(SqlJobStore):
         self._engine = cast(Engine, _CallerTransaction(connection, engine))
         self._session = given if isinstance(given, Session) else None
         self.tells_commits = self._session is not None
+
+    @contextmanager
+    def _linked_write(self) -> Iterator[Connection]:
+        """A savepoint in the caller's transaction."""
+        with self._engine.connect() as connection:
+            yield connection
 
     def after_commit(self, callback: Callable[[], object]) -> None:
         if self._session is not None:
