@@ -74,6 +74,8 @@ def test_retry_prints_the_new_job_scheduled_where_the_job_stopped(
     assert record.state["cursor"] == [0, 1, 0, 0] and record.state["results"] == {"0.0": "a"}
     assert record.state["dispatch"]  # its message went to Redis
     assert pg_store.get("cli-failed") == original  # untouched
+    [link] = pg_store.links("cli-failed")  # the store keeps the link from retry_of
+    assert (link.parent, link.child, link.kind) == ("cli-failed", new_id, "retry")
 
 
 def test_from_task_starts_earlier(
