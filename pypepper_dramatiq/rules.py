@@ -204,8 +204,8 @@ def _first_task_from(plan: Plan, workflow: int, task: int) -> Position | None:
 def first_step(plan: Plan, *, cancelled: bool = False, start: Position | None = None) -> Step:
     """Where a job starts: its first task, or, for a job that resumes another
     (``Job.retry_saved``: its stored cursor is ``start``), the task at ``start``
-    (the first one after it when that workflow is empty), with a fresh budget:
-    round 0, attempt 0."""
+    (or the first task after it, when there is none there), with a fresh
+    budget: round 0, attempt 0."""
     if cancelled:
         return CANCEL_STEP
     at = (0, 0) if start is None else (start.workflow, start.task)
