@@ -300,6 +300,18 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 f"{tx['transactional_us'] / tx['plain_us']:.2f}x",
             ]
         )
+    met = results.get("metrics")
+    if met:
+        out.append(
+            [
+                f"14. metrics, {met['jobs']:,} jobs, 1x8 ({met['runs']} runs each)",
+                "processing (jobs/s): metrics off / on",
+                "-",
+                f"{_fmt(met['rate_off'])} / {_fmt(met['rate_on'])}",
+                "-",
+                f"on / off {met['ratio']:.3f}",
+            ]
+        )
     return out
 
 
@@ -382,6 +394,9 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             1000,
             "<=",
         )
+    met = results.get("metrics")
+    if met:
+        check("metrics: processing rate on / off", met["ratio"], 0.95, ">=")
     backlog = results.get("backlog", {})
     sizes = sorted(backlog, key=int)
     if len(sizes) == 2 and all("durable" in backlog[s] for s in sizes):

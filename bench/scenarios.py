@@ -13,6 +13,8 @@ import re
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ class Sizes:
     purge: tuple[int, int] = (100_000, 30_000)  #: scenario 9: old ended rows, jobs drained
     progress_calls: int = 100_000  #: scenario 11: bar.succeeded() calls in one task
     transactional_jobs: int = 500  #: scenario 12: jobs scheduled each way, per round
+    metrics_jobs: int = 3_000  #: scenario 14: jobs drained each way, per run
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -51,6 +54,8 @@ FULL = Sizes(
 )
 # Scenario 9 at the quick size (the full one is the field's default, the issue's figure).
 QUICK = replace(QUICK, purge=(10_000, 3_000), progress_calls=20_000, transactional_jobs=100)
+# Scenario 14 at the quick size.
+QUICK = replace(QUICK, metrics_jobs=1_000)
 
 
 def median(values: list[float]) -> float:
@@ -930,6 +935,67 @@ def transactional(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any
     return {"jobs": count, "plain_us": plain_us, "transactional_us": in_tx_us}
 
 
+# -- 14. metrics -------------------------------------------------------------------------------
+
+
+def metrics(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """A 1x8 worker draining N one-task jobs with the Prometheus metrics on
+    (``setup(metrics=True)``, prometheus_client's multi-process mode, as under
+    Dramatiq's Prometheus middleware, whose own metrics are left out) and off,
+    alternated: the processing rates and their ratio."""
+    import contextlib
+    import tempfile
+
+    jobs = sizes.metrics_jobs
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(sizes.reps + 1):
+        for on in _rotate([False, True], rep):
+            with contextlib.ExitStack() as scope:
+                files: Path | None = None
+                if on:
+                    files = Path(scope.enter_context(tempfile.TemporaryDirectory()))
+                    scope.enter_context(
+                        _environ(BENCH_METRICS="1", PROMETHEUS_MULTIPROC_DIR=str(files))
+                    )
+                result = drain_run(stack, durable, jobs, 1)
+                if files is not None and not list(files.glob("histogram_*.db")):
+                    raise RuntimeError("the worker wrote no metrics: the 'on' run measured nothing")
+            rates[on].append(result["process_rate"])
+            print(
+                f"  metrics {'on ' if on else 'off'} rep {rep + 1}: "
+                f"process {result['process_rate']:.0f} jobs/s",
+                flush=True,
+            )
+    off, on = median(rates[False]), median(rates[True])
+    print(f"  metrics: on / off = {on / off:.3f}", flush=True)
+    return {
+        "jobs": jobs,
+        "runs": len(rates[True]),
+        "rate_off": off,
+        "rate_on": on,
+        "ratio": on / off,
+        "rates_off": rates[False],
+        "rates_on": rates[True],
+    }
+
+
+@contextmanager
+def _environ(**values: str) -> Iterator[None]:
+    """Set environment variables (inherited by the workers started meanwhile)."""
+    import os
+
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
     from .harness import CeleryCompetitor
 
@@ -948,6 +1014,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("purge", lambda: purge(stack, durable, sizes)),
         ("progress", lambda: progress(stack, durable, sizes)),
         ("transactional", lambda: transactional(stack, durable, sizes)),
+        ("metrics", lambda: metrics(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

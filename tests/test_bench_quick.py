@@ -27,6 +27,7 @@ SCENARIOS = (
     "purge",
     "progress",
     "transactional",
+    "metrics",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

@@ -22,6 +22,8 @@ broker = setup(
     migrate=True,
     # Scenario 9 (purge) starts a worker with retention; the others keep every job.
     retention=json.loads(os.environ.get("BENCH_RETENTION") or "null"),
+    # Scenario 14 (metrics) starts workers with the Prometheus metrics on.
+    metrics=os.environ.get("BENCH_METRICS") == "1",
 )
 
 
