@@ -363,3 +363,12 @@ def reports_progress(task: Task, context: Context, *, items: int = 10) -> int:
     for _ in range(items):
         bar.succeeded()
     return items
+
+
+@workflow_task(name="it.fragile")
+def fragile(task: Task, context: Context, *, flag: str, message: str = "broken") -> str:
+    """Raises ``RuntimeError(message)`` until the Redis key ``fixed:<flag>`` exists (a test
+    sets it to "deploy the fix"), then returns "fixed"."""
+    if not counters().exists(f"fixed:{flag}"):
+        raise RuntimeError(message)
+    return "fixed"

@@ -9,9 +9,6 @@ not run, live refresh follows a job). Screenshots go to ``$PYPEPPER_SCREENSHOTS`
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import unavailable  # tests/conftest.py
+from browser import chromium, launch, screenshot_folder  # tests/browser.py
 from process_state import clean_process_state
 from werkzeug.serving import make_server
 
@@ -34,53 +31,20 @@ from .conftest import CHANNEL, put, run_job, two_step_job
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]  # the first may install Chromium
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 USER, PASSWORD = "ops", "browser-test"
 HOSTILE_CATEGORY = "<script>window.pwned = 1</script>"
 HOSTILE_ERROR = 'Boom "><img src=x onerror="window.pwned = 2">'
 
 
-def chromium() -> str:
-    """Debian's Chromium; installed with apt-get when missing and we are root."""
-    if not os.access(CHROMIUM, os.X_OK) and os.geteuid() == 0 and shutil.which("apt-get"):
-        quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], env=quiet, check=False, timeout=300)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"],
-            env=quiet,
-            check=False,
-            timeout=600,
-        )
-    if not os.access(CHROMIUM, os.X_OK):
-        unavailable(f"{CHROMIUM} is missing (Debian's chromium; scripts/test installs it as root)")
-    return CHROMIUM
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    path = chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+    with launch(chromium()) as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("PYPEPPER_SCREENSHOTS") or tmp_path / "screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return screenshot_folder(tmp_path / "screenshots")
 
 
 @pytest.fixture
