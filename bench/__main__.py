@@ -28,6 +28,7 @@ SCENARIOS = (
     "purge",
     "progress",
     "transactional",
+    "dashboard",
     "metrics",
 )
 

@@ -129,4 +129,4 @@ class Stack:
         self.probe.flushall()
         for table in ("scheduler_jobs", "scheduler_recurring", "celery_taskmeta"):
             if self.table_exists(table):
-                self.execute(f"TRUNCATE {table}")
+                self.execute(f"TRUNCATE {table} CASCADE")

@@ -300,6 +300,19 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 f"{tx['transactional_us'] / tx['plain_us']:.2f}x",
             ]
         )
+    board = results.get("dashboard")
+    if board:
+        for label, figures in board["pages"].items():
+            out.append(
+                [
+                    f"13. dashboard, {board['rows']:,} stored jobs",
+                    f"jobs page, {label}: first byte p50 / p99 (ms)",
+                    "< 100",
+                    f"{_fmt(figures['p50_ms'], 1)} / {_fmt(figures['p99_ms'], 1)}",
+                    "-",
+                    "-",
+                ]
+            )
     met = results.get("metrics")
     if met:
         out.append(
@@ -394,6 +407,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             1000,
             "<=",
         )
+    board = results.get("dashboard")
+    if board:
+        for label in ("first page", "status + channel"):
+            check(
+                f"dashboard: {label}, first byte p99 (ms)",
+                board["pages"][label]["p99_ms"],
+                100,
+                "<",
+            )
     met = results.get("metrics")
     if met:
         check("metrics: processing rate on / off", met["ratio"], 0.95, ">=")

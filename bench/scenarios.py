@@ -45,6 +45,8 @@ class Sizes:
     purge: tuple[int, int] = (100_000, 30_000)  #: scenario 9: old ended rows, jobs drained
     progress_calls: int = 100_000  #: scenario 11: bar.succeeded() calls in one task
     transactional_jobs: int = 500  #: scenario 12: jobs scheduled each way, per round
+    dashboard_rows: int = 1_000_000  #: scenario 13: stored jobs behind the dashboard
+    dashboard_requests: int = 100  #: scenario 13: requests timed per page
     metrics_jobs: int = 3_000  #: scenario 14: jobs drained each way, per run
 
 
@@ -53,7 +55,14 @@ FULL = Sizes(
     3, 400, (1, 2), 400, 2, 100.0, 5.0, 500, (1000, 10000), 1000, 20, (100, 10000), 1000, 60.0
 )
 # Scenario 9 at the quick size (the full one is the field's default, the issue's figure).
-QUICK = replace(QUICK, purge=(10_000, 3_000), progress_calls=20_000, transactional_jobs=100)
+QUICK = replace(
+    QUICK,
+    purge=(10_000, 3_000),
+    progress_calls=20_000,
+    transactional_jobs=100,
+    dashboard_rows=50_000,
+    dashboard_requests=20,
+)
 # Scenario 14 at the quick size.
 QUICK = replace(QUICK, metrics_jobs=1_000)
 
@@ -935,6 +944,106 @@ def transactional(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any
     return {"jobs": count, "plain_us": plain_us, "transactional_us": in_tx_us}
 
 
+# -- 13. dashboard -----------------------------------------------------------------------------
+
+#: The pages of scenario 13, by label: the first page, filtered pages, a deep page.
+DASHBOARD_PAGES = {
+    "first page": "/",
+    "status + channel": "/?status=Failed&channel=bench-2",
+    "category": "/?category=cat-7",
+    "created between": "/?created_from={middle}&created_until={later}",
+}
+
+
+def _seed_dashboard(stack: Stack, rows: int) -> None:
+    """``rows`` jobs over 30 days: mostly Completed, some Failed, Cancelled, Scheduled
+    and InProgress; 4 channels, 10 categories; each with a small two-task state."""
+    import json
+
+    state = json.dumps(
+        {"cursor": [0, 1, 0, 0], "results": {"0.0": {"rows": 3}, "0.1": 3}, "attempts": {}}
+    )
+    stack.execute(
+        "INSERT INTO scheduler_jobs (id, channel_id, category, status, version, created, "
+        "updated, payload, state, error) "
+        "SELECT 'job-' || lpad(n::text, 8, '0'), 'bench-' || (n % 4), 'cat-' || (n % 10), "
+        "CASE WHEN n % 100 < 5 THEN 'Failed' WHEN n % 100 < 7 THEN 'Cancelled' "
+        "WHEN n % 100 < 9 THEN 'Scheduled' WHEN n % 100 < 10 THEN 'InProgress' "
+        "ELSE 'Completed' END, 3, "
+        f"now() - interval '30 days' + n * interval '30 days' / {rows}, "
+        f"now() - interval '30 days' + n * interval '30 days' / {rows} + interval '2 seconds', "
+        "NULL, "
+        f"'{state}'::jsonb, "
+        "CASE WHEN n % 100 < 5 THEN 'ValueError: row ' || n END "
+        f"FROM generate_series(1, {rows}) AS n"
+    )
+    # What autovacuum does to a table that grew over days (the visibility map lets
+    # the counts read the index alone); here at once, so that it does not run
+    # during the measurement.
+    stack.execute("VACUUM (ANALYZE) scheduler_jobs")
+
+
+def _first_byte_ms(port: int, path: str) -> float:
+    """Milliseconds from sending a GET to reading the response's status line."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        started = time.perf_counter()
+        connection.request("GET", path)
+        response = connection.getresponse()
+        elapsed = (time.perf_counter() - started) * 1000
+        body = response.read()
+        if response.status != 200 or b"<table" not in body:
+            raise RuntimeError(f"dashboard {path}: HTTP {response.status}: {body[-2000:]!r}")
+        return elapsed
+    finally:
+        connection.close()
+
+
+def dashboard(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """The jobs page over a million stored jobs (PostgreSQL): time to first byte of the
+    first page and of filtered pages, served by a real HTTP server in this process."""
+    import logging
+    import os
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from werkzeug.serving import make_server
+
+    from pypepper_dramatiq.dashboard import make_app
+    from pypepper_dramatiq.stores.sql import SqlJobStore
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    stack.reset()
+    started = time.perf_counter()
+    _seed_dashboard(stack, sizes.dashboard_rows)
+    seeded_s = time.perf_counter() - started
+    store = SqlJobStore(os.environ["BENCH_STORE_URI"])
+    server = make_server("127.0.0.1", 0, make_app(store=store), threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    now = datetime.now(timezone.utc)
+    middle, later = ((now - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M") for days in (15, 14))
+    pages: dict[str, dict[str, float]] = {}
+    try:
+        for label, path in DASHBOARD_PAGES.items():
+            path = path.format(middle=middle, later=later)
+            _first_byte_ms(server.port, path)  # warm: the plan cache, the pool
+            times = [_first_byte_ms(server.port, path) for _ in range(sizes.dashboard_requests)]
+            pages[label] = {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99)}
+            print(
+                f"  dashboard {label}: first byte p50 {pages[label]['p50_ms']:.1f} ms, "
+                f"p99 {pages[label]['p99_ms']:.1f} ms",
+                flush=True,
+            )
+    finally:
+        server.shutdown()
+        store.close()
+    stack.reset()
+    return {"rows": sizes.dashboard_rows, "seed_s": seeded_s, "pages": pages}
+
+
 # -- 14. metrics -------------------------------------------------------------------------------
 
 
@@ -1014,6 +1123,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("purge", lambda: purge(stack, durable, sizes)),
         ("progress", lambda: progress(stack, durable, sizes)),
         ("transactional", lambda: transactional(stack, durable, sizes)),
+        ("dashboard", lambda: dashboard(stack, durable, sizes)),
         ("metrics", lambda: metrics(stack, durable, sizes)),
     ]
     for name, step in steps:

@@ -27,6 +27,7 @@ SCENARIOS = (
     "purge",
     "progress",
     "transactional",
+    "dashboard",
     "metrics",
 )
 
