@@ -367,10 +367,9 @@ def first_start(record: JobRecord) -> datetime | None:
     """When the job's first attempt started, from its attempt history (which keeps
     each task's first attempt); None if no attempt is recorded."""
     history = record.state.get("history") or {}
-    starts = [entries[0]["started"] for entries in history.values() if entries]
-    if not starts:
-        return None
-    return min(datetime.fromisoformat(started) for started in starts)
+    starts = [entries[0].get("started") for entries in history.values() if entries]
+    parsed = [datetime.fromisoformat(started) for started in starts if started]
+    return min(parsed) if parsed else None
 
 
 def install_metrics(
