@@ -256,3 +256,32 @@ def next_step(
 def max_attempts(policy: RetryPolicy) -> int:
     """Attempts a task may use across all its rounds."""
     return policy.attempts_per_round * policy.round_times
+
+
+def may_continue(
+    step: Step,
+    *,
+    continued: int,
+    elapsed: float,
+    max_steps: int,
+    max_seconds: float,
+    stopping: bool = False,
+) -> bool:
+    """Whether the worker thread that recorded ``step`` may run it at once itself,
+    without a new message (continuation of a zero-delay step).
+
+    Only a step to run now qualifies (the next task, or a retry or new round with
+    no delay; a delayed retry waits as a delayed message, holding no thread). The
+    thread has run ``continued`` steps past its message's own so far, for
+    ``elapsed`` seconds since that message started: at ``max_steps`` continued
+    steps or ``max_seconds``, the step goes back to the queue as a message, behind
+    the jobs that waited meanwhile. Zero for either turns continuation off. A
+    worker that is ``stopping`` starts nothing new.
+    """
+    return (
+        step.action is Action.RUN
+        and step.delay <= 0
+        and not stopping
+        and continued < max_steps
+        and elapsed < max_seconds
+    )

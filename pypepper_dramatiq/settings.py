@@ -50,6 +50,15 @@ class Settings:
             their ``updated`` time), a bounded batch per ``sweep_interval``,
             except those another job still needs. A status not named is kept.
             Default None: every job is kept for ever.
+        continue_steps: how many steps a worker thread may run past its message's
+            own, one after the other, when each is to run at once (the next task,
+            or a retry without delay): each is claimed in the write that records
+            the step before it, with no new message. 0 turns continuation off
+            (every step is a message).
+        continue_seconds: how long such a chain may hold its thread, counted from
+            the start of its message; the step due after that goes back to its
+            queue as a message, behind the jobs that waited meanwhile. 0 turns
+            continuation off.
     """
 
     lease_seconds: float = 30.0
@@ -62,6 +71,8 @@ class Settings:
     heartbeat_timeout_ms: int = 20_000
     #: Checked and stored read-only as status -> seconds (see :attr:`purge_after`).
     retention: Mapping[str, float | str | timedelta] | None = None
+    continue_steps: int = 50
+    continue_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -104,6 +115,8 @@ YAML_KEYS = {
     "unknown_task_grace": "unknownTaskGrace",
     "heartbeat_timeout_ms": "heartbeatTimeoutMs",
     "retention": "retention",
+    "continue_steps": "continueSteps",
+    "continue_seconds": "continueSeconds",
 }
 
 
@@ -115,6 +128,10 @@ def _checked(name: str, label: str, value: object) -> Any:
         return value
     if name == "retention":
         return _retention(label, value)
+    if name == "continue_steps":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{label} must be a whole number of steps >= 0, got {value!r}")
+        return value
     return seconds(label, value, zero=name in _ZERO_ALLOWED)
 
 
@@ -142,4 +159,6 @@ def _retention(label: str, value: object) -> Mapping[Status, float]:
 _OPTIONAL = frozenset({"dispatch_seconds", "retention"})
 
 #: Settings for which 0 means "not at all" rather than an error.
-_ZERO_ALLOWED = frozenset({"cancel_grace", "shutdown_grace", "unknown_task_grace"})
+_ZERO_ALLOWED = frozenset(
+    {"cancel_grace", "shutdown_grace", "unknown_task_grace", "continue_seconds"}
+)

@@ -5,6 +5,14 @@ step in the job store before the actor runs (a stale or duplicate message is
 acknowledged unrun), and records the outcome and enqueues the next step
 after it. Messages of other actors pass through untouched.
 
+A next step to run at once (no delay) may instead be claimed in the write that
+records the step before it and run right there, in the same thread, without a
+message (continuation), within the bound of ``continue_steps`` and
+``continue_seconds`` (:func:`~pypepper_dramatiq.rules.may_continue` decides).
+Such an attempt runs after Dramatiq's ``TimeLimit`` let go of the message, so its
+``round_timeout`` is a deadline the lease keeper enforces
+(:class:`~pypepper_dramatiq.engine.running.AttemptTimedOut`).
+
 Failures in our hooks never fail open: Dramatiq logs and ignores ordinary
 exceptions from ``before_process_message``, so the step actor runs a task only
 when this middleware handed it a claim; every other message returns unrun
@@ -23,7 +31,7 @@ from datetime import timedelta
 from typing import Any
 
 from dramatiq.broker import Broker
-from dramatiq.middleware import Middleware, Shutdown
+from dramatiq.middleware import Interrupt, Middleware, Shutdown
 
 from .. import observers
 from ..channels.channel import ChannelConnector, manager
@@ -34,7 +42,7 @@ from ..errors import MessageError, StoreError
 from ..outage import JOB_STORE, REDIS, shared_outage
 from ..record import utcnow
 from ..redis_layout import redis_client_of
-from ..rules import Action
+from ..rules import Action, Step, may_continue
 from ..settings import Settings
 from ..stores.registry import get_job_store
 from . import step_actor
@@ -65,6 +73,8 @@ class WorkflowMiddleware(Middleware):
         dispatch_seconds: float | None = None,
         shutdown_grace: float | None = None,
         unknown_task_grace: float | None = None,
+        continue_steps: int | None = None,
+        continue_seconds: float | None = None,
     ) -> None:
         self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
         if settings is None:
@@ -76,6 +86,8 @@ class WorkflowMiddleware(Middleware):
                 dispatch_seconds=dispatch_seconds,
                 shutdown_grace=shutdown_grace,
                 unknown_task_grace=unknown_task_grace,
+                continue_steps=continue_steps,
+                continue_seconds=continue_seconds,
             )
         self.settings = settings
         self.lease_seconds = settings.lease_seconds
@@ -204,6 +216,7 @@ class WorkflowMiddleware(Middleware):
         else:
             message.options.pop("time_limit", None)
         step_actor.current.claim = claim
+        step_actor.current.since = time.monotonic()
         step_actor.current.inflight = self.inflight
         step_actor.current.reporter = self.book.progress_reporter(claim)
 
@@ -307,24 +320,69 @@ class WorkflowMiddleware(Middleware):
         claim: Claim | None = getattr(step_actor.current, "claim", None)
         outcome: Outcome | None = getattr(step_actor.current, "outcome", None)
         reporter = getattr(step_actor.current, "reporter", None)
+        since: float = getattr(step_actor.current, "since", None) or time.monotonic()
         if reporter is not None:  # closed already unless the actor never ran
             reporter.close()
         step_actor.current.claim = step_actor.current.outcome = step_actor.current.reporter = None
+        step_actor.current.since = None
         step_actor.current.handled = False
         if claim is None:
             return
-        self.inflight.remove(claim.record.id)
         if outcome is None:
             outcome = Outcome(False, error=f"{type(exception).__name__}: {exception}")
+        unknown_since: float | None = None
+        if outcome.unknown_task:
+            unknown_since = StepMessage.from_message(message).unknown_since
+        continued = 0
+        while True:
+            # Dramatiq's TimeLimit let go of this thread before this hook (it runs
+            # after ours): a continued attempt is limited by its own deadline.
+            following = self._settle(
+                broker, message.queue_name, claim, outcome, unknown_since, continued, since
+            )
+            if following is None:
+                return
+            continued += 1
+            claim, unknown_since = following, None
+            outcome = self._run_continued(claim)
+
+    def _settle(
+        self,
+        broker: Broker,
+        queue_name: str,
+        claim: Claim,
+        outcome: Outcome,
+        unknown_since: float | None,
+        continued: int,
+        since: float,
+    ) -> Claim | None:
+        """Record the outcome of ``claim``'s attempt and send the step that follows.
+
+        Returns the next step's claim when it runs here at once (continuation:
+        the same write claimed it), None when there is nothing more for this
+        thread to do (a message was sent, the job ended, the write lost...).
+        """
+        self.inflight.remove(claim.record.id)
         if outcome is step_actor.HANDED_BACK:
             self._hand_back(broker, claim, StepMessage(claim.record.id, claim.position))
-            return
+            return None
         if outcome.unknown_task:
-            waiting = self._wait_for_a_worker_that_knows(broker, claim, message, outcome)
+            waiting = self._wait_for_a_worker_that_knows(broker, claim, unknown_since, outcome)
             if waiting:
-                return
+                return None
+
+        def here(step: Step) -> bool:
+            return may_continue(
+                step,
+                continued=continued,
+                elapsed=time.monotonic() - since,
+                max_steps=self.settings.continue_steps,
+                max_seconds=self.settings.continue_seconds,
+                stopping=self._stopping.is_set(),
+            )
+
         try:
-            decision = self.book.record(claim, outcome)
+            recorded = self.book.record_outcome(claim, outcome, hold_next=here)
         except StoreError as exc:
             self.logger.error(
                 "job %s: outcome of %s not recorded (%s); the step runs again after its lease",
@@ -332,13 +390,14 @@ class WorkflowMiddleware(Middleware):
                 claim.position.key(),
                 exc,
             )
-            return
-        if decision is None or decision.action is not Action.RUN:
-            return
+            return None
+        if recorded is None or recorded.decision.action is not Action.RUN:
+            return None
+        decision = recorded.decision
         assert decision.position is not None
-        next_message = StepMessage(claim.record.id, decision.position).to_message(
-            message.queue_name
-        )
+        if recorded.record.lease_owner == self.owner:  # claimed by the write: run it here
+            return Claim(recorded.record, decision.position, claim.tasks)
+        next_message = StepMessage(claim.record.id, decision.position).to_message(queue_name)
         if not self._enqueue(broker, next_message, delay=decision.delay):
             self.logger.warning(
                 "job %s: next step %s not enqueued; recovery sends it when it is due",
@@ -346,18 +405,35 @@ class WorkflowMiddleware(Middleware):
                 decision.position.key(),
             )
             self.book.due_now(claim.record.id, decision.position, decision.delay)
+        return None
+
+    def _run_continued(self, claim: Claim) -> Outcome:
+        """Run a continued attempt in this thread, under its ``round_timeout`` as a
+        deadline of the lease keeper (no Dramatiq time limit covers it)."""
+        timeout = claim.spec.round_timeout
+        try:
+            return step_actor.run_attempt(
+                claim,
+                self.inflight,
+                self.book.progress_reporter(claim),
+                timeout=timeout if timeout > 0 else None,
+            )
+        except Interrupt as exc:  # landed after the attempt let go of its thread
+            if isinstance(exc, Shutdown):
+                return step_actor.HANDED_BACK
+            return Outcome.failure(exc)
 
     def _wait_for_a_worker_that_knows(
-        self, broker: Broker, claim: Claim, message: Any, outcome: Outcome
+        self, broker: Broker, claim: Claim, unknown_since: float | None, outcome: Outcome
     ) -> bool:
         """Hand back a step whose task is unknown here, within ``unknown_task_grace``.
 
         True if it was handed back (no attempt counted); False once the grace
-        has passed since a worker first found it unknown: it then fails.
+        has passed since a worker first found it unknown (``unknown_since``, as
+        its message carries it; None: now): it then fails.
         """
-        step = StepMessage.from_message(message)
         now = time.time()
-        since = step.unknown_since if step.unknown_since is not None else now
+        since = unknown_since if unknown_since is not None else now
         left = self.unknown_task_grace - (now - since)
         if left <= 0:
             return False

@@ -83,6 +83,8 @@ def setup(
     heartbeat_timeout_ms: int | None = None,
     retention: Mapping[str, float | str | timedelta] | None = None,
     metrics: bool = False,
+    continue_steps: int | None = None,
+    continue_seconds: float | None = None,
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
 
@@ -123,6 +125,12 @@ def setup(
             extra; a ``ConfigError`` here without it). They show wherever this
             process's prometheus_client metrics are served: with Dramatiq's
             ``Prometheus`` middleware on the broker, on its exposition server.
+        continue_steps, continue_seconds: the bound of continuation (YAML
+            ``scheduler.continueSteps``, ``scheduler.continueSeconds``): a worker
+            thread runs up to ``continue_steps`` zero-delay steps (the next task,
+            a retry without delay) after its message's own, for at most
+            ``continue_seconds`` from that message's start, without a new message
+            (defaults 50 and 1.0; 0 for either: one message per step).
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
@@ -156,6 +164,8 @@ def setup(
         defer_seconds=defer_seconds,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
         retention=retention,
+        continue_steps=continue_steps,
+        continue_seconds=continue_seconds,
     )
     if broker is None:
         if broker_url:

@@ -25,7 +25,7 @@ from ..context import (
     Context,
 )
 from ..engine.ledger import Claim, Outcome
-from ..engine.running import InFlight, StepCancelled
+from ..engine.running import AttemptTimedOut, InFlight, StepCancelled
 from ..errors import UnknownExecutorError, is_retriable
 from ..progress import ProgressReporter
 from ..record import utcnow
@@ -46,12 +46,19 @@ _NOTHING: Any = object()
 
 
 def run_attempt(
-    claim: Claim, inflight: InFlight, reporter: ProgressReporter | None = None
+    claim: Claim,
+    inflight: InFlight,
+    reporter: ProgressReporter | None = None,
+    *,
+    timeout: float | None = None,
 ) -> Outcome:
     """Run the claimed task once in this thread; never raises.
 
     ``reporter`` receives the task's progress while it runs; its last value
-    goes with the outcome, for the write that records the attempt.
+    goes with the outcome, for the write that records the attempt. ``timeout``
+    (seconds) is enforced by ``inflight`` (the lease keeper interrupts the
+    attempt): for an attempt continued after its message's own, which Dramatiq's
+    ``TimeLimit`` does not cover; a message's own attempt leaves it None.
 
     An interrupt (worker shutdown, a forced cancel, a time limit) that lands
     after the task's function returned does not undo the attempt: Python
@@ -64,16 +71,18 @@ def run_attempt(
     name = claim.spec.name if observers.observing() else ""
     observers.step_started(claim.record.channel_id, name)
     try:
-        outcome = _run_attempt(claim, inflight, reporter)
+        outcome = _run_attempt(claim, inflight, reporter, timeout)
     finally:
         progress = reporter.close()
         observers.step_finished(claim.record.channel_id, name)
     return outcome if progress is None else replace(outcome, progress=progress)
 
 
-def _run_attempt(claim: Claim, inflight: InFlight, reporter: ProgressReporter) -> Outcome:
+def _run_attempt(
+    claim: Claim, inflight: InFlight, reporter: ProgressReporter, timeout: float | None
+) -> Outcome:
     started = utcnow()
-    running = inflight.start(claim.record.id)
+    running = inflight.start(claim.record.id, timeout=timeout)
     result = _NOTHING
     try:
         try:
@@ -109,7 +118,7 @@ def _run_attempt(claim: Claim, inflight: InFlight, reporter: ProgressReporter) -
             return Outcome(True, result, started=started, ended=utcnow())
         if isinstance(exc, Shutdown):
             return HANDED_BACK
-        if isinstance(exc, TimeLimitExceeded):
+        if isinstance(exc, (TimeLimitExceeded, AttemptTimedOut)):
             timeout = claim.spec.round_timeout
             return Outcome.failure(
                 exc,

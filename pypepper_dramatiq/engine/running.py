@@ -25,6 +25,15 @@ class StepCancelled(Interrupt):
     """Raised in a worker thread whose task ignored its job's cancel event past the grace period."""
 
 
+class AttemptTimedOut(Interrupt):
+    """Raised in a worker thread whose attempt ran past its task's ``round_timeout``.
+
+    Dramatiq's ``TimeLimit`` does this for the attempt a message carries; an
+    attempt continued in the same thread after it (no message of its own) is
+    given a deadline here instead, which the lease keeper enforces.
+    """
+
+
 @dataclass
 class Running:
     """One attempt (or, for the in-process driver, one job) in flight in this process."""
@@ -42,6 +51,8 @@ class Running:
     #: When an interrupt was sent to its thread (monotonic); it lands only when
     #: the thread next runs Python code, so a task blocked in C stops later.
     interrupted_at: float | None = None
+    #: When the attempt must have ended (monotonic), or None: no limit here.
+    deadline: float | None = None
 
 
 class InFlight:
@@ -52,9 +63,19 @@ class InFlight:
         self._lock = threading.Lock()
 
     def start(
-        self, job_id: str, cancel_event: threading.Event | None = None, *, leased: bool = True
+        self,
+        job_id: str,
+        cancel_event: threading.Event | None = None,
+        *,
+        leased: bool = True,
+        timeout: float | None = None,
     ) -> Running:
+        """Register the attempt running in this thread; with ``timeout`` (seconds), it
+        is interrupted with :class:`AttemptTimedOut` by :meth:`interrupt_overdue` once
+        that long has passed."""
         entry = Running(job_id, threading.get_ident(), leased=leased)
+        if timeout is not None and timeout > 0:
+            entry.deadline = time.monotonic() + timeout
         if cancel_event is not None:
             entry.cancel_event = cancel_event
         with self._lock:
@@ -129,19 +150,28 @@ class InFlight:
         raise_thread_exception(entry.thread_id, exc_type)  # type: ignore[no-untyped-call]
 
     def interrupt_overdue(self, grace: float) -> list[str]:
-        """Interrupt attempts still running ``grace`` seconds after their cancel."""
+        """Interrupt attempts still running ``grace`` seconds after their cancel, and
+        attempts past their deadline (:class:`AttemptTimedOut`)."""
         now = time.monotonic()
         interrupted = []
+        late = []
         with self._lock:
             for entry in self._steps.values():
-                if (
-                    entry.running
-                    and not entry.interrupted
-                    and entry.cancel_seen is not None
-                    and now - entry.cancel_seen >= grace
-                ):
+                if not entry.running or entry.interrupted:
+                    continue
+                if entry.cancel_seen is not None and now - entry.cancel_seen >= grace:
                     self._interrupt(entry, StepCancelled)
                     interrupted.append(entry.job_id)
+                elif entry.deadline is not None and now >= entry.deadline:
+                    self._interrupt(entry, AttemptTimedOut)
+                    late.append(entry.job_id)
+        for job_id in late:
+            logger.info(
+                "job %s: attempt past its round_timeout; interrupt sent (it lands when the "
+                "task next runs Python code)",
+                job_id,
+                extra={"action": "timeout_interrupt", "job_id": job_id},
+            )
         for job_id in interrupted:
             logger.warning(
                 "job %s: task ignored its cancel for %.1fs; interrupt sent (it lands when the "
@@ -150,7 +180,7 @@ class InFlight:
                 grace,
                 extra={"action": "cancel_interrupt", "job_id": job_id},
             )
-        return interrupted
+        return interrupted + late
 
 
 #: The registry of this process.
