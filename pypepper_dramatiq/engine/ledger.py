@@ -34,9 +34,10 @@ from ..spec import TaskSpec
 from ..start_times import missed_deadline
 from ..state import HOOK_PENDING, HOOKS_DONE_KEY, HOOKS_KEY, JobState
 from ..status import Status
-from ..stores.base import IJobStore, why_not_claimable
+from ..stores.base import IJobStore, StepClaim, why_not_claimable
 from ..task import Task
 from . import hooks
+from .group_commit import Combiner, in_rounds
 from .running import running_here
 
 logger = logging.getLogger(__name__)
@@ -292,6 +293,11 @@ class StepBook:
         ).next_step_dispatch_seconds
         #: Calls the ``on_final_failure`` hooks of the failures this book records.
         self.hooks = hooks.HookRunner(store)
+        #: Group commit: the claims of this process's threads, coalesced into one
+        #: store call per batch (:mod:`.group_commit`); each thread its own answer.
+        self.claims: Combiner[StepClaim, JobRecord | None] = Combiner(self._claim_batch)
+        #: The same for the writes that record outcomes.
+        self.outcomes: Combiner[JobRecord, bool] = Combiner(self._outcome_batch)
 
     # -- before the attempt ----------------------------------------------------
 
@@ -339,13 +345,9 @@ class StepBook:
                 return None
             cursor, start = first.position, True
         now = utcnow()
-        record = store.claim_step(
-            step.job_id,
-            cursor.to_list(),
-            self.owner,
-            now,
-            now + timedelta(seconds=self.lease_seconds),
-            start=start,
+        lease = now + timedelta(seconds=self.lease_seconds)
+        record = self.claims.submit(
+            StepClaim(step.job_id, cursor.to_list(), self.owner, now, lease, start)
         )
         if record is None or record.payload is None:
             return None
@@ -453,22 +455,9 @@ class StepBook:
         return None if recorded is None else recorded.decision
 
     def record_outcome(
-        self,
-        claim: Claim,
-        outcome: Outcome,
-        *,
-        task: Task | None = None,
-        hold_next: Callable[[rules.Step], bool] | None = None,
+        self, claim: Claim, outcome: Outcome, *, task: Task | None = None
     ) -> Recorded | None:
         """:meth:`record`, also returning the row as written (None: the write lost).
-
-        ``hold_next`` says, for a step to run, whether the caller runs it at once
-        in this thread (continuation): the same write then claims it for this
-        worker (owner and a lease of ``lease_seconds``, which the caller renews
-        while the attempt runs), so that no message is needed and a worker that
-        dies meanwhile leaves it to the recovery sweep as any claimed step. Not
-        when a hook is due (the hook runs first and might outlast the lease).
-        The written row's ``lease_owner`` tells the caller whether it holds it.
 
         When the task failed for good and has an ``on_final_failure`` hook, the
         same write marks the hook due (held by this worker), and the hook is
@@ -542,9 +531,6 @@ class StepBook:
             state.cursor = decision.position
             if self.holds_steps:
                 changes["lease_owner"] = self.owner
-            elif hold_next is not None and not hook_due and hold_next(decision):
-                changes["lease_owner"] = self.owner
-                changes["lease_expires"] = now + timedelta(seconds=self.lease_seconds)
             else:
                 changes["lease_expires"] = now + timedelta(
                     seconds=decision.delay + self.dispatch_seconds
@@ -689,7 +675,7 @@ class StepBook:
         delay = 0.1
         for attempt in range(self.write_attempts):
             try:
-                return self._store().advance(record)
+                return self.outcomes.submit(record)
             except StoreError as exc:
                 if attempt + 1 == self.write_attempts:
                     raise
@@ -697,6 +683,24 @@ class StepBook:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         return False  # pragma: no cover - the loop returns or raises
+
+    def _claim_batch(self, requests: list[StepClaim]) -> list[JobRecord | BaseException | None]:
+        """The claims pending in this process, in one store call (per round: a job
+        asked for twice is decided in a second one, which sees the first)."""
+        return in_rounds(requests, _job_of_claim, self._store().claim_steps)
+
+    def _outcome_batch(self, records: list[JobRecord]) -> list[bool | BaseException]:
+        """The outcome writes pending in this process, in one store call (per round,
+        as claims); a row's own error (a key refusal) is its answer."""
+        return in_rounds(records, _job_of_record, self._store().advance_each)
+
+
+def _job_of_claim(request: StepClaim) -> str:
+    return request.job_id
+
+
+def _job_of_record(record: JobRecord) -> str:
+    return record.id
 
 
 def _rebased(seen: JobRecord, mine: JobRecord, current: JobRecord | None) -> JobRecord | None:

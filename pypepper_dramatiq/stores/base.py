@@ -6,9 +6,9 @@ import abc
 import builtins
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, DuplicateJobError, StoreError
 from ..events import RUN, transition
 from ..links import Link, parent_order, parents_of
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
@@ -22,12 +22,26 @@ __all__ = [
     "MAX_ID_LENGTH",
     "IJobStore",
     "JobRecord",
+    "StepClaim",
     "as_utc",
     "check_job_id",
+    "claimed_row",
     "matches",
     "utcnow",
     "why_not_claimable",
 ]
+
+
+class StepClaim(NamedTuple):
+    """One request of :meth:`IJobStore.claim_steps`: the arguments of
+    :meth:`IJobStore.claim_step`."""
+
+    job_id: str
+    cursor: Sequence[int]
+    owner: str
+    now: datetime
+    lease_until: datetime
+    start: bool = False
 
 
 class IJobStore(abc.ABC):
@@ -435,6 +449,42 @@ class IJobStore(abc.ABC):
         rows = [r for r in self.list(status=Status.IN_PROGRESS) if r.lease_owner in wanted]
         return sorted(rows, key=lambda r: r.id)
 
+    # -- group commit (a worker process's claims and outcomes, batched) ----------------
+
+    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+        """:meth:`claim_step` for each of ``requests``; the answers in their order.
+
+        Each row is decided alone, exactly as :meth:`claim_step` decides it; of
+        several requests for one job, at most one wins. This default claims them
+        one by one; the stores of this package take them in one round trip
+        (PostgreSQL) or one read and one transaction (MySQL).
+        """
+        return [
+            self.claim_step(r.job_id, r.cursor, r.owner, r.now, r.lease_until, start=r.start)
+            for r in requests
+        ]
+
+    def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
+        """:meth:`advance_many`, with each row's error answered in its place instead of
+        raised, so that each caller of a batch learns its own row's fate: the
+        :class:`~pypepper_dramatiq.errors.DuplicateJobError` of a row refused by the
+        unique key index (:meth:`advance` would raise it), or the
+        :class:`~pypepper_dramatiq.errors.StoreError` of a row whose write may or
+        may not have happened.
+
+        A StoreError is raised when the store failed before any row's fate was
+        known. This default advances the rows one by one; the stores of this
+        package write them in one round trip (PostgreSQL) or one transaction
+        (MySQL).
+        """
+        answers: builtins.list[bool | Exception] = []
+        for record in records:
+            try:
+                answers.append(self.advance(record))
+            except DuplicateJobError as exc:
+                answers.append(exc)
+        return answers
+
 
 def matches(record: JobRecord, search: str) -> bool:
     """Whether ``record``'s id or category holds ``search``, ignoring case (the
@@ -475,6 +525,22 @@ def why_not_claimable(
     ):
         return f"step {at} is held by {record.lease_owner}"
     return None
+
+
+def claimed_row(current: JobRecord, request: StepClaim) -> JobRecord:
+    """``current`` as :meth:`IJobStore.claim_step` writes it for ``request`` (its
+    version as read: the write increments it)."""
+    return current.evolve(
+        status=(
+            transition(current.status, RUN)
+            if current.status is Status.SCHEDULED
+            else current.status
+        ),
+        state=dict(current.state, cursor=list(request.cursor)),
+        updated=request.now,
+        lease_owner=request.owner,
+        lease_expires=request.lease_until,
+    )
 
 
 def _every_waiting(store: IJobStore, batch: int = 500) -> builtins.list[JobRecord]:

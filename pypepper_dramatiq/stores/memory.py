@@ -16,7 +16,7 @@ from ..retention import awaited, ended_status, still_needed
 from ..state import HOOKS_KEY
 from ..status import Status, may_overwrite
 from ..workers import WorkerInfo, listed
-from .base import IJobStore, JobRecord, as_utc, matches
+from .base import IJobStore, JobRecord, StepClaim, as_utc, matches
 
 #: The statuses in which a job holds its unique key.
 _ACTIVE = (Status.SCHEDULED, Status.IN_PROGRESS)
@@ -301,3 +301,11 @@ class MemoryJobStore(IJobStore):
                 if r.status is Status.IN_PROGRESS and r.lease_owner in wanted
             ]
         return sorted(rows, key=lambda r: r.id)
+
+    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+        with self._lock:  # the whole batch under one hold of the lock
+            return super().claim_steps(requests)
+
+    def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
+        with self._lock:
+            return super().advance_each(records)

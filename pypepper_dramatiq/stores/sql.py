@@ -67,7 +67,7 @@ from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
-from .base import IJobStore, JobRecord
+from .base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
 from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, links, recurring
 from .schema import workers as worker_rows
 
@@ -319,18 +319,6 @@ def _row_values(record: JobRecord) -> dict[str, Any]:
     }
 
 
-def _status_is(status: Status) -> ColumnElement[bool]:
-    """``status = '<value>'`` with the value written into the statement, not bound.
-
-    The statuses are few and fixed, and how many rows each has differs by orders of
-    magnitude. Bound, a statement run often on one connection gets PostgreSQL's
-    generic plan (psycopg prepares it after a few runs), one plan for every status:
-    for a rare status, a scan of the whole table. Written in, each status keeps its
-    own plan.
-    """
-    return jobs.c.status == literal(status.value, literal_execute=True)
-
-
 #: The escape character of the ``search`` filter's LIKE pattern (the same on every dialect).
 _LIKE_ESCAPE = "!"
 
@@ -454,6 +442,54 @@ WHERE id = %(id)s AND (
 RETURNING {_COLUMNS}
 """
 
+
+def _prefixed(columns: str, table: str) -> str:
+    return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
+
+
+#: Group commit's claims: the predicate of _PG_CLAIM, for each row of the arrays.
+_PG_CLAIM_MANY = f"""
+UPDATE scheduler_jobs AS j SET
+    status = 'InProgress', version = j.version + 1, updated = c.now,
+    state = jsonb_set(j.state, '{{cursor}}', c.cursor::jsonb),
+    lease_owner = c.owner, lease_expires = c.lease_until
+FROM unnest(%(n)s::int[], %(id)s::text[], %(cursor)s::text[], %(owner)s::text[],
+            %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[])
+    AS c(n, id, cursor, owner, now, lease_until, start)
+WHERE j.id = c.id AND (
+    (j.status = 'InProgress' AND j.state -> 'cursor' = c.cursor::jsonb
+        AND (j.lease_owner IS NULL OR j.lease_expires < c.now))
+    OR (j.status = 'Scheduled' AND c.start
+        AND (j.not_before IS NULL OR j.not_before <= c.now)
+        AND (j.start_deadline IS NULL OR j.start_deadline >= c.now)
+        AND j.waiting_since IS NULL))
+RETURNING c.n, {_prefixed(_COLUMNS, "j")}
+"""
+
+#: Group commit's outcome records: _PG_ADVANCE for each row of the arrays (the
+#: allowed statuses of a row as one comma-separated text).
+_PG_ADVANCE_MANY = """
+UPDATE scheduler_jobs AS j SET
+    status = a.status, version = j.version + 1, updated = a.updated,
+    state = a.state::jsonb, error = a.error, lease_owner = a.lease_owner,
+    lease_expires = a.lease_expires, not_before = a.not_before,
+    release_at = a.release_at, start_deadline = a.start_deadline,
+    unique_key = a.unique_key, waits = a.waits::jsonb, waiting_since = a.waiting_since
+FROM unnest(%(n)s::int[], %(id)s::text[], %(version)s::int[], %(allowed)s::text[],
+            %(status)s::text[], %(updated)s::timestamptz[], %(state)s::text[],
+            %(error)s::text[], %(lease_owner)s::text[], %(lease_expires)s::timestamptz[],
+            %(not_before)s::timestamptz[], %(release_at)s::timestamptz[],
+            %(start_deadline)s::timestamptz[], %(unique_key)s::text[], %(waits)s::text[],
+            %(waiting_since)s::timestamptz[])
+    AS a(n, id, version, allowed, status, updated, state, error, lease_owner,
+         lease_expires, not_before, release_at, start_deadline, unique_key, waits,
+         waiting_since)
+WHERE j.id = a.id AND j.version = a.version
+    AND j.status = ANY(string_to_array(a.allowed, ','))
+RETURNING a.n
+"""
+
+
 #: The stored statuses each status may replace, as the arrays the statements take.
 _ALLOWED = {status: sorted(s.value for s in overwritable_by(status)) for status in Status}
 
@@ -469,6 +505,66 @@ def _pg_params(record: JobRecord) -> dict[str, Any]:
         allowed=_ALLOWED[record.status],
     )
     return params
+
+
+def _rounds(ids: Sequence[str]) -> builtins.list[builtins.list[int]]:
+    """The positions of ``ids`` in rounds where each id appears once: a multi-row
+    UPDATE ... FROM would apply only one of two source rows for a job."""
+    rounds: builtins.list[builtins.list[int]] = []
+    seen: builtins.list[set[str]] = []
+    for n, job_id in enumerate(ids):
+        for chosen, ids_in in zip(rounds, seen, strict=True):
+            if job_id not in ids_in:
+                chosen.append(n)
+                ids_in.add(job_id)
+                break
+        else:
+            rounds.append([n])
+            seen.append({job_id})
+    return rounds
+
+
+def _pg_claim_arrays(requests: Sequence[StepClaim], chosen: Sequence[int]) -> dict[str, Any]:
+    """The parameters of _PG_CLAIM_MANY: one array per column, a row per request."""
+    picked = [requests[n] for n in chosen]
+    return {
+        "n": list(chosen),
+        "id": [r.job_id for r in picked],
+        "cursor": [json.dumps(list(r.cursor)) for r in picked],
+        "owner": [r.owner for r in picked],
+        "now": [r.now for r in picked],
+        "lease_until": [r.lease_until for r in picked],
+        "start": [r.start for r in picked],
+    }
+
+
+#: The columns _PG_ADVANCE_MANY takes as arrays, besides ``n`` and ``allowed``.
+_ADVANCE_ARRAYS = (
+    "id",
+    "version",
+    "status",
+    "updated",
+    "state",
+    "error",
+    "lease_owner",
+    "lease_expires",
+    "not_before",
+    "release_at",
+    "start_deadline",
+    "unique_key",
+    "waits",
+    "waiting_since",
+)
+
+
+def _pg_advance_arrays(records: Sequence[JobRecord], chosen: Sequence[int]) -> dict[str, Any]:
+    """The parameters of _PG_ADVANCE_MANY: one array per column, a row per record."""
+    rows = [_pg_params(records[n]) for n in chosen]
+    arrays: dict[str, Any] = {"n": list(chosen)}
+    for column in _ADVANCE_ARRAYS:
+        arrays[column] = [row[column] for row in rows]
+    arrays["allowed"] = [",".join(row["allowed"]) for row in rows]
+    return arrays
 
 
 def _advance_statement(record: JobRecord) -> Any:
@@ -669,12 +765,12 @@ class SqlJobStore(IJobStore):
         return [self.advance(record) for record in records]
 
     def _advance_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
-        written: dict[str, bool] = {}
+        written: dict[int, bool] = {}
         with _transaction(self._engine) as connection:
             # In id order, so that two multi-row writers never wait on each other.
-            for record in sorted(records, key=lambda r: r.id):
-                written[record.id] = connection.execute(_advance_statement(record)).rowcount == 1
-        return [written[record.id] for record in records]
+            for n in sorted(range(len(records)), key=lambda n: records[n].id):
+                written[n] = connection.execute(_advance_statement(records[n])).rowcount == 1
+        return [written[n] for n in range(len(records))]
 
     def get(self, job_id: str) -> JobRecord | None:
         row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))
@@ -725,7 +821,7 @@ class SqlJobStore(IJobStore):
             return query.order_by(columns.created, columns.id)
 
         if status is not None:
-            query = ordered(select(jobs).where(_status_is(Status(status)), *where))
+            query = ordered(select(jobs).where(jobs.c.status == Status(status).value, *where))
             if limit is not None:
                 query = query.limit(limit)
         elif limit is not None:
@@ -733,7 +829,7 @@ class SqlJobStore(IJobStore):
             # index's order, merged. No index leads with ``created``, and sorting
             # every row for one page is what a million rows cannot afford.
             branches = [
-                ordered(select(jobs).where(_status_is(value), *where)).limit(limit)
+                ordered(select(jobs).where(jobs.c.status == value.value, *where)).limit(limit)
                 for value in Status
             ]
             merged = union_all(*branches).subquery()
@@ -1069,7 +1165,7 @@ class SqlJobStore(IJobStore):
                     select(literal(value.value), func.count()).select_from(
                         select(literal(1).label("one"))
                         .select_from(jobs)
-                        .where(_status_is(value), *where)
+                        .where(jobs.c.status == value.value, *where)
                         .limit(max(0, limit) + 1)
                         .subquery()
                     )
@@ -1154,6 +1250,55 @@ class SqlJobStore(IJobStore):
                 )
                 found.extend(_record(row) for row in c.execute(query).mappings())
         return sorted(found, key=lambda r: r.id)
+
+    # -- group commit ------------------------------------------------------------------
+
+    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+        # MySQL and MariaDB: one read of every row, then the claims that may win
+        # in one transaction (one commit), each guarded by its version.
+        if len(requests) <= 1:
+            return super().claim_steps(requests)
+        current = {r.id: r for r in self.get_many({q.job_id for q in requests})}
+        chosen: dict[str, tuple[int, JobRecord]] = {}
+        for n, request in enumerate(requests):
+            row = current.get(request.job_id)
+            if (
+                row is None
+                or request.job_id in chosen  # one claim per job: the others would lose
+                or why_not_claimable(row, request.cursor, request.now, request.start) is not None
+            ):
+                continue
+            chosen[request.job_id] = (n, claimed_row(row, request))
+        answers: builtins.list[JobRecord | None] = [None] * len(requests)
+        tried = list(chosen.values())
+        for (n, claimed), won in zip(
+            tried, self.advance_each([claimed for _, claimed in tried]), strict=True
+        ):
+            if isinstance(won, Exception):
+                raise won
+            if won:
+                answers[n] = claimed.evolve(version=claimed.version + 1)
+        return answers
+
+    def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
+        # One round trip (PostgreSQL) or one transaction (MySQL) for all rows. A
+        # row refused by the unique index of active keys undoes it: then row by
+        # row, so that the refusal is answered in its own row's place.
+        if len(records) <= 1:
+            return super().advance_each(records)
+        try:
+            return _once_more_if_stale(
+                self._engine,
+                f"updating {len(records)} jobs",
+                lambda: self._advance_each(records),
+            )
+        except StoreError as exc:
+            if not _refused_by_key_index(exc.__cause__):
+                raise
+        return super().advance_each(records)
+
+    def _advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
+        return list(self._advance_many(records))
 
 
 class _InCallerTransaction(SqlJobStore):
@@ -1321,6 +1466,48 @@ class PostgresJobStore(SqlJobStore):
         stmt = delete(jobs).where(guard).returning(jobs.c.id)
         with self._engine.connect() as conn:
             return list(conn.execute(stmt).scalars())
+
+    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+        # One UPDATE ... FROM unnest(...) RETURNING for the first request of each
+        # job; a job asked for again in the same batch is claimed alone after it.
+        if len(requests) <= 1:
+            return super().claim_steps(requests)
+        first, *again = _rounds([r.job_id for r in requests])
+        rows = _once_more_if_stale(
+            self._engine,
+            f"claiming {len(first)} steps",
+            lambda: self._run_many(_PG_CLAIM_MANY, _pg_claim_arrays(requests, first)),
+        )
+        answers: builtins.list[JobRecord | None] = [None] * len(requests)
+        for row in rows:
+            answers[row.pop("n")] = _record(row)
+        for n in (n for later in again for n in later):
+            r = requests[n]
+            answers[n] = self.claim_step(
+                r.job_id, r.cursor, r.owner, r.now, r.lease_until, start=r.start
+            )
+        return answers
+
+    def _advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
+        # One guarded UPDATE ... FROM unnest(...) for the first record of each job
+        # (one statement: all or nothing, so an error here leaves no row written);
+        # a job given again in the same batch is written alone after it.
+        first, *again = _rounds([r.id for r in records])
+        answers: builtins.list[bool | Exception] = [False] * len(records)
+        for row in self._run_many(_PG_ADVANCE_MANY, _pg_advance_arrays(records, first)):
+            answers[row["n"]] = True
+        for n in (n for later in again for n in later):
+            try:
+                answers[n] = self.advance(records[n])
+            except (DuplicateJobError, StoreError) as exc:  # this row's own fate
+                answers[n] = exc
+        return answers
+
+    def _run_many(self, sql: str, params: dict[str, Any]) -> builtins.list[dict[str, Any]]:
+        """Execute a prepared multi-row hot statement: the rows it returns."""
+        with self._driver_cursor() as cursor:
+            cursor.execute(sql, params, prepare=True)
+            return list(cursor.fetchall())
 
 
 def _purge_guard(

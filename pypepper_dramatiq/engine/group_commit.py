@@ -1,0 +1,217 @@
+"""Group commit: the calls of many threads to one store statement, coalesced.
+
+A :class:`Combiner` wraps a *batch* callable (a list of requests in, one answer
+per request out, in order). A thread that calls :meth:`Combiner.submit` while no
+batch runs becomes the *leader*: it runs the batch at once with whatever is
+pending, its own request included. A thread that calls while a batch runs
+queues its request and waits; when the batch ends, its leader hands out the
+answers and promotes the first queued thread, which runs everything queued
+meanwhile as the next batch. Nothing waits for a batch to fill and there is no
+timer: a lone call goes at once, as a direct call would, and under load each
+batch holds what piled up during the one before.
+
+The combiner knows nothing of stores: an answer that is an exception is raised
+to its own caller, and an exception of the batch itself is raised to every
+caller of that batch (their fate is unknown to them). A caller whose wait is
+interrupted (Dramatiq's time limit raises in the waiting thread) leaves the
+queue, or hands the leadership on if it had just been given it, so the
+combiner never stalls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
+
+__all__ = ["BatchStats", "Combiner", "in_rounds"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: The most requests one batch takes (the rest go in the next one).
+MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What a combiner did so far: calls, batches run, and the largest batch."""
+
+    calls: int = 0
+    batches: int = 0
+    largest: int = 0
+
+    @property
+    def per_batch(self) -> float:
+        """Requests per batch on average (0 before the first batch)."""
+        return self.calls / self.batches if self.batches else 0.0
+
+
+class _Slot(Generic[T]):
+    """One caller's request, and where its answer (or leadership) is handed over."""
+
+    __slots__ = ("answer", "done", "has_answer", "lead", "request", "started")
+
+    def __init__(self, request: T) -> None:
+        self.request = request
+        self.done = threading.Event()
+        #: This caller runs the next batch (the first, or promoted by the leader before).
+        self.lead = False
+        #: Its batch began: the leader hands the leadership on whatever happens.
+        self.started = False
+        self.has_answer = False
+        self.answer: object = None
+
+    def give(self, answer: object) -> None:
+        self.answer, self.has_answer = answer, True
+        self.done.set()
+
+
+class Combiner(Generic[T, R]):
+    """Coalesces concurrent calls into batches, one batch running at a time.
+
+    Args:
+        batch: runs requests together; returns one answer per request, in
+            order. An answer that is an exception is raised to that request's
+            caller; an exception raised by ``batch`` reaches every caller of
+            the batch.
+        max_batch: the most requests one batch takes.
+    """
+
+    def __init__(
+        self,
+        batch: Callable[[list[T]], Sequence[R | BaseException]],
+        *,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, not {max_batch}")
+        self._batch = batch
+        self._max = max_batch
+        self._lock = threading.Lock()
+        self._queue: list[_Slot[T]] = []
+        self._busy = False
+        self._stats = BatchStats()
+
+    @property
+    def stats(self) -> BatchStats:
+        """Calls, batches and the largest batch since this combiner was made."""
+        with self._lock:
+            return self._stats
+
+    @property
+    def pending(self) -> int:
+        """How many calls wait for the next batch."""
+        with self._lock:
+            return len(self._queue)
+
+    def submit(self, request: T) -> R:
+        """Run ``request`` in the next batch and return its answer (or raise its error)."""
+        slot: _Slot[T] = _Slot(request)
+        with self._lock:
+            self._queue.append(slot)
+            slot.lead = not self._busy
+            self._busy = True
+        try:
+            if not slot.lead:
+                slot.done.wait()
+            if not slot.has_answer:  # the leader, first or promoted
+                self._lead(slot)
+        except BaseException:
+            self._abandon(slot)
+            raise
+        answer = slot.answer
+        if isinstance(answer, BaseException):
+            raise answer
+        return cast(R, answer)
+
+    def _abandon(self, slot: _Slot[T]) -> None:
+        """A caller interrupted (Dramatiq's time limit raises in the waiting thread)
+        leaves the queue, and hands the leadership on if it held it unused."""
+        with self._lock:
+            if slot in self._queue:
+                self._queue.remove(slot)
+            if slot.lead and not slot.started:
+                self._hand_over()
+
+    def _lead(self, me: _Slot[T]) -> None:
+        """Run one batch of the queue (the leader's own request included), answer
+        each caller, then promote the next queued caller or go idle."""
+        slots: list[_Slot[T]] = []
+        try:
+            me.started = True
+            with self._lock:
+                slots = self._queue[: self._max]
+                del self._queue[: self._max]
+                calls, batches = self._stats.calls + len(slots), self._stats.batches + 1
+                self._stats = BatchStats(calls, batches, max(self._stats.largest, len(slots)))
+            answers: Sequence[object]
+            try:
+                answers = self._batch([slot.request for slot in slots])
+                if len(answers) != len(slots):
+                    raise RuntimeError(
+                        f"a batch of {len(slots)} requests answered {len(answers)} times"
+                    )
+            except BaseException as exc:  # every caller of the batch is told
+                answers = [exc] * len(slots)
+            for slot, answer in zip(slots, answers, strict=True):
+                slot.give(answer)
+        finally:
+            for slot in slots:  # interrupted while answering: nobody is left waiting
+                if not slot.has_answer:
+                    slot.give(RuntimeError("the batch was interrupted"))
+            with self._lock:
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Promote the first queued caller to run the next batch, or go idle
+        (called with the lock held)."""
+        if self._queue:
+            first = self._queue[0]
+            first.lead = True
+            first.done.set()
+        else:
+            self._busy = False
+
+
+def in_rounds(
+    requests: Sequence[T],
+    key: Callable[[T], object],
+    batch: Callable[[list[T]], Sequence[R | BaseException]],
+) -> list[R | BaseException]:
+    """``batch`` run on rounds of ``requests`` in which each ``key`` appears once, the
+    answers back in the order of ``requests``.
+
+    Two requests on one row in one statement would be decided together (a
+    multi-row UPDATE applies one of them); in two rounds the second sees the
+    first's write, as two calls would. An exception of a round is the answer of
+    its requests and of those of later rounds (not tried); earlier rounds keep
+    theirs.
+    """
+    rounds: list[list[int]] = []
+    keys: list[set[object]] = []
+    for n, request in enumerate(requests):
+        k = key(request)
+        for chosen, taken in zip(rounds, keys, strict=True):
+            if k not in taken:
+                chosen.append(n)
+                taken.add(k)
+                break
+        else:
+            rounds.append([n])
+            keys.append({k})
+    answers: list[R | BaseException] = [RuntimeError("not answered")] * len(requests)
+    for done, chosen in enumerate(rounds):
+        try:
+            got = batch([requests[n] for n in chosen])
+            if len(got) != len(chosen):
+                raise RuntimeError(f"a batch of {len(chosen)} requests answered {len(got)} times")
+        except Exception as exc:
+            for later in rounds[done:]:
+                for n in later:
+                    answers[n] = exc
+            break
+        for n, answer in zip(chosen, got, strict=True):
+            answers[n] = answer
+    return answers

@@ -1,0 +1,136 @@
+"""Group commit's store statements: ``claim_steps`` and ``advance_each``, on every store.
+
+A batch decides each of its rows exactly as the one-row statement would (a won
+claim, a stale message, a cancelled job, a missing row, a stale version, a
+refusal by the unique key index), and answers them in the order asked.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from pypepper_dramatiq.errors import DuplicateJobError
+from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.stores.base import IJobStore, JobRecord, StepClaim
+
+from .test_store_contract import T0, job, store, stored
+
+__all__ = ["store"]
+
+NOW = T0 + timedelta(hours=1)
+UNTIL = NOW + timedelta(seconds=30)
+AT = [0, 1, 0, 0]
+
+
+def running(store: IJobStore, job_id: str, **fields: Any) -> JobRecord:
+    fields.setdefault("state", {"cursor": AT, "results": {"0.0": 1}})
+    assert store.put(job(job_id, status=Status.IN_PROGRESS, payload={"workflows": []}, **fields))
+    return stored(store, job_id)
+
+
+def ask(job_id: str, cursor: list[int] = AT, owner: str = "me", start: bool = False) -> StepClaim:
+    return StepClaim(job_id, cursor, owner, NOW, UNTIL, start)
+
+
+class TestClaimSteps:
+    def test_mixed_outcomes_in_one_batch(self, store: IJobStore) -> None:
+        won = running(store, "won")
+        stale = running(store, "stale")
+        held = running(store, "held", lease_owner="other", lease_expires=UNTIL)
+        assert store.put(job("cancelled", status=Status.CANCELLED))
+        assert store.put(job("fresh", status=Status.SCHEDULED, payload={"workflows": [1]}))
+        answers = store.claim_steps(
+            [
+                ask("stale", [0, 0, 0, 0]),  # a message for a step already done
+                ask("won"),
+                ask("cancelled", [0, 0, 0, 0], start=True),
+                ask("missing", [0, 0, 0, 0], start=True),  # no row yet: the caller heals it
+                ask("held"),
+                ask("fresh", [0, 0, 0, 0], start=True),
+            ]
+        )
+        assert [a is not None for a in answers] == [False, True, False, False, False, True]
+        claimed = answers[1]
+        assert claimed == stored(store, "won")
+        assert claimed is not None and claimed.version == won.version + 1
+        assert claimed.lease_owner == "me" and claimed.lease_expires == UNTIL
+        assert claimed.state == {"cursor": AT, "results": {"0.0": 1}}
+        started = answers[5]
+        assert started == stored(store, "fresh")
+        assert started is not None and started.status is Status.IN_PROGRESS
+        assert started.state["cursor"] == [0, 0, 0, 0] and started.payload == {"workflows": [1]}
+        assert stored(store, "stale") == stale and stored(store, "held") == held
+        assert stored(store, "cancelled").status is Status.CANCELLED
+        assert store.get("missing") is None
+
+    def test_one_job_asked_for_twice_is_won_once(self, store: IJobStore) -> None:
+        running(store, "job-1")
+        answers = store.claim_steps([ask("job-1", owner="a"), ask("job-1", owner="b")])
+        assert sum(a is not None for a in answers) == 1
+        winner = "a" if answers[0] is not None else "b"
+        assert stored(store).lease_owner == winner
+
+    def test_no_request_no_answer(self, store: IJobStore) -> None:
+        assert store.claim_steps([]) == []
+
+
+class TestAdvanceEach:
+    def test_mixed_outcomes_in_one_batch(self, store: IJobStore) -> None:
+        a, b = running(store, "a"), running(store, "b")
+        assert store.put(job("done", status=Status.COMPLETED))
+        done = stored(store, "done")
+        later = T0 + timedelta(minutes=1)
+        answers = store.advance_each(
+            [
+                a.evolve(state={"cursor": [0, 2, 0, 0]}, updated=later, lease_owner=None),
+                b.evolve(version=b.version + 3, state={"mark": "stale"}),  # stale version
+                job("nobody", status=Status.IN_PROGRESS),  # no row
+                done.evolve(status=Status.IN_PROGRESS),  # a finished job never moves back
+                stored(store, "b").evolve(status=Status.COMPLETED, payload=None),
+            ]
+        )
+        assert answers == [True, False, False, False, True]
+        assert stored(store, "a").state == {"cursor": [0, 2, 0, 0]}
+        assert stored(store, "a").version == a.version + 1 and stored(store, "a").updated == later
+        assert stored(store, "b").status is Status.COMPLETED
+        assert stored(store, "b").payload == {"workflows": []}  # never part of an advance
+        assert stored(store, "done") == done
+        assert store.get("nobody") is None
+
+    def test_a_key_refusal_is_answered_in_its_rows_place(self, store: IJobStore) -> None:
+        assert store.put(job("holder", status=Status.SCHEDULED, unique_key="k"))
+        other, third = running(store, "other"), running(store, "third")
+        answers = store.advance_each(
+            [
+                third.evolve(state={"mark": 3}),
+                other.evolve(unique_key="k"),  # a second active job with key k: refused
+                stored(store, "holder").evolve(state={"mark": "h"}),
+            ]
+        )
+        assert answers[0] is True and answers[2] is True
+        refused = answers[1]
+        assert isinstance(refused, DuplicateJobError) and refused.existing_id == "holder"
+        assert stored(store, "other") == other
+        assert stored(store, "third").state == {"mark": 3}
+        assert stored(store, "holder").state == {"mark": "h"}
+
+    def test_one_job_given_twice_is_written_once(self, store: IJobStore) -> None:
+        row = running(store, "job-1")
+        answers = store.advance_each([row.evolve(state={"by": "a"}), row.evolve(state={"by": "b"})])
+        assert sorted(answers, key=str) == [False, True]
+        assert stored(store).state == {"by": "a" if answers[0] is True else "b"}
+        assert stored(store).version == row.version + 1
+
+    def test_no_record_no_answer(self, store: IJobStore) -> None:
+        assert store.advance_each([]) == []
+
+
+@pytest.mark.parametrize("size", [1, 2, 30])
+def test_batches_of_any_size_answer_in_order(store: IJobStore, size: int) -> None:
+    rows = [running(store, f"job-{n:02d}") for n in range(size)]
+    claims = store.claim_steps([ask(r.id, owner=f"w{n}") for n, r in enumerate(rows)][::-1])
+    assert [c.lease_owner if c else None for c in claims] == [f"w{n}" for n in range(size)][::-1]
+    assert [c.id if c else None for c in claims] == [r.id for r in rows][::-1]
