@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .record import JobRecord
@@ -139,47 +139,42 @@ def _failed(observer: Observer, method: str) -> None:
 
 
 # The notifications. Each loops over a snapshot of the tuple (replaced, never
-# mutated), so that install() from another thread never disturbs a loop.
+# mutated), so that install() from another thread never disturbs a loop; with no
+# observer installed each returns at once.
+
+
+def _tell(method: str, *args: Any) -> None:
+    """Call ``method(*args)`` on each observer, logging what one raises."""
+    for observer in _observers:
+        try:
+            getattr(observer, method)(*args)
+        except Exception:
+            _failed(observer, method)
 
 
 def worker_started() -> None:
-    for observer in _observers:
-        try:
-            observer.worker_started()
-        except Exception:
-            _failed(observer, "worker_started")
+    if _observers:
+        _tell("worker_started")
 
 
 def job_started(record: JobRecord, started: datetime) -> None:
-    for observer in _observers:
-        try:
-            observer.job_started(record, started)
-        except Exception:
-            _failed(observer, "job_started")
+    if _observers:
+        _tell("job_started", record, started)
 
 
 def job_ended(record: JobRecord) -> None:
-    for observer in _observers:
-        try:
-            observer.job_ended(record)
-        except Exception:
-            _failed(observer, "job_ended")
+    if _observers:
+        _tell("job_ended", record)
 
 
 def step_started(channel_id: str, task: str) -> None:
-    for observer in _observers:
-        try:
-            observer.step_started(channel_id, task)
-        except Exception:
-            _failed(observer, "step_started")
+    if _observers:
+        _tell("step_started", channel_id, task)
 
 
 def step_finished(channel_id: str, task: str) -> None:
-    for observer in _observers:
-        try:
-            observer.step_finished(channel_id, task)
-        except Exception:
-            _failed(observer, "step_finished")
+    if _observers:
+        _tell("step_finished", channel_id, task)
 
 
 def task_ended(
@@ -189,48 +184,30 @@ def task_ended(
     started: datetime | None,
     ended: datetime | None,
 ) -> None:
-    for observer in _observers:
-        try:
-            observer.task_ended(record, task, outcome, started, ended)
-        except Exception:
-            _failed(observer, "task_ended")
+    if _observers:
+        _tell("task_ended", record, task, outcome, started, ended)
 
 
 def retried(record: JobRecord, task: str) -> None:
-    for observer in _observers:
-        try:
-            observer.retried(record, task)
-        except Exception:
-            _failed(observer, "retried")
+    if _observers:
+        _tell("retried", record, task)
 
 
 def recovered(record: JobRecord, kind: str) -> None:
-    for observer in _observers:
-        try:
-            observer.recovered(record, kind)
-        except Exception:
-            _failed(observer, "recovered")
+    if _observers:
+        _tell("recovered", record, kind)
 
 
 def deadline_missed(record: JobRecord) -> None:
-    for observer in _observers:
-        try:
-            observer.deadline_missed(record)
-        except Exception:
-            _failed(observer, "deadline_missed")
+    if _observers:
+        _tell("deadline_missed", record)
 
 
 def fired(schedule: str, job_id: str) -> None:
-    for observer in _observers:
-        try:
-            observer.fired(schedule, job_id)
-        except Exception:
-            _failed(observer, "fired")
+    if _observers:
+        _tell("fired", schedule, job_id)
 
 
 def channel_depths(depths: Mapping[str, int]) -> None:
-    for observer in _observers:
-        try:
-            observer.channel_depths(depths)
-        except Exception:
-            _failed(observer, "channel_depths")
+    if _observers:
+        _tell("channel_depths", depths)
