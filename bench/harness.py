@@ -248,6 +248,14 @@ class Durable(Competitor):
         job.scheduled()
         return job.id
 
+    def send_many(self, count: int, tasks: int = 1) -> list[str]:
+        """Schedule ``count`` jobs with one ``schedule_many`` call; their ids."""
+        from pypepper_dramatiq import schedule_many
+
+        results = schedule_many([self.app.job(tasks) for _ in range(count)])
+        assert all(isinstance(r, str) for r in results), results
+        return [str(r) for r in results]
+
     def done(self) -> int:
         # Only the no-op jobs: the retry storm's jobs (category "storm") finish meanwhile.
         return int(

@@ -87,6 +87,29 @@ def enqueue(competitor: Competitor, jobs: int, tasks: int = 1) -> float:
     return time.perf_counter() - start
 
 
+#: Jobs per ``schedule_many`` call in the batch enqueue measure.
+BATCH = 100
+
+
+def batch_enqueue(stack: Stack, durable: Durable, jobs: int) -> dict[str, float]:
+    """Schedule ``jobs`` jobs with ``schedule_many`` (``BATCH`` a call), no worker running:
+    the cost per job and the statements and commands per job (the jobs stay queued;
+    the next run wipes them)."""
+    durable.warm()
+    stack.reset()
+    before = stack.counters()
+    start = time.perf_counter()
+    for first in range(0, jobs, BATCH):
+        durable.send_many(min(BATCH, jobs - first))
+    seconds = time.perf_counter() - start
+    sent = stack.counters() - before
+    return {
+        "batch_enqueue_us_per_job": seconds / jobs * 1e6,
+        "pg_per_job_batch": sent.pg_statements / jobs,
+        "redis_per_job_batch": sent.redis_commands / jobs,
+    }
+
+
 def drain_run(
     stack: Stack,
     competitor: Competitor,
@@ -135,6 +158,8 @@ def throughput(stack: Stack, competitors: list[Competitor], sizes: Sizes) -> dic
             shape = f"{processes}x8"
             for competitor in _rotate(competitors, rep):
                 result = drain_run(stack, competitor, sizes.throughput_jobs, processes)
+                if isinstance(competitor, Durable):
+                    result.update(batch_enqueue(stack, competitor, sizes.throughput_jobs))
                 runs.setdefault(shape, {}).setdefault(competitor.name, []).append(result)
                 print(
                     f"  throughput {shape} {competitor.name} rep {rep + 1}: "

@@ -49,6 +49,7 @@ from .errors import (
 )
 from .executor import CallableExecutor, IExecutor, executor_registry
 from .functions import WorkflowTask, actor_task, workflow_task
+from .gateway import schedule_many
 from .inprocess.worker import Worker
 from .job import Job, chain
 from .recurring import RecurringSchedule
@@ -84,6 +85,7 @@ __all__ = [
     "Job",
     "RetryPolicy",
     "chain",
+    "schedule_many",
     "Status",
     "Task",
     "TaskOutcome",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from dramatiq.broker import Broker
 
 from . import observers
+from .channels.admission import Offer, SendResult, admit_and_enqueue
 from .channels.broker import get_broker
 from .channels.channel import Channel, manager
 from .channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
@@ -37,7 +38,7 @@ from .errors import (
     UnknownJobError,
 )
 from .events import CANCEL, INIT, SCHEDULE, transition
-from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, use_gateway
+from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, use_gateway
 from .notices import publish_ended, wait_for, wait_for_async, wake
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
@@ -145,6 +146,108 @@ class Gateway:
             # The job is on the channel: do not roll back. The worker heals the row.
             logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
         return job.id
+
+    def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]:
+        """Schedule ``jobs``: one multi-row insert, then one Redis round trip for the
+        admission and the first message of all of them (see :func:`schedule_many`)."""
+        _require_sync()
+        batch = _checked_batch(jobs)
+        store = get_job_store()  # a YAML durable backend never set up fails here, first
+        if not batch:
+            return []
+        now = utcnow()
+        on_redis = redis_client_of(get_broker()) is not None
+        channels = {job.channel_id: manager.available(job.channel_id) for job in batch}
+        before = [(job.status, job.updated) for job in batch]
+        prepared: list[tuple[Offer, Any] | None] = []
+        records: list[JobRecord] = []
+        try:
+            for job in batch:
+                job.apply_event(INIT)
+                job.apply_event(SCHEDULE)
+                job.not_before = job.start_deadline = job.release_at = None
+                record = job.to_record().evolve(version=0, updated=now)
+                if on_redis:
+                    # The row records the message before it is sent: were it never
+                    # sent, the recovery sweep finds the row without it and sends one.
+                    offer, message = channels[job.channel_id].prepare(job, record=record)
+                    prepared.append((offer, message))
+                    record = record.evolve(
+                        state=dict(record.state, **{DISPATCH_KEY: dispatch_of(message)})
+                    )
+                else:
+                    prepared.append(None)
+                records.append(record)
+            written = store.put_many(records)
+        except BaseException:
+            for job, (status, updated) in zip(batch, before, strict=False):
+                _roll_back(job, status)
+                job.mark_saved(0, updated)
+            raise
+        results: list[Scheduled | None] = [None] * len(batch)
+        for i, (job, ok) in enumerate(zip(batch, written, strict=True)):
+            if ok:
+                job.mark_saved(1, now)
+            else:
+                _roll_back(job, before[i][0])
+                results[i] = DuplicateJobError(None, job.id)
+        stored = [i for i, ok in enumerate(written) if ok]
+        answers = self._offer_many(batch, stored, prepared, channels, on_redis)
+        refusals: dict[tuple[str, SendResult], ChannelFullError | ChannelStoppedError] = {}
+        for i, answer in zip(stored, answers, strict=True):
+            job = batch[i]
+            if answer == "ok":
+                _log_scheduled(job, job.channel_id)
+                results[i] = job.id
+                continue
+            if (job.channel_id, answer) not in refusals:  # the bound is read once
+                refusals[job.channel_id, answer] = _refusal(channels[job.channel_id], answer)
+            refused = refusals[job.channel_id, answer]
+            try:
+                store.delete(job.id)
+            except StoreError as exc:
+                # The row stays, and the sweep sends its message: the job is scheduled.
+                logger.warning(
+                    "job %s was refused by its channel (%s) but its row could not be "
+                    "removed (%s); the recovery sweep sends it",
+                    job.id,
+                    refused,
+                    exc,
+                )
+                results[i] = job.id
+                continue
+            _roll_back(job, before[i][0])
+            job.mark_saved(0, before[i][1])
+            results[i] = refused
+        return [result for result in results if result is not None]
+
+    def _offer_many(
+        self,
+        batch: Sequence[Job],
+        stored: Sequence[int],
+        prepared: Sequence[tuple[Offer, Any] | None],
+        channels: dict[str, Channel],
+        on_redis: bool,
+    ) -> list[SendResult]:
+        """Admit and send the jobs of ``batch`` at ``stored`` (their rows are stored):
+        one Lua script on Redis, a loop of :meth:`Channel.offer` elsewhere."""
+        if not on_redis:
+            return [channels[batch[i].channel_id].offer(batch[i]) for i in stored]
+        offers = [(batch[i], prepared[i]) for i in stored]
+        try:
+            answers = admit_and_enqueue([p[0] for _, p in offers if p is not None])
+        except BrokerUnavailableError as exc:
+            logger.warning(
+                "%d jobs are stored but their messages may not have been sent (%s); "
+                "the recovery sweep sends those missing",
+                len(offers),
+                exc,
+            )
+            return ["ok"] * len(offers)
+        for (job, pair), answer in zip(offers, answers, strict=True):
+            if answer == "ok" and pair is not None:
+                channels[job.channel_id].sent(job, pair[1])
+        return answers
 
     def _guarded(
         self,
@@ -466,6 +569,54 @@ class Gateway:
         return new_id
 
 
+def schedule_many(jobs: Iterable[Job], **options: object) -> list[Scheduled]:
+    """Schedule many jobs at once; per job, in order, its id or why it was refused.
+
+    Each job is scheduled as ``job.scheduled()`` with no option would schedule
+    it, at a fraction of the cost: one multi-row INSERT for all the rows
+    (:meth:`IJobStore.put_many`), then, on Redis, one round trip (one Lua
+    script) that admits every job to its channel and queues the first message
+    of each one admitted, in Dramatiq's own message format. Elsewhere (the
+    stub broker, the in-process driver) the jobs are offered one by one.
+
+    The rows go first and record the message each will get: a message is never
+    sent for a row that is not stored, and a row whose message was never sent
+    (the process died, Redis failed mid-call) is found by the recovery sweep,
+    which sends one. Each job is decided alone; nothing is half-done:
+
+    * admitted: its id, the job Scheduled and saved (version 1);
+    * refused by its channel: a :class:`~pypepper_dramatiq.errors.ChannelFullError`
+      or :class:`~pypepper_dramatiq.errors.ChannelStoppedError` *instance* in
+      its place (not raised), its row removed, no message, the job rolled back
+      (it may be scheduled again). A bounded channel that fills in the middle
+      of the list takes the first jobs and refuses the rest;
+    * its id stored already: a :class:`~pypepper_dramatiq.errors.DuplicateJobError`
+      instance, nothing sent, the stored row untouched.
+
+    So ``[r for r in results if isinstance(r, Exception)]`` are the refusals,
+    as with ``asyncio.gather(..., return_exceptions=True)``.
+
+    Options that need one job's own path (``delay``, ``eta``,
+    ``max_start_delay``, ``unique_key``, ``after``, ``connection``...) are
+    refused with a TypeError naming them: schedule those jobs with
+    ``job.scheduled(...)``.
+
+    Raises:
+        TypeError: an item is not a :class:`Job`, or an option was given.
+        ValueError: a job is given twice, or was stored before (rebuilt from its row).
+        InvalidTransitionError: a job was scheduled already. Nothing was done.
+        StoreError: the insert failed; nothing was sent, every job rolled back.
+        RuntimeError: called inside a running event loop.
+    """
+    if options:
+        names = ", ".join(sorted(options))
+        raise TypeError(
+            f"schedule_many() takes no scheduling options (got {names}): "
+            "schedule such jobs one by one with job.scheduled(...)"
+        )
+    return GATEWAY.schedule_many(jobs)
+
+
 def release_held(
     store: IJobStore,
     batch: Sequence[JobRecord],
@@ -638,6 +789,33 @@ def _admit(
     if result == "stopped":
         raise ChannelStoppedError(f"channel {channel.id} is stopped")
     return channel
+
+
+def _checked_batch(jobs: Iterable[Job]) -> list[Job]:
+    """``jobs`` as a list, each a new job given once; raises TypeError or ValueError."""
+    if isinstance(jobs, Job) or not isinstance(jobs, Iterable):
+        raise TypeError(f"schedule_many() takes a list of jobs, not {type(jobs).__name__}")
+    batch = list(jobs)
+    seen: set[str] = set()
+    for index, job in enumerate(batch):
+        if not isinstance(job, Job):
+            raise TypeError(f"schedule_many(): item {index} is a {type(job).__name__}, not a Job")
+        if job.id in seen:
+            raise ValueError(f"schedule_many(): job {job.id} is given twice")
+        if job.version:
+            raise ValueError(
+                f"schedule_many(): job {job.id} was stored before; schedule it with "
+                "job.scheduled(), which checks its stored row"
+            )
+        seen.add(job.id)
+    return batch
+
+
+def _refusal(channel: Channel, answer: SendResult) -> ChannelFullError | ChannelStoppedError:
+    """The error of a job ``channel`` refused (``answer`` is "full" or "stopped")."""
+    if answer == "full":
+        return ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
+    return ChannelStoppedError(f"channel {channel.id} is stopped")
 
 
 def _log_scheduled(job: Job, channel_id: str) -> None:

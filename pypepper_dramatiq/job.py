@@ -10,7 +10,13 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, PARENT_RESULTS_KEY, RESULTS_KEY, Context
-from .errors import UnknownExecutorError, UnknownJobError
+from .errors import (
+    ChannelFullError,
+    ChannelStoppedError,
+    DuplicateJobError,
+    UnknownExecutorError,
+    UnknownJobError,
+)
 from .events import Event, SchedulerFSM, build_scheduler_fsm
 from .links import RETRY_OF_KEY
 from .record import JobRecord, check_job_id, utcnow
@@ -19,6 +25,9 @@ from .task import Task
 from .workflow import Workflow
 
 __all__ = ["CANCEL_EVENT_KEY", "Job", "chain"]
+
+#: What ``schedule_many`` answers per job: its id, or the error that refused it.
+Scheduled = str | ChannelFullError | ChannelStoppedError | DuplicateJobError
 
 #: How often internal snapshot writes are tried before giving up.
 SAVE_ATTEMPTS = 3
@@ -42,6 +51,7 @@ class JobGateway(Protocol):
         max_start_delay: float | timedelta | None = None,
         connection: object | None = None,
     ) -> str: ...
+    def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...
     def cancel(self, job: Job) -> bool: ...

@@ -5,6 +5,9 @@ namespace (``dramatiq`` by default):
 
 * ``<ns>:<queue>``: a list of message ids waiting (``<queue>.DQ`` for delayed ones);
 * ``<ns>:<queue>.msgs``: message id -> encoded message, until it is acknowledged;
+* what its ``enqueue`` does: a new ``redis_message_id`` option per copy, the
+  ``.DQ`` queue and an ``eta`` option for a delayed message, then the id pushed
+  on the list and the encoded message set in the hash (:func:`as_enqueued`);
 * ``<ns>:__acks__.<broker id>.<queue>``: the ids a worker fetched and has not
   acknowledged yet;
 * its ``dispatch`` Lua script, called with the arguments in
@@ -18,8 +21,10 @@ one module keeps that dependency in one place.
 from __future__ import annotations
 
 from typing import Any
+from uuid import uuid4
 
-from dramatiq.common import current_millis
+from dramatiq import Message
+from dramatiq.common import current_millis, dq_name
 
 #: Prefix of every Redis key this package writes.
 KEY_PREFIX = "pypepper"
@@ -76,3 +81,26 @@ def requeue_dead_workers(broker: Any, queue_name: str) -> None:
         ],
         keys=[broker.namespace],
     )
+
+
+def queue_key(broker: Any, queue_name: str) -> str:
+    """The list of message ids waiting in ``queue_name`` (``<queue>.DQ``: delayed ones)."""
+    return f"{broker.namespace}:{queue_name}"
+
+
+def as_enqueued(message: Message[Any], delay: int | None = None) -> Message[Any]:
+    """``message`` as Dramatiq's Redis broker enqueues it, for a script that queues
+    it itself (an admission and an enqueue in one round trip).
+
+    ``RedisBroker.enqueue`` gives each copy a new ``redis_message_id`` (its key in
+    the queue's message hash; the message id may repeat on a retry), and a message
+    delayed by ``delay`` milliseconds goes to the ``.DQ`` queue with its ``eta``:
+    so does this. The script then does what the broker's ``enqueue`` command does,
+    ``HSET <queue>.msgs <id> <encoded>`` and ``RPUSH <queue> <id>``.
+    """
+    message = message.copy(options={"redis_message_id": str(uuid4())})
+    if delay is not None:
+        message = message.copy(
+            queue_name=dq_name(message.queue_name), options={"eta": current_millis() + delay}
+        )
+    return message

@@ -230,6 +230,36 @@ end
 return answers
 """
 
+# _ADMIT and Dramatiq's enqueue in one step, for one or more jobs (of any channels).
+# Per job i, KEYS[4i-3] to KEYS[4i]: the channel's hash, its set of waiting job ids,
+# the Dramatiq queue (a list of message ids) and its message hash; ARGV[3i-2] to
+# ARGV[3i]: the job id, the message's redis_message_id, the encoded message.
+# Answers 'ok', 'full' or 'stopped' per job; for each 'ok' the job is counted
+# waiting and its message queued as the broker's own "enqueue" command does.
+_ADMIT_AND_ENQUEUE = """
+local answers = {}
+for i = 1, #ARGV / 3 do
+  local meta, waiting, job_id = KEYS[4 * i - 3], KEYS[4 * i - 2], ARGV[3 * i - 2]
+  local answer = 'ok'
+  if redis.call('hget', meta, 'stopped') == '1' then
+    answer = 'stopped'
+  elseif redis.call('sismember', waiting, job_id) == 0 then
+    local maxsize = tonumber(redis.call('hget', meta, 'maxsize') or '0')
+    if maxsize > 0 and redis.call('scard', waiting) >= maxsize then
+      answer = 'full'
+    else
+      redis.call('sadd', waiting, job_id)
+    end
+  end
+  if answer == 'ok' then
+    redis.call('hset', KEYS[4 * i], ARGV[3 * i - 1], ARGV[3 * i])
+    redis.call('rpush', KEYS[4 * i - 1], ARGV[3 * i - 1])
+  end
+  answers[i] = answer
+end
+return answers
+"""
+
 # KEYS[1]: the channel's hash. Sets the bound to ARGV[1] and answers the bound it
 # replaced (false when none was stored), in one step, so that the change logged is
 # the change made even when two processes resize at once.
@@ -315,6 +345,7 @@ class RedisGate(Gate):
         self._check = client.register_script(_CHECK)
         self._admit_released = client.register_script(_ADMIT_RELEASED)
         self._set_bound = client.register_script(_SET_BOUND)
+        self._admit_and_enqueue = client.register_script(_ADMIT_AND_ENQUEUE)
         #: The bound to write on the first call; None: keep the stored one.
         self._bound = None if maxsize is None else int(maxsize)
         self._connected = False
@@ -361,6 +392,11 @@ class RedisGate(Gate):
         if isinstance(result, bytes):
             result = result.decode()
         return cast(SendResult, result)
+
+    @_connected_first
+    def admit_and_enqueue(self, offer: Offer) -> SendResult:
+        """:meth:`admit` ``offer``'s job and, if "ok", queue its message: one round trip."""
+        return _run_offers(self._admit_and_enqueue, [offer])[0]
 
     @_connected_first
     def check(self) -> SendResult:
@@ -427,6 +463,62 @@ class RedisGate(Gate):
         self.client.delete(self.meta_key, self.waiting_key)
         with self._connect_lock:
             self._bound, self._connected = None, True
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A job offered to a channel with its first message, for one round trip.
+
+    The message is ready as the Redis broker would store it
+    (:func:`~pypepper_dramatiq.redis_layout.as_enqueued`): ``queue_key`` and
+    ``messages_key`` are its queue's list and hash, ``message_id`` its
+    ``redis_message_id``, ``data`` its encoded form.
+    """
+
+    gate: RedisGate
+    job_id: str
+    queue_key: str
+    messages_key: str
+    message_id: str
+    data: bytes
+
+
+def admit_and_enqueue(offers: Sequence[Offer]) -> list[SendResult]:
+    """Admit each job of ``offers`` to its channel and queue the message of each one
+    admitted, in order, in one Redis round trip (one Lua script): "ok", "full" or
+    "stopped" per offer, as :meth:`Gate.admit` answers. The gates share the broker's
+    client; each applies its pending bound first (:meth:`RedisGate.connect`, no
+    I/O once done).
+
+    Raises:
+        BrokerUnavailableError: Redis could not be reached.
+    """
+    if not offers:
+        return []
+    gates = {id(offer.gate): offer.gate for offer in offers}
+    for gate in gates.values():
+        gate.connect()
+    first = offers[0].gate
+    try:
+        return _run_offers(first._admit_and_enqueue, offers)
+    except Exception as exc:
+        if not _is_redis_error(exc):
+            raise
+        channels = ", ".join(sorted({gate.channel_id for gate in gates.values()}))
+        raise BrokerUnavailableError(f"Redis unreachable for channel {channels}: {exc}") from exc
+
+
+def _run_offers(script: Any, offers: Sequence[Offer]) -> list[SendResult]:
+    keys: list[str] = []
+    args: list[str | bytes] = []
+    for offer in offers:
+        keys += [offer.gate.meta_key, offer.gate.waiting_key, offer.queue_key, offer.messages_key]
+        args += [offer.job_id, offer.message_id, offer.data]
+    answers = script(keys=keys, args=args)
+    return [
+        cast(SendResult, answer.decode() if isinstance(answer, bytes) else answer)
+        for answer in answers
+    ]
 
 
 @dataclass(frozen=True)

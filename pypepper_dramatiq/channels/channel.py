@@ -26,6 +26,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import dramatiq
 from dramatiq.broker import Broker, Consumer
 
 from .. import observers
@@ -36,11 +37,11 @@ from ..job import Job
 from ..notices import publish_ended
 from ..outage import broker_unreachable
 from ..record import JobRecord, utcnow
-from ..redis_layout import redis_client_of
+from ..redis_layout import as_enqueued, messages_key, queue_key, redis_client_of
 from ..rules import Position
 from ..status import Status
 from ..stores.registry import get_job_store
-from .admission import Gate, LocalGate, RedisGate, SendResult
+from .admission import Gate, LocalGate, Offer, RedisGate, SendResult
 from .broker import get_broker
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 
@@ -148,13 +149,66 @@ class Channel:
 
         Args:
             delay: seconds the broker keeps the message before delivering it.
+
+        On Redis the admission and the enqueue are one round trip (one Lua
+        script); elsewhere the gate admits, then the broker enqueues.
         """
+        if self.one_call:
+            return self._offer_in_one_call(job, delay)
         with self._lock:
             result = self.gate.admit(job.id)
             if result != "ok":
                 return result
             self._dispatch(job, delay, release_on_failure=True)
         return "ok"
+
+    @property
+    def one_call(self) -> bool:
+        """Whether this channel admits a job and queues its message in one Redis
+        round trip (:meth:`prepare`, :func:`~.admission.admit_and_enqueue`)."""
+        return isinstance(self.gate, RedisGate) and redis_client_of(self.broker) is not None
+
+    def prepare(
+        self, job: Job, delay: float = 0.0, record: JobRecord | None = None
+    ) -> tuple[Offer, dramatiq.Message[Any]]:
+        """``job``'s first message as the Redis broker would store it, and the offer
+        that admits the job and queues the message in one round trip (only when
+        :attr:`one_call`). The message carries ``record`` (default: the job's now).
+
+        The broker's ``before_enqueue`` hooks run here, as its ``enqueue`` runs them.
+        """
+        assert isinstance(self.gate, RedisGate)
+        delay_ms = int(delay * 1000) or None
+        step = StepMessage(job.id, Position(), record or job.to_record())
+        message = as_enqueued(step.to_message(self.id), delay_ms)
+        self.broker.emit_before("enqueue", message, delay_ms)
+        offer = Offer(
+            self.gate,
+            job.id,
+            queue_key(self.broker, message.queue_name),
+            messages_key(self.broker, message.queue_name),
+            message.options["redis_message_id"],
+            message.encode(),
+        )
+        return offer, message
+
+    def sent(self, job: Job, message: dramatiq.Message[Any], delay: float = 0.0) -> None:
+        """``job`` was admitted and ``message`` queued by an offer (:meth:`prepare`
+        with the same ``delay``): the broker's ``after_enqueue`` hooks run, and the
+        job records its message."""
+        self.broker.emit_after("enqueue", message, int(delay * 1000) or None)
+        with self._lock:
+            self._local[job.id] = job
+        job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(message)})
+        self._wakeup.set()
+
+    def _offer_in_one_call(self, job: Job, delay: float) -> SendResult:
+        offer, message = self.prepare(job, delay)
+        assert isinstance(self.gate, RedisGate)
+        result = self.gate.admit_and_enqueue(offer)
+        if result == "ok":
+            self.sent(job, message, delay)
+        return result
 
     def admit(self, job: Job) -> SendResult:
         """Count ``job`` as waiting unless stopped or full, sending nothing yet:

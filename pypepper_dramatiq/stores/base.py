@@ -485,6 +485,22 @@ class IJobStore(abc.ABC):
                 answers.append(exc)
         return answers
 
+    # -- bulk scheduling ------------------------------------------------------------------
+
+    def put_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
+        """:meth:`put` each of ``records``; the answers in their order.
+
+        Each row is decided alone under the rules of :meth:`put`: a new job
+        (version 0) whose id is stored already answers False, and so does a
+        later record of an id the list holds twice. A record refused by the
+        unique index of active keys raises
+        :class:`~pypepper_dramatiq.errors.DuplicateJobError` as :meth:`put`
+        does, the records before it written. This default puts them one by
+        one; the stores of this package insert a list of new jobs in one
+        statement (``schedule_many``).
+        """
+        return [self.put(record) for record in records]
+
 
 def matches(record: JobRecord, search: str) -> bool:
     """Whether ``record``'s id or category holds ``search``, ignoring case (the

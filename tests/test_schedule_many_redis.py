@@ -1,0 +1,185 @@
+"""``schedule_many`` and ``scheduled()`` on Redis: what they send and how many calls it takes.
+
+The broker's Redis client is wrapped to record every command it sends: the
+admission and the enqueue of a whole list of jobs is one ``EVALSHA`` (one Lua
+script), and so is a single ``scheduled()``'s. The messages it queues are
+Dramatiq's own: a Redis broker consumer reads them back as it reads
+``actor.send()``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from process_state import clean_process_state
+
+import pypepper_dramatiq
+from pypepper_dramatiq import (
+    BrokerUnavailableError,
+    ChannelFullError,
+    ChannelStoppedError,
+    Context,
+    Job,
+    Status,
+    Task,
+    Workflow,
+    get_job_store,
+    manager,
+    schedule_many,
+    workflow_task,
+)
+from pypepper_dramatiq.channels.messages import DISPATCH_KEY, StepMessage
+from pypepper_dramatiq.distributed.recovery import RecoverySweeper
+from pypepper_dramatiq.record import utcnow
+
+pytestmark = pytest.mark.redis
+
+CHANNEL = "many-jobs"
+OTHER = "many-jobs-other"
+
+
+@workflow_task(name="schedule-many-redis.noop")
+def noop(task: Task, context: Context) -> None:
+    return None
+
+
+def _clear(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    for name in (CHANNEL, OTHER):
+        client.delete(f"dramatiq:{name}", f"dramatiq:{name}.msgs")
+    client.close()
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[RedisBroker]:
+    _clear(redis_url)
+    with clean_process_state():
+        made = pypepper_dramatiq.setup(redis_url, channels={CHANNEL: 0, OTHER: 0})
+        assert isinstance(made, RedisBroker)
+        for name in (CHANNEL, OTHER):
+            manager.available(name).gate.reset()
+            manager.available(name).connect()
+        yield made
+        for name in (CHANNEL, OTHER):
+            manager.available(name).gate.reset()
+        made.close()
+    _clear(redis_url)
+
+
+class Recorder:
+    """Records the name of every command the broker's client sends."""
+
+    def __init__(self, client: Any) -> None:
+        self.commands: list[str] = []
+        self._send = client.execute_command
+
+        def execute_command(*args: Any, **options: Any) -> Any:
+            self.commands.append(str(args[0]).upper())
+            return self._send(*args, **options)
+
+        client.execute_command = execute_command
+
+
+def job(channel: str = CHANNEL) -> Job:
+    made = Job(channel_id=channel)
+    made.workflows.append(Workflow([noop.task(name="noop")]))
+    return made
+
+
+def queued(broker: RedisBroker, channel: str = CHANNEL) -> list[StepMessage]:
+    """The messages waiting in ``channel``'s queue, read as a worker reads them."""
+    consumer = broker.consume(channel, prefetch=1000, timeout=100)
+    found = []
+    for message in consumer:
+        if message is None:
+            break
+        found.append(StepMessage.from_message(message))
+        consumer.ack(message)
+    consumer.close()
+    return found
+
+
+def test_a_list_of_jobs_costs_one_redis_call_for_admission_and_enqueue(
+    broker: RedisBroker,
+) -> None:
+    job().scheduled()  # the script is loaded once (SCRIPT LOAD after a NOSCRIPT)
+    recorder = Recorder(broker.client)
+    batch = [job(CHANNEL if i % 2 else OTHER) for i in range(20)]
+
+    assert schedule_many(batch) == [j.id for j in batch]
+
+    assert recorder.commands == ["EVALSHA"]
+    assert manager.available(CHANNEL).length() == 11
+    assert manager.available(OTHER).length() == 10
+
+
+def test_a_single_scheduled_costs_one_redis_call(broker: RedisBroker) -> None:
+    job().scheduled()
+    recorder = Recorder(broker.client)
+    job().scheduled()
+    assert recorder.commands == ["EVALSHA"]
+
+
+def test_the_messages_are_the_redis_brokers_own_and_the_rows_name_them(
+    broker: RedisBroker,
+) -> None:
+    batch = [job() for _ in range(5)]
+    schedule_many(batch)
+    steps = queued(broker)
+    assert [step.job_id for step in steps] == [j.id for j in batch]  # in order
+    for step, scheduled in zip(steps, batch, strict=True):
+        assert step.record is not None and step.record.status is Status.SCHEDULED
+        record = get_job_store().get(scheduled.id)
+        assert record is not None and record.status is Status.SCHEDULED
+        assert record.state[DISPATCH_KEY]["queue"] == CHANNEL
+        assert record.state[DISPATCH_KEY]["message_id"]
+        assert scheduled.state[DISPATCH_KEY] == record.state[DISPATCH_KEY]
+
+
+def test_a_bounded_channel_takes_the_first_jobs_and_refuses_the_rest(
+    broker: RedisBroker,
+) -> None:
+    manager.resize(CHANNEL, 3)
+    batch = [job() for _ in range(6)]
+    results = schedule_many(batch)
+    assert results[:3] == [j.id for j in batch[:3]]
+    assert all(isinstance(r, ChannelFullError) for r in results[3:])
+    store = get_job_store()
+    assert [store.get(j.id) is not None for j in batch] == [True] * 3 + [False] * 3
+    assert [step.job_id for step in queued(broker)] == [j.id for j in batch[:3]]
+
+
+def test_a_stopped_channel_refuses_its_jobs_and_another_channel_takes_its_own(
+    broker: RedisBroker,
+) -> None:
+    manager.available(CHANNEL).request_stop()
+    batch = [job(CHANNEL), job(OTHER), job(CHANNEL)]
+    results = schedule_many(batch)
+    assert isinstance(results[0], ChannelStoppedError)
+    assert results[1] == batch[1].id
+    assert isinstance(results[2], ChannelStoppedError)
+    assert get_job_store().get_many([batch[0].id, batch[2].id]) == []
+    assert queued(broker) == []
+    assert [step.job_id for step in queued(broker, OTHER)] == [batch[1].id]
+
+
+def test_rows_whose_messages_were_not_sent_are_sent_by_the_sweep(
+    broker: RedisBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(offers: object) -> list[str]:
+        raise BrokerUnavailableError("Redis unreachable (test)")
+
+    monkeypatch.setattr("pypepper_dramatiq.gateway.admit_and_enqueue", unreachable)
+    batch = [job() for _ in range(3)]
+    assert schedule_many(batch) == [j.id for j in batch]  # stored: they will be sent
+    assert queued(broker) == []
+    monkeypatch.undo()
+
+    sweep = RecoverySweeper(broker, "test-sweeper", lease_seconds=30, interval=1)
+    assert sweep.resend_lost_first_steps(utcnow() + timedelta(minutes=5)) == 3
+    assert sorted(step.job_id for step in queued(broker)) == sorted(j.id for j in batch)
