@@ -455,9 +455,22 @@ class StepBook:
         return None if recorded is None else recorded.decision
 
     def record_outcome(
-        self, claim: Claim, outcome: Outcome, *, task: Task | None = None
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        *,
+        task: Task | None = None,
+        hold_next: Callable[[rules.Step], bool] | None = None,
     ) -> Recorded | None:
         """:meth:`record`, also returning the row as written (None: the write lost).
+
+        ``hold_next`` says, for a step to run, whether the caller runs it at once
+        in this thread (continuation): the same write then claims it for this
+        worker (owner and a lease of ``lease_seconds``, which the caller renews
+        while the attempt runs), so that no message is needed and a worker that
+        dies meanwhile leaves it to the recovery sweep as any claimed step. Not
+        when a hook is due (the hook runs first and might outlast the lease).
+        The written row's ``lease_owner`` tells the caller whether it holds it.
 
         When the task failed for good and has an ``on_final_failure`` hook, the
         same write marks the hook due (held by this worker), and the hook is
@@ -531,6 +544,9 @@ class StepBook:
             state.cursor = decision.position
             if self.holds_steps:
                 changes["lease_owner"] = self.owner
+            elif hold_next is not None and not hook_due and hold_next(decision):
+                changes["lease_owner"] = self.owner
+                changes["lease_expires"] = now + timedelta(seconds=self.lease_seconds)
             else:
                 changes["lease_expires"] = now + timedelta(
                     seconds=decision.delay + self.dispatch_seconds
