@@ -58,6 +58,10 @@ ENV = {
     #: "1": ``setup(metrics=True)`` and Dramatiq's Prometheus middleware on the broker
     #: (its exposition server reads ``dramatiq_prom_db`` / ``_host`` / ``_port``).
     "metrics": "PYPEPPER_IT_METRICS",
+    #: the bound of continuation (``setup(continue_steps=, continue_seconds=)``);
+    #: unset: the defaults.
+    "continue_steps": "PYPEPPER_IT_CONTINUE_STEPS",
+    "continue_seconds": "PYPEPPER_IT_CONTINUE_SECONDS",
 }
 
 #: The channel every test job goes to.
@@ -89,6 +93,16 @@ if REDIS_URL and STORE_URI:
         defer_seconds=float(os.environ.get(ENV["defer_seconds"], "2")),
         retention=json.loads(os.environ.get(ENV["retention"]) or "null"),
         metrics=os.environ.get(ENV["metrics"]) == "1",
+        continue_steps=(
+            int(os.environ[ENV["continue_steps"]])
+            if os.environ.get(ENV["continue_steps"])
+            else None
+        ),
+        continue_seconds=(
+            float(os.environ[ENV["continue_seconds"]])
+            if os.environ.get(ENV["continue_seconds"])
+            else None
+        ),
     )
     if os.environ.get(ENV["metrics"]) == "1":
         from dramatiq.middleware.prometheus import Prometheus
