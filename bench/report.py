@@ -384,7 +384,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         check(
             "10-task job cost / 1-task job cost",
             length["10"]["ms_per_job"] / length["1"]["ms_per_job"],
-            10.5,
+            8,
             "<=",
         )
     held = results.get("delayed", {})
