@@ -166,7 +166,8 @@ class Gateway:
                 job.apply_event(INIT)
                 job.apply_event(SCHEDULE)
                 job.not_before = job.start_deadline = job.release_at = None
-                record = job.to_record().evolve(version=0, updated=now)
+                job.mark_saved(0, now)  # the row's version and time, without a copy
+                record = job.to_record()
                 if on_redis:
                     # The row records the message before it is sent: were it never
                     # sent, the recovery sweep finds the row without it and sends one.
@@ -190,6 +191,7 @@ class Gateway:
                 job.mark_saved(1, now)
             else:
                 _roll_back(job, before[i][0])
+                job.mark_saved(0, before[i][1])
                 results[i] = DuplicateJobError(None, job.id)
         stored = [i for i, ok in enumerate(written) if ok]
         answers = self._offer_many(batch, stored, prepared, channels, on_redis)

@@ -98,9 +98,8 @@ def as_enqueued(message: Message[Any], delay: int | None = None) -> Message[Any]
     so does this. The script then does what the broker's ``enqueue`` command does,
     ``HSET <queue>.msgs <id> <encoded>`` and ``RPUSH <queue> <id>``.
     """
-    message = message.copy(options={"redis_message_id": str(uuid4())})
-    if delay is not None:
-        message = message.copy(
-            queue_name=dq_name(message.queue_name), options={"eta": current_millis() + delay}
-        )
-    return message
+    options: dict[str, Any] = {"redis_message_id": str(uuid4())}
+    if delay is None:
+        return message.copy(options=options)
+    options["eta"] = current_millis() + delay
+    return message.copy(queue_name=dq_name(message.queue_name), options=options)

@@ -183,3 +183,15 @@ def test_rows_whose_messages_were_not_sent_are_sent_by_the_sweep(
     sweep = RecoverySweeper(broker, "test-sweeper", lease_seconds=30, interval=1)
     assert sweep.resend_lost_first_steps(utcnow() + timedelta(minutes=5)) == 3
     assert sorted(step.job_id for step in queued(broker)) == sorted(j.id for j in batch)
+
+
+def test_each_channel_of_one_call_keeps_its_own_bound(broker: RedisBroker) -> None:
+    manager.resize(CHANNEL, 2)
+    manager.resize(OTHER, 1)
+    batch = [job(CHANNEL if i % 2 == 0 else OTHER) for i in range(6)]
+    results = schedule_many(batch)
+    admitted = [isinstance(result, str) for result in results]
+    # CHANNEL's jobs are 0, 2, 4 (bound 2); OTHER's are 1, 3, 5 (bound 1).
+    assert admitted == [True, True, True, False, False, False]
+    assert manager.available(CHANNEL).length() == 2
+    assert manager.available(OTHER).length() == 1

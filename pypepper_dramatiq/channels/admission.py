@@ -235,20 +235,32 @@ return answers
 # the Dramatiq queue (a list of message ids) and its message hash; ARGV[3i-2] to
 # ARGV[3i]: the job id, the message's redis_message_id, the encoded message.
 # Answers 'ok', 'full' or 'stopped' per job; for each 'ok' the job is counted
-# waiting and its message queued as the broker's own "enqueue" command does.
+# waiting and its message queued as the broker's own "enqueue" command does. A
+# channel's flag, bound and count are read once per call (nothing else runs
+# meanwhile), then counted here.
 _ADMIT_AND_ENQUEUE = """
-local answers = {}
+local answers, channels = {}, {}
 for i = 1, #ARGV / 3 do
   local meta, waiting, job_id = KEYS[4 * i - 3], KEYS[4 * i - 2], ARGV[3 * i - 2]
+  local channel = channels[meta]
+  if channel == nil then
+    local found = redis.call('hmget', meta, 'stopped', 'maxsize')
+    channel = {
+      stopped = found[1] == '1',
+      maxsize = tonumber(found[2] or '0'),
+      size = redis.call('scard', waiting),
+    }
+    channels[meta] = channel
+  end
   local answer = 'ok'
-  if redis.call('hget', meta, 'stopped') == '1' then
+  if channel.stopped then
     answer = 'stopped'
   elseif redis.call('sismember', waiting, job_id) == 0 then
-    local maxsize = tonumber(redis.call('hget', meta, 'maxsize') or '0')
-    if maxsize > 0 and redis.call('scard', waiting) >= maxsize then
+    if channel.maxsize > 0 and channel.size >= channel.maxsize then
       answer = 'full'
     else
       redis.call('sadd', waiting, job_id)
+      channel.size = channel.size + 1
     end
   end
   if answer == 'ok' then
