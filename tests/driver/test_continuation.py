@@ -22,6 +22,7 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import (
+    CallableExecutor,
     ConfigError,
     Context,
     Job,
@@ -29,6 +30,7 @@ from pypepper_dramatiq import (
     Status,
     Task,
     Workflow,
+    executor_registry,
     get_job_store,
     rules,
     workflow_task,
@@ -397,3 +399,32 @@ def test_shutdown_during_a_continued_attempt_hands_the_step_back(
     assert calls(f"{prefix}after") == 0
     handed_back = sent.of(job)[1:]
     assert [m.position.to_list() for m in handed_back] == [[0, 1, 0, 0]]
+
+
+def test_a_continued_step_whose_task_is_unknown_here_is_handed_back_uncounted(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], sent: Sent, prefix: str
+) -> None:
+    """A rolling deploy: the second task's executor is not registered here yet."""
+    bound(stub_broker, continue_seconds=60.0)
+    workflow_middleware(stub_broker).unknown_task_grace = 30
+    executor_id = f"tests.continuation-later.{prefix}"
+    job = job_of(
+        step.task(name="known", key=f"{prefix}known"),
+        Task(CHANNEL, "d", "f", "later", "t", "", [], None, executor_id=executor_id),
+    )
+    job.scheduled()
+    worker = start_worker()
+    wait_for(lambda: any(m.unknown_since is not None for m in sent.of(job)), "the hand-back")
+
+    record = stored(job)
+    assert record.status is Status.IN_PROGRESS
+    assert record.state["attempts"] == {"0.0": 1}  # the unknown one is not counted
+    executor_registry.register(executor_id, CallableExecutor(lambda task, context: "new"))
+    try:
+        record = finish(stub_broker, worker, job)
+    finally:
+        executor_registry.unregister(executor_id)
+
+    assert record.status is Status.COMPLETED
+    assert record.state["results"]["0.1"] == "new"
+    assert calls(f"{prefix}known") == 1

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pypepper_dramatiq import Job, Status
 from pypepper_dramatiq.channels.messages import OPTION_KEY
 
+from .conftest import BOTH_STORES
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, ENV, flaky_plain, probe
 
@@ -37,6 +40,7 @@ def held_positions(cluster: Cluster, job: Job) -> list[list[int]]:
     return held
 
 
+@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
 def test_a_worker_sigkilled_mid_chain_is_recovered_and_no_finished_task_runs_again(
     cluster: Cluster,
 ) -> None:
