@@ -107,6 +107,30 @@ def test_a_cancel_reaches_a_continued_attempt_and_no_later_task_starts(cluster: 
     assert cluster.runs(job, "never") == 0
 
 
+def test_sigterm_during_a_continued_attempt_hands_the_step_back(cluster: Cluster) -> None:
+    stopping = cluster.start_worker(threads=1, shutdown_grace=1, extra_env=WHOLE_CHAIN)
+    job = cluster.schedule(
+        probe.task(name="first", value=1),
+        probe.task(name="long", sleep=20, value=1),
+        probe.task(name="after", value=2),
+    )
+    wait_for(lambda: cluster.stamp("running", job, "long"), 30, "the long task to start")
+    assert held_positions(cluster, job) == [[0, 0, 0, 0]]
+
+    stopping.stop_gracefully(timeout=30)
+
+    record = cluster.saved(job)
+    assert record.status is Status.IN_PROGRESS
+    assert record.state["cursor"] == [0, 1, 0, 0]
+    assert record.lease_owner is None  # released: no lease to wait for
+    assert "0.1" not in record.state.get("attempts", {})  # handed back, not counted
+    interrupted = cluster.redis.get(f"interrupted:{job.id}:long")
+    assert interrupted is not None and interrupted.split()[1] == b"Shutdown"
+    cluster.start_worker()
+    cluster.wait_status([job], timeout=60)
+    assert [cluster.runs(job, name) for name in ("first", "long", "after")] == [1, 2, 1]
+
+
 def test_plain_actors_beside_continued_chains_keep_exact_counts(cluster: Cluster) -> None:
     cluster.start_worker(processes=2, threads=4)
     keys = [f"load-{i}" for i in range(40)]
