@@ -214,3 +214,25 @@ def test_in_rounds_decides_one_key_per_round_in_order() -> None:
     assert rounds == [["a1", "b1", "c1"], ["a2"]]
     assert answers[:2] == ["A1", "B1"] and answers[3] == "C1"
     assert isinstance(answers[2], OSError) and isinstance(answers[4], OSError)  # not tried
+
+
+def test_in_flight_lets_that_many_batches_run_at_once() -> None:
+    running = threading.Semaphore(0)
+    release = threading.Event()
+
+    def batch(requests: list[int]) -> list[int]:
+        running.release()
+        assert release.wait(10)
+        return requests
+
+    combiner: Combiner[int, int] = Combiner(batch, in_flight=2)
+    with ThreadPoolExecutor(3) as pool:
+        first, second = pool.submit(combiner.submit, 1), pool.submit(combiner.submit, 2)
+        assert running.acquire(timeout=10) and running.acquire(timeout=10)  # both run
+        third = pool.submit(combiner.submit, 3)
+        wait_until(lambda: combiner.pending == 1)  # the third waits for one of them
+        release.set()
+        assert (first.result(10), second.result(10), third.result(10)) == (1, 2, 3)
+    assert combiner.stats.batches == 3 and combiner.pending == 0
+    with pytest.raises(ValueError, match="in_flight"):
+        Combiner(batch, in_flight=0)
