@@ -75,7 +75,10 @@ def run_attempt(
     finally:
         progress = reporter.close()
         observers.step_finished(claim.record.channel_id, name)
-    return outcome if progress is None else replace(outcome, progress=progress)
+    if progress is None or outcome is HANDED_BACK:
+        # A handed-back attempt is not recorded (its identity tells the middleware so).
+        return outcome
+    return replace(outcome, progress=progress)
 
 
 def _run_attempt(

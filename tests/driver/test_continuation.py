@@ -64,13 +64,16 @@ def step(
     spin_first: bool = False,
     poll_cancel: bool = False,
     fail_first: int = 0,
+    progress: bool = False,
 ) -> int:
     """Counts its calls; busy in Python for ``spin`` seconds (only on its first call
     with ``spin_first``), returning early on a cancel when ``poll_cancel``; its first
-    ``fail_first`` calls raise."""
+    ``fail_first`` calls raise; with ``progress``, it reports some first."""
     with _lock:
         CALLS[key] += 1
         number = CALLS[key]
+    if progress:
+        context.progress(1, 2, note="half")
     STARTED[key].set()
     if number <= fail_first:
         raise RuntimeError(f"{key}: planned failure {number}")
@@ -374,15 +377,20 @@ def test_a_cancel_reaches_a_continued_attempt_and_no_later_task_starts(
     assert len(sent.of(job)) == 1  # "polls" was continued, not a message of its own
 
 
+@pytest.mark.parametrize("progress", [False, True], ids=["quiet", "reporting-progress"])
 def test_shutdown_during_a_continued_attempt_hands_the_step_back(
-    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], sent: Sent, prefix: str
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+    sent: Sent,
+    prefix: str,
+    progress: bool,
 ) -> None:
     bound(stub_broker, continue_seconds=60.0)
     middleware = workflow_middleware(stub_broker)
     middleware.shutdown_grace = 0.2
     job = job_of(
         step.task(name="first", key=f"{prefix}first"),
-        step.task(name="busy", key=f"{prefix}busy", spin=30),
+        step.task(name="busy", key=f"{prefix}busy", spin=30, progress=progress),
         step.task(name="after", key=f"{prefix}after"),
     )
     job.scheduled()
