@@ -6,9 +6,9 @@ batch runs (fewer than ``in_flight``, one by default) becomes a *leader*: it run
 a batch at once with whatever is pending, its own request included. A thread
 that calls while a batch runs queues its request and waits; when the batch
 ends, its leader hands out the answers and promotes the first queued thread,
-which runs everything queued meanwhile as the next batch. Nothing waits for a batch to fill and there is no
-timer: a lone call goes at once, as a direct call would, and under load each
-batch holds what piled up during the one before.
+which runs everything queued meanwhile as the next batch. Nothing waits for a
+batch to fill and there is no timer: a lone call goes at once, as a direct call
+would, and under load each batch holds what piled up during the one before.
 
 The combiner knows nothing of stores: an answer that is an exception is raised
 to its own caller, and an exception of the batch itself is raised to every
