@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,8 +94,14 @@ class Channel:
             self.broker.declare_queue(channel_id)
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
-        # Jobs sent from this process, handed back as the same objects on receive.
+        # Jobs sent from this process, handed back as the same objects on receive:
+        # held while this process takes from the channel (the in-memory broker's
+        # only consumer, or an in-process worker on Redis), else only while the
+        # caller holds them. A producer whose jobs dramatiq workers run elsewhere
+        # never receives them: holding each would keep every job it ever sent.
         self._local: dict[str, Job] = {}
+        self._sent: weakref.WeakValueDictionary[str, Job] = weakref.WeakValueDictionary()
+        self._holds_sent = redis_client_of(self.broker) is None
         self._consumer: Consumer | None = None
 
     @property
@@ -198,7 +205,7 @@ class Channel:
         job records its message."""
         self.broker.emit_after("enqueue", message, int(delay * 1000) or None)
         with self._lock:
-            self._local[job.id] = job
+            self._remember(job)
         job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(message)})
         self._wakeup.set()
 
@@ -240,13 +247,25 @@ class Channel:
         with self._lock:
             self._dispatch(job, delay, release_on_failure=False)
 
+    def _remember(self, job: Job) -> None:
+        """Keep ``job`` to hand back on receive (called under the lock)."""
+        if self._holds_sent:
+            self._local[job.id] = job
+        else:
+            self._sent[job.id] = job
+
+    def _recall(self, job_id: str) -> Job | None:
+        """The job sent from here as ``job_id``, if still kept (called under the lock)."""
+        job = self._local.pop(job_id, None)
+        return job if job is not None else self._sent.pop(job_id, None)
+
     def _dispatch(self, job: Job, delay: float, *, release_on_failure: bool) -> None:
-        self._local[job.id] = job
+        self._remember(job)
         try:
             message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
             sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
         except BaseException as exc:
-            self._local.pop(job.id, None)
+            self._recall(job.id)
             if release_on_failure:
                 with contextlib.suppress(BrokerUnavailableError):
                     self.gate.release(job.id)
@@ -300,6 +319,11 @@ class Channel:
         with self._lock:
             if self._consumer is None:
                 self._consumer = self.broker.consume(self.id, prefetch=1 << 30, timeout=0)
+                # Taking from the channel here: jobs sent from now on are held
+                # until they come back, and those the caller still holds, too.
+                self._holds_sent = True
+                self._local.update(self._sent)
+                self._sent.clear()
             consumer = self._consumer
         message = next(consumer)
         if message is not None:
@@ -314,7 +338,7 @@ class Channel:
             return None
         self.gate.release(step.job_id)
         with self._lock:
-            job = self._local.pop(step.job_id, None)
+            job = self._recall(step.job_id)
         if job is not None:
             return job
         if step.record is None:
