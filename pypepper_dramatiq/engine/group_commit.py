@@ -132,13 +132,16 @@ class Combiner(Generic[T, R]):
     def submit(self, request: T) -> R:
         """Run ``request`` in a batch and return its answer (or raise its error)."""
         slot: _Slot[T] = _Slot(request)
-        with self._lock:
-            if self._leaders < self._in_flight:
-                self._leaders += 1
-                slot.lead = True
-            else:
-                self._queue.append(slot)
         try:
+            # Inside the try: an interrupt landing right after the slot queued (or
+            # took the lead) must take it out again, or the next promotion would
+            # go to a caller that left, and the combiner would stall.
+            with self._lock:
+                if self._leaders < self._in_flight:
+                    slot.lead = True
+                    self._leaders += 1
+                else:
+                    self._queue.append(slot)
             if not slot.lead:
                 slot.wait()
             if not slot.has_answer:  # the leader, first or promoted

@@ -236,3 +236,55 @@ def test_in_flight_lets_that_many_batches_run_at_once() -> None:
     assert combiner.stats.batches == 3 and combiner.pending == 0
     with pytest.raises(ValueError, match="in_flight"):
         Combiner(batch, in_flight=0)
+
+
+class _RaisingOnRelease:
+    """The combiner's lock, raising ``Interrupted`` once in the thread ``who`` as it
+    releases the lock: an interrupt landing right after that thread queued its call."""
+
+    def __init__(self) -> None:
+        self._inner = threading.Lock()
+        self.who: int | None = None
+        self.raised = False
+
+    def __enter__(self) -> _RaisingOnRelease:
+        self._inner.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._inner.release()
+        if threading.get_ident() == self.who and not self.raised and exc[0] is None:
+            self.raised = True
+            raise Interrupted
+
+
+def test_an_interrupt_right_after_queueing_takes_the_call_out_of_the_queue() -> None:
+    gate = Gate()
+    combiner: Combiner[int, int] = Combiner(gate)
+    lock = _RaisingOnRelease()
+    combiner._lock = lock  # type: ignore[assignment]
+    results: dict[int, Any] = {}
+
+    def call(n: int, interrupted: bool = False) -> None:
+        if interrupted:
+            lock.who = threading.get_ident()
+        try:
+            results[n] = combiner.submit(n)
+        except Interrupted as exc:
+            results[n] = exc
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    assert gate.entered.wait(10)
+    second = threading.Thread(target=call, args=(1, True))
+    second.start()
+    second.join(10)
+    assert isinstance(results[1], Interrupted) and combiner.pending == 0
+    third = threading.Thread(target=call, args=(2,))
+    third.start()
+    wait_until(lambda: combiner.pending == 1)
+    gate.opened.set()
+    for thread in (first, third):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert results[0] == 0 and results[2] == 20 and [2] in gate.batches
