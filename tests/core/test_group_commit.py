@@ -4,7 +4,6 @@ once, and no error or interruption leaves a caller waiting for good."""
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.engine.group_commit import Combiner, in_rounds
+from pypepper_dramatiq.engine.group_commit import Combiner, _Slot, in_rounds
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -158,26 +157,28 @@ def test_a_raising_callback_never_stalls_the_combiner(error: BaseException) -> N
         wrong.submit(1)
 
 
-def _interrupt(thread_id: int, error: type[BaseException]) -> None:
-    """Raise ``error`` in another thread, as Dramatiq's time limit does."""
-    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(error)
-    )
-    assert done == 1
-
-
 class Interrupted(Exception):
     pass
 
 
-def test_an_interrupted_caller_promoted_to_lead_hands_the_lead_on() -> None:
+def test_an_interrupted_caller_promoted_to_lead_hands_the_lead_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Caller 1 is interrupted as its wait returns (Dramatiq's time limit raises in
+    # the waiting thread when it runs Python again): that is when it was promoted.
+    waits = _Slot.wait
+
+    def wait(slot: _Slot[int]) -> None:
+        waits(slot)
+        if slot.request == 1:
+            raise Interrupted
+
+    monkeypatch.setattr(_Slot, "wait", wait)
     gate = Gate()
     combiner: Combiner[int, int] = Combiner(gate)
-    ids: dict[int, int] = {}
     results: dict[int, Any] = {}
 
     def call(n: int) -> None:
-        ids[n] = threading.get_ident()
         try:
             results[n] = combiner.submit(n)
         except Interrupted as exc:
@@ -190,7 +191,6 @@ def test_an_interrupted_caller_promoted_to_lead_hands_the_lead_on() -> None:
         threads.append(threading.Thread(target=call, args=(n,)))
         threads[-1].start()
         wait_until(lambda n=n: combiner.pending == n)  # type: ignore[misc]
-    _interrupt(ids[1], Interrupted)  # delivered when its wait returns
     gate.opened.set()
     for thread in threads:
         thread.join(10)
