@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, overload
 
 from .. import history, observers, rules
@@ -145,7 +146,8 @@ class Claim:
     position: Position
     tasks: list[list[dict[str, Any]]]
 
-    @property
+    # Read several times per step (the rules, the hooks, the observers): parsed once.
+    @cached_property
     def plan(self) -> list[Policies]:
         return plan_of(self.tasks)
 
@@ -153,7 +155,7 @@ class Claim:
     def task(self) -> dict[str, Any]:
         return self.tasks[self.position.workflow][self.position.task]
 
-    @property
+    @cached_property
     def spec(self) -> TaskSpec:
         """The stored form of the task this step runs."""
         return TaskSpec.from_dict(self.task)
