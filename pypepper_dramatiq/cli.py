@@ -23,8 +23,6 @@ ended), 2 bad usage or a store or Redis that cannot be used.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import json
 import os
 import sys
@@ -33,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from . import paging
 from .channels.admission import channel_states
 from .config import duration
 from .errors import (
@@ -46,6 +45,7 @@ from .errors import (
     UnknownScheduleError,
 )
 from .gateway import publish_cancel
+from .paging import encode_cursor
 from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .retention import BATCH
 from .status import TERMINAL, Status
@@ -127,29 +127,18 @@ def _older_than(text: str) -> float:
 # -- the jobs cursor ----------------------------------------------------------------------
 
 
-def encode_cursor(created: datetime, job_id: str) -> str:
-    """An opaque ``--before`` value for the page after the row ``(created, job_id)``."""
-    raw = f"{created.astimezone(timezone.utc).isoformat()}|{job_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def decode_cursor(text: str) -> tuple[datetime, str]:
-    """The ``(created, id)`` a cursor of :func:`encode_cursor` holds.
+    """The ``(created, id)`` a ``--before`` cursor holds (:mod:`~pypepper_dramatiq.paging`).
 
     Raises:
         argparse.ArgumentTypeError: ``text`` is not such a cursor.
     """
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
-        created, job_id = raw.split("|", 1)
-        when = datetime.fromisoformat(created)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        when, job_id = None, ""
-    if when is None or when.tzinfo is None or not job_id:
+    found = paging.decode_cursor(text)
+    if found is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a cursor printed by '{PROG} jobs' (after 'next page:')"
         )
-    return when, job_id
+    return found
 
 
 # -- the parser ------------------------------------------------------------------------------

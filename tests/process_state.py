@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dramatiq
+import redis
 from dramatiq.broker import Broker
 
-from pypepper_dramatiq import config, executor_registry, manager
+from pypepper_dramatiq import config, executor_registry, manager, setup
 from pypepper_dramatiq.channels import broker as broker_module
 from pypepper_dramatiq.stores.registry import reset_job_store
 
@@ -37,3 +38,20 @@ def clean_process_state(broker: Broker | None = None) -> Iterator[None]:
         for executor_id in set(executor_registry.ids()) - registered:
             executor_registry.unregister(executor_id)
         _forget_everything(None)
+
+
+@contextmanager
+def redis_channel_setup(redis_url: str, channel: str) -> Iterator[Broker]:
+    """In clean process state: ``setup()`` on Redis with one unbounded ``channel`` whose
+    queue and admission count start (and are left) empty; the broker."""
+    client = redis.Redis.from_url(redis_url)
+    client.delete(f"dramatiq:{channel}", f"dramatiq:{channel}.DQ", f"dramatiq:{channel}.DQ.msgs")
+    client.close()
+    with clean_process_state():
+        made = setup(redis_url, channels={channel: 0})
+        manager.available(channel).gate.reset()
+        try:
+            yield made
+        finally:
+            manager.available(channel).gate.reset()
+            made.close()

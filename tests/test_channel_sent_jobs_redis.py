@@ -15,10 +15,8 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
-import redis
-from process_state import clean_process_state
+from process_state import redis_channel_setup
 
-import pypepper_dramatiq
 from pypepper_dramatiq import Context, Job, Task, Workflow, manager, workflow_task
 
 pytestmark = pytest.mark.redis
@@ -33,15 +31,8 @@ def noop(task: Task, context: Context) -> None:
 
 @pytest.fixture
 def broker(redis_url: str) -> Iterator[object]:
-    client = redis.Redis.from_url(redis_url)
-    client.delete(f"dramatiq:{CHANNEL}", f"dramatiq:{CHANNEL}.DQ", f"dramatiq:{CHANNEL}.DQ.msgs")
-    client.close()
-    with clean_process_state():
-        made = pypepper_dramatiq.setup(redis_url, channels={CHANNEL: 0})
-        manager.available(CHANNEL).gate.reset()
+    with redis_channel_setup(redis_url, CHANNEL) as made:
         yield made
-        manager.available(CHANNEL).gate.reset()
-        made.close()
 
 
 def one_task_job() -> Job:

@@ -21,8 +21,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "with: pip install 'pypepper-dramatiq[dashboard]'"
     ) from exc
 
+from ..paging import decode_cursor, encode_cursor
 from .app import Dashboard, make_app
-from .paging import decode_cursor, encode_cursor
 from .security import Auth, basic_auth
 
 __all__ = ["Auth", "Dashboard", "basic_auth", "decode_cursor", "encode_cursor", "make_app"]

@@ -34,6 +34,7 @@ from ..errors import (
     UnknownScheduleError,
 )
 from ..job import Job
+from ..paging import decode_cursor, encode_cursor
 from ..record import MAX_ID_LENGTH, utcnow
 from ..schedules import pause_recurring, resume_recurring, trigger_recurring
 from ..status import Status
@@ -41,7 +42,6 @@ from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
 from . import views
-from .paging import decode_cursor, encode_cursor
 from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens
 
 if TYPE_CHECKING:

@@ -34,18 +34,27 @@ CHILDREN = 100
 CANCELLABLE = frozenset({Status.SCHEDULED, Status.IN_PROGRESS})
 
 
-def when(value: datetime | str | None) -> str:
-    """A time as the shell shows it (UTC, to the second); "-" for none."""
-    if value is None:
-        return "-"
+def moment_of(value: datetime | str | None) -> datetime | None:
+    """A stored time (a datetime, or ISO text as the row's state keeps it) as an aware
+    datetime (naive ones are UTC); None for none or for text that is not a time."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            return str(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+            return None
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)
+
+
+def when(value: datetime | str | None) -> str:
+    """A time as the shell shows it (UTC, to the second); "-" for none."""
+    if value is None:
+        return "-"
+    moment = moment_of(value)
+    if moment is None:
+        return str(value)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def clip(text: str, limit: int) -> str:
@@ -349,16 +358,6 @@ class Moment:
     kind: str = "info"
 
 
-def _parsed(value: datetime | str | None) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
 def timeline(record: JobRecord, names: Mapping[str, str] | None = None) -> list[Moment]:
     """The job's transitions, oldest first, from what its row keeps (no other table):
     created, each attempt's start and end (the bounded history), the hooks that ran,
@@ -367,7 +366,7 @@ def timeline(record: JobRecord, names: Mapping[str, str] | None = None) -> list[
     found: list[tuple[datetime, int, Moment]] = []
 
     def add(at: datetime | str | None, moment: Moment) -> None:
-        parsed = _parsed(at)
+        parsed = moment_of(at)
         if parsed is not None:
             found.append((parsed, len(found), moment))
 

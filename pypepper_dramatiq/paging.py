@@ -1,7 +1,7 @@
 """The jobs list's cursor: the ``(created, id)`` of a page's last row, as an opaque string.
 
-The same form as ``pypepper-dramatiq jobs --before``: a cursor the shell printed
-opens that page in the dashboard and the other way round.
+One form for ``pypepper-dramatiq jobs --before`` and the dashboard: a cursor the
+shell printed opens that page in the dashboard and the other way round.
 """
 
 from __future__ import annotations
