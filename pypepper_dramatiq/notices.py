@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from . import redis_batch
 from .channels.broker import get_broker
 from .errors import StoreUnavailableError, UnknownJobError, WaitInsideJobError, WaitTimeoutError
 from .executor import running_job
@@ -113,7 +114,7 @@ def publish_ended(job_id: str, client: Any | None = None) -> bool:
             client = redis_client_of(get_broker())
         if client is None:
             return False
-        client.publish(ENDED_CHANNEL, job_id)
+        redis_batch.send(client, "PUBLISH", ENDED_CHANNEL, job_id)
     except Exception as exc:
         level = logging.DEBUG if broker_unreachable(exc) else logging.WARNING
         logger.log(

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
+from .. import redis_batch
 from ..errors import BrokerUnavailableError
 from ..redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 
@@ -426,7 +427,8 @@ class RedisGate(Gate):
 
     @_connected_first
     def release(self, job_id: str) -> None:
-        self.client.srem(self.waiting_key, job_id)
+        # Coalesced with the other threads' releases and job-end notices.
+        redis_batch.send(self.client, "SREM", self.waiting_key, job_id)
 
     @_connected_first
     def request_stop(self) -> None:
