@@ -23,7 +23,7 @@ from dramatiq.broker import Broker
 from . import observers
 from .channels.admission import Offer, SendResult, admit_and_enqueue
 from .channels.broker import get_broker
-from .channels.channel import Channel, manager
+from .channels.channel import Channel, hooks_enqueue, manager
 from .channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .engine.running import running_here
 from .errors import (
@@ -156,7 +156,9 @@ class Gateway:
         if not batch:
             return []
         now = utcnow()
-        on_redis = redis_client_of(get_broker()) is not None
+        broker = get_broker()
+        on_redis = redis_client_of(broker) is not None
+        hooks = hooks_enqueue(broker)  # the same for every message of the batch
         channels = {job.channel_id: manager.available(job.channel_id) for job in batch}
         before = [(job.status, job.updated) for job in batch]
         prepared: list[tuple[Offer, Any] | None] = []
@@ -171,11 +173,11 @@ class Gateway:
                 if on_redis:
                     # The row records the message before it is sent: were it never
                     # sent, the recovery sweep finds the row without it and sends one.
-                    offer, message = channels[job.channel_id].prepare(job, record=record)
-                    prepared.append((offer, message))
-                    record = record.evolve(
-                        state=dict(record.state, **{DISPATCH_KEY: dispatch_of(message)})
+                    offer, message = channels[job.channel_id].prepare(
+                        job, record=record, hooks=hooks
                     )
+                    prepared.append((offer, message))
+                    record = record.with_state({**record.state, DISPATCH_KEY: dispatch_of(message)})
                 else:
                     prepared.append(None)
                 records.append(record)
@@ -194,7 +196,7 @@ class Gateway:
                 job.mark_saved(0, before[i][1])
                 results[i] = DuplicateJobError(None, job.id)
         stored = [i for i, ok in enumerate(written) if ok]
-        answers = self._offer_many(batch, stored, prepared, channels, on_redis)
+        answers = self._offer_many(batch, stored, prepared, channels, on_redis, hooks)
         refusals: dict[tuple[str, SendResult], ChannelFullError | ChannelStoppedError] = {}
         for i, answer in zip(stored, answers, strict=True):
             job = batch[i]
@@ -230,9 +232,11 @@ class Gateway:
         prepared: Sequence[tuple[Offer, Any] | None],
         channels: dict[str, Channel],
         on_redis: bool,
+        hooks: bool = True,
     ) -> list[SendResult]:
         """Admit and send the jobs of ``batch`` at ``stored`` (their rows are stored):
-        one Lua script on Redis, a loop of :meth:`Channel.offer` elsewhere."""
+        one Lua script on Redis, a loop of :meth:`Channel.offer` elsewhere. ``hooks``:
+        whether the broker's enqueue hooks run (as :meth:`Channel.prepare`'s did)."""
         if not on_redis:
             return [channels[batch[i].channel_id].offer(batch[i]) for i in stored]
         offers = [(batch[i], prepared[i]) for i in stored]
@@ -248,7 +252,7 @@ class Gateway:
             return ["ok"] * len(offers)
         for (job, pair), answer in zip(offers, answers, strict=True):
             if answer == "ok" and pair is not None:
-                channels[job.channel_id].sent(job, pair[1])
+                channels[job.channel_id].sent(job, pair[1], hooks=hooks)
         return answers
 
     def _guarded(

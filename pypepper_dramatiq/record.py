@@ -32,6 +32,8 @@ def utcnow() -> datetime:
 
 def as_utc(value: datetime) -> datetime:
     """An aware UTC datetime; naive values are taken as UTC."""
+    if value.tzinfo is timezone.utc:  # the common case, e.g. utcnow(): no new object
+        return value
     return (
         value.replace(tzinfo=timezone.utc)
         if value.tzinfo is None
@@ -98,6 +100,17 @@ class JobRecord:
 
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
+
+    def with_state(self, state: dict[str, Any]) -> JobRecord:
+        """This record with ``state`` in place of its own.
+
+        ``evolve(state=...)`` without its checks, which no field depends on the
+        state for: a copy of the fields as they are (scheduling does one per job).
+        """
+        changed = object.__new__(type(self))
+        changed.__dict__.update(self.__dict__)
+        changed.__dict__["state"] = state
+        return changed
 
     def waiting_for(self, now: datetime | None = None) -> list[str]:
         """What this job waits for before it may start, in words (empty unless Scheduled)."""

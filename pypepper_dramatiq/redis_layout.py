@@ -7,7 +7,7 @@ namespace (``dramatiq`` by default):
 * ``<ns>:<queue>.msgs``: message id -> encoded message, until it is acknowledged;
 * what its ``enqueue`` does: a new ``redis_message_id`` option per copy, the
   ``.DQ`` queue and an ``eta`` option for a delayed message, then the id pushed
-  on the list and the encoded message set in the hash (:func:`as_enqueued`);
+  on the list and the encoded message set in the hash (:func:`enqueue_options`);
 * ``<ns>:__acks__.<broker id>.<queue>``: the ids a worker fetched and has not
   acknowledged yet;
 * its ``dispatch`` Lua script, called with the arguments in
@@ -88,9 +88,11 @@ def queue_key(broker: Any, queue_name: str) -> str:
     return f"{broker.namespace}:{queue_name}"
 
 
-def as_enqueued(message: Message[Any], delay: int | None = None) -> Message[Any]:
-    """``message`` as Dramatiq's Redis broker enqueues it, for a script that queues
-    it itself (an admission and an enqueue in one round trip).
+def enqueue_options(queue_name: str, delay: int | None = None) -> tuple[str, dict[str, Any]]:
+    """The queue and the options Dramatiq's Redis broker gives a message for
+    ``queue_name`` as it enqueues it (delayed by ``delay`` milliseconds), for a
+    script that queues the message itself (an admission and an enqueue in one
+    round trip).
 
     ``RedisBroker.enqueue`` gives each copy a new ``redis_message_id`` (its key in
     the queue's message hash; the message id may repeat on a retry), and a message
@@ -100,6 +102,12 @@ def as_enqueued(message: Message[Any], delay: int | None = None) -> Message[Any]
     """
     options: dict[str, Any] = {"redis_message_id": str(uuid4())}
     if delay is None:
-        return message.copy(options=options)
+        return queue_name, options
     options["eta"] = current_millis() + delay
-    return message.copy(queue_name=dq_name(message.queue_name), options=options)
+    return dq_name(queue_name), options
+
+
+def as_enqueued(message: Message[Any], delay: int | None = None) -> Message[Any]:
+    """``message`` as Dramatiq's Redis broker enqueues it (see :func:`enqueue_options`)."""
+    queue_name, options = enqueue_options(message.queue_name, delay)
+    return message.copy(queue_name=queue_name, options=options)

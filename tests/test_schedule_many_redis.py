@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import Middleware
 from process_state import clean_process_state
 
 import pypepper_dramatiq
@@ -139,6 +141,52 @@ def test_the_messages_are_the_redis_brokers_own_and_the_rows_name_them(
         assert record.state[DISPATCH_KEY]["queue"] == CHANNEL
         assert record.state[DISPATCH_KEY]["message_id"]
         assert scheduled.state[DISPATCH_KEY] == record.state[DISPATCH_KEY]
+
+
+def test_each_message_carries_the_job_as_stored_but_for_its_dispatch(
+    broker: RedisBroker,
+) -> None:
+    batch = [job() for _ in range(3)]
+    schedule_many(batch)
+    for step in queued(broker):
+        row = get_job_store().get(step.job_id)
+        assert row is not None and step.record is not None
+        assert DISPATCH_KEY not in step.record.state  # known only once the message is
+        healed = step.record.evolve(state={**step.record.state, DISPATCH_KEY: ANY}, version=1)
+        assert healed == row
+
+
+class EnqueueHooks(Middleware):
+    """Records the messages its enqueue hooks see: (redis message id, delay)."""
+
+    def __init__(self) -> None:
+        self.before: list[tuple[str, int | None]] = []
+        self.after: list[tuple[str, int | None]] = []
+
+    def before_enqueue(self, broker: Any, message: Any, delay: int | None) -> None:
+        self.before.append((message.options["redis_message_id"], delay))
+
+    def after_enqueue(self, broker: Any, message: Any, delay: int | None) -> None:
+        self.after.append((message.options["redis_message_id"], delay))
+
+
+def test_the_brokers_enqueue_hooks_run_for_each_message_as_its_enqueue_runs_them(
+    broker: RedisBroker,
+) -> None:
+    hooks = EnqueueHooks()
+    broker.add_middleware(hooks)
+    try:
+        manager.available(OTHER).request_stop()
+        batch = [job(), job(OTHER), job()]
+        results = schedule_many(batch)
+    finally:
+        broker.middleware.remove(hooks)
+    assert isinstance(results[1], ChannelStoppedError)
+    sent = [(j.state[DISPATCH_KEY]["message_id"], None) for j in (batch[0], batch[2])]
+    assert hooks.after == sent
+    # The refused job's message was prepared (before_enqueue), never queued.
+    assert len(hooks.before) == 3 and [hooks.before[0], hooks.before[2]] == sent
+    assert [step.job_id for step in queued(broker)] == [batch[0].id, batch[2].id]
 
 
 def test_a_bounded_channel_takes_the_first_jobs_and_refuses_the_rest(

@@ -29,6 +29,7 @@ from typing import Any
 
 import dramatiq
 from dramatiq.broker import Broker, Consumer
+from dramatiq.middleware import Middleware
 
 from .. import observers
 from ..config import count
@@ -38,7 +39,7 @@ from ..job import Job
 from ..notices import publish_ended
 from ..outage import broker_unreachable
 from ..record import JobRecord, utcnow
-from ..redis_layout import as_enqueued, messages_key, queue_key, redis_client_of
+from ..redis_layout import enqueue_options, messages_key, queue_key, redis_client_of
 from ..rules import Position
 from ..status import Status
 from ..stores.registry import get_job_store
@@ -176,19 +177,27 @@ class Channel:
         return isinstance(self.gate, RedisGate) and redis_client_of(self.broker) is not None
 
     def prepare(
-        self, job: Job, delay: float = 0.0, record: JobRecord | None = None
+        self,
+        job: Job,
+        delay: float = 0.0,
+        record: JobRecord | None = None,
+        *,
+        hooks: bool = True,
     ) -> tuple[Offer, dramatiq.Message[Any]]:
         """``job``'s first message as the Redis broker would store it, and the offer
         that admits the job and queues the message in one round trip (only when
         :attr:`one_call`). The message carries ``record`` (default: the job's now).
 
-        The broker's ``before_enqueue`` hooks run here, as its ``enqueue`` runs them.
+        The broker's ``before_enqueue`` hooks run here, as its ``enqueue`` runs them;
+        ``hooks=False`` when none of its middleware has one (:func:`hooks_enqueue`).
         """
         assert isinstance(self.gate, RedisGate)
         delay_ms = int(delay * 1000) or None
         step = StepMessage(job.id, Position(), record or job.to_record())
-        message = as_enqueued(step.to_message(self.id), delay_ms)
-        self.broker.emit_before("enqueue", message, delay_ms)
+        # Built with the broker's options at once: one message, not a copy of one.
+        message = step.to_message(*enqueue_options(self.id, delay_ms))
+        if hooks:
+            self.broker.emit_before("enqueue", message, delay_ms)
         offer = Offer(
             self.gate,
             job.id,
@@ -199,11 +208,19 @@ class Channel:
         )
         return offer, message
 
-    def sent(self, job: Job, message: dramatiq.Message[Any], delay: float = 0.0) -> None:
+    def sent(
+        self,
+        job: Job,
+        message: dramatiq.Message[Any],
+        delay: float = 0.0,
+        *,
+        hooks: bool = True,
+    ) -> None:
         """``job`` was admitted and ``message`` queued by an offer (:meth:`prepare`
-        with the same ``delay``): the broker's ``after_enqueue`` hooks run, and the
-        job records its message."""
-        self.broker.emit_after("enqueue", message, int(delay * 1000) or None)
+        with the same ``delay`` and ``hooks``): the broker's ``after_enqueue`` hooks
+        run, and the job records its message."""
+        if hooks:
+            self.broker.emit_after("enqueue", message, int(delay * 1000) or None)
         with self._lock:
             self._remember(job)
         job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(message)})
@@ -383,6 +400,19 @@ def _fail_stored(record: JobRecord, error: str) -> None:
             publish_ended(record.id)
     except StoreError as exc:
         logger.warning("job %s: could not store it as Failed (%s)", record.id, exc)
+
+
+def hooks_enqueue(broker: Broker) -> bool:
+    """Whether some middleware of ``broker`` has an enqueue hook of its own.
+
+    When none has, emitting ``before_enqueue`` and ``after_enqueue`` only calls
+    ``Middleware``'s, which do nothing: a batch of messages may skip it.
+    """
+    return any(
+        getattr(getattr(middleware, hook), "__func__", None) is not getattr(Middleware, hook)
+        for middleware in broker.middleware
+        for hook in ("before_enqueue", "after_enqueue")
+    )
 
 
 def gate_for(broker: Broker, channel_id: str, maxsize: int | None = None) -> Gate:

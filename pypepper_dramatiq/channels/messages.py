@@ -42,7 +42,11 @@ class StepMessage:
     #: the step waits for a worker that knows it (``unknown_task_grace``).
     unknown_since: float | None = None
 
-    def to_message(self, queue_name: str) -> dramatiq.Message[Any]:
+    def to_message(
+        self, queue_name: str, options: dict[str, Any] | None = None
+    ) -> dramatiq.Message[Any]:
+        """The Dramatiq message for ``queue_name``, with ``options`` besides ours (a
+        broker's own, e.g. :func:`~pypepper_dramatiq.redis_layout.enqueue_options`)."""
         data: dict[str, Any] = {"job": self.job_id, "pos": self.position.to_list()}
         if self.record is not None:
             data["record"] = self.record.to_dict()
@@ -53,7 +57,7 @@ class StepMessage:
             actor_name=STEP_ACTOR,
             args=(),
             kwargs={},
-            options={OPTION_KEY: data},
+            options={OPTION_KEY: data, **(options or {})},
         )
 
     @classmethod

@@ -1583,47 +1583,57 @@ class PostgresJobStore(SqlJobStore):
             return list(cursor.fetchall())
 
     def _insert_many(self, records: Sequence[JobRecord]) -> set[str]:
-        # One fixed statement over one array per column, prepared once: the long
-        # VALUES list of a multi-row INSERT is parsed anew by psycopg every call.
-        arrays: dict[str, builtins.list[Any]] = {name: [] for name in _INSERT_ARRAYS}
-        for record in records:
-            values = _row_values(record)
-            for name in _JSON_COLUMNS:
-                if values[name] is not None:
-                    values[name] = json.dumps(values[name])
-            for name, column in arrays.items():
-                column.append(values[name])
+        # One fixed statement, prepared once, over the rows as one JSON array: the
+        # long VALUES list of a multi-row INSERT is parsed anew by psycopg every
+        # call, and one array per column costs psycopg a Python loop per value.
+        rows = [_row_values(record) for record in records]
+        for row in rows:
+            for name in _TIME_COLUMNS:
+                if row[name] is not None:
+                    row[name] = row[name].isoformat()
         with self._driver_cursor() as cursor:
-            cursor.execute(_PG_INSERT_MANY, arrays, prepare=True)
+            cursor.execute(_PG_INSERT_MANY, {"rows": json.dumps(rows)}, prepare=True)
             return {row["id"] for row in cursor.fetchall()}
 
 
-#: The columns of ``put_many``'s PostgreSQL insert, with the array type each is sent
-#: as, in binary (``%(name)b``): a text array would escape every quote of the JSON.
-_INSERT_ARRAYS = {
-    "id": "text",
-    "channel_id": "text",
-    "category": "text",
-    "status": "text",
-    "version": "int",
-    "created": "timestamptz",
-    "updated": "timestamptz",
-    "payload": "jsonb",
-    "state": "jsonb",
-    "error": "text",
-    "lease_owner": "text",
-    "lease_expires": "timestamptz",
-    "not_before": "timestamptz",
-    "release_at": "timestamptz",
-    "start_deadline": "timestamptz",
-    "unique_key": "text",
-    "waits": "jsonb",
-    "waiting_since": "timestamptz",
-}
-_JSON_COLUMNS = [name for name, kind in _INSERT_ARRAYS.items() if kind == "jsonb"]
+#: The columns of ``put_many``'s PostgreSQL insert (the keys of :func:`_row_values`).
+_INSERT_COLUMNS = ", ".join(
+    (
+        "id",
+        "channel_id",
+        "category",
+        "status",
+        "version",
+        "created",
+        "updated",
+        "payload",
+        "state",
+        "error",
+        "lease_owner",
+        "lease_expires",
+        "not_before",
+        "release_at",
+        "start_deadline",
+        "unique_key",
+        "waits",
+        "waiting_since",
+    )
+)
+#: The columns sent as ISO 8601 text (JSON has no time type).
+_TIME_COLUMNS = (
+    "created",
+    "updated",
+    "lease_expires",
+    "not_before",
+    "release_at",
+    "start_deadline",
+    "waiting_since",
+)
+#: Each JSON object becomes a row typed as the table's (a JSON null is SQL NULL,
+#: a nested object the value of a JSON column).
 _PG_INSERT_MANY = f"""
-INSERT INTO scheduler_jobs ({", ".join(_INSERT_ARRAYS)})
-SELECT * FROM unnest({", ".join(f"%({n})b::{t}[]" for n, t in _INSERT_ARRAYS.items())})
+INSERT INTO scheduler_jobs ({_INSERT_COLUMNS})
+SELECT {_INSERT_COLUMNS} FROM json_populate_recordset(NULL::scheduler_jobs, %(rows)s::json)
 ON CONFLICT (id) DO NOTHING
 RETURNING id
 """
