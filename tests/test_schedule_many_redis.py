@@ -78,10 +78,12 @@ class Recorder:
 
     def __init__(self, client: Any) -> None:
         self.commands: list[str] = []
+        self.calls: list[tuple[Any, ...]] = []
         self._send = client.execute_command
 
         def execute_command(*args: Any, **options: Any) -> Any:
             self.commands.append(str(args[0]).upper())
+            self.calls.append(args)
             return self._send(*args, **options)
 
         client.execute_command = execute_command
@@ -118,6 +120,10 @@ def test_a_list_of_jobs_costs_one_redis_call_for_admission_and_enqueue(
     assert recorder.commands == ["EVALSHA"]
     assert manager.available(CHANNEL).length() == 11
     assert manager.available(OTHER).length() == 10
+    # Each channel's four keys go once, then four arguments a job.
+    _, _, numkeys, *rest = recorder.calls[0]
+    assert int(numkeys) == 8
+    assert len(rest) == 8 + 4 * 20
 
 
 def test_a_single_scheduled_costs_one_redis_call(broker: RedisBroker) -> None:

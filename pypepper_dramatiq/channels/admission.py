@@ -232,17 +232,19 @@ return answers
 """
 
 # _ADMIT and Dramatiq's enqueue in one step, for one or more jobs (of any channels).
-# Per job i, KEYS[4i-3] to KEYS[4i]: the channel's hash, its set of waiting job ids,
-# the Dramatiq queue (a list of message ids) and its message hash; ARGV[3i-2] to
-# ARGV[3i]: the job id, the message's redis_message_id, the encoded message.
+# KEYS holds four keys per (channel, queue) pair the jobs use, each pair once: the
+# channel's hash, its set of waiting job ids, the Dramatiq queue (a list of message
+# ids) and its message hash. Per job i, ARGV[4i-3] to ARGV[4i]: its pair's number
+# (1, 2...), the job id, the message's redis_message_id, the encoded message.
 # Answers 'ok', 'full' or 'stopped' per job; for each 'ok' the job is counted
 # waiting and its message queued as the broker's own "enqueue" command does. A
 # channel's flag, bound and count are read once per call (nothing else runs
 # meanwhile), then counted here.
 _ADMIT_AND_ENQUEUE = """
 local answers, channels = {}, {}
-for i = 1, #ARGV / 3 do
-  local meta, waiting, job_id = KEYS[4 * i - 3], KEYS[4 * i - 2], ARGV[3 * i - 2]
+for i = 1, #ARGV / 4 do
+  local base = 4 * tonumber(ARGV[4 * i - 3])
+  local meta, waiting, job_id = KEYS[base - 3], KEYS[base - 2], ARGV[4 * i - 2]
   local channel = channels[meta]
   if channel == nil then
     local found = redis.call('hmget', meta, 'stopped', 'maxsize')
@@ -265,8 +267,8 @@ for i = 1, #ARGV / 3 do
     end
   end
   if answer == 'ok' then
-    redis.call('hset', KEYS[4 * i], ARGV[3 * i - 1], ARGV[3 * i])
-    redis.call('rpush', KEYS[4 * i - 1], ARGV[3 * i - 1])
+    redis.call('hset', KEYS[base], ARGV[4 * i - 1], ARGV[4 * i])
+    redis.call('rpush', KEYS[base - 1], ARGV[4 * i - 1])
   end
   answers[i] = answer
 end
@@ -523,11 +525,22 @@ def admit_and_enqueue(offers: Sequence[Offer]) -> list[SendResult]:
 
 
 def _run_offers(script: Any, offers: Sequence[Offer]) -> list[SendResult]:
+    # The keys of each (channel, queue) pair go once: a batch of one channel's jobs
+    # sends four keys, and four arguments a job.
     keys: list[str] = []
+    pairs: dict[tuple[str, str], str] = {}
     args: list[str | bytes] = []
     for offer in offers:
-        keys += [offer.gate.meta_key, offer.gate.waiting_key, offer.queue_key, offer.messages_key]
-        args += [offer.job_id, offer.message_id, offer.data]
+        pair = pairs.get((offer.gate.meta_key, offer.queue_key))
+        if pair is None:
+            pair = pairs[offer.gate.meta_key, offer.queue_key] = str(len(pairs) + 1)
+            keys += [
+                offer.gate.meta_key,
+                offer.gate.waiting_key,
+                offer.queue_key,
+                offer.messages_key,
+            ]
+        args += [pair, offer.job_id, offer.message_id, offer.data]
     answers = script(keys=keys, args=args)
     return [
         cast(SendResult, answer.decode() if isinstance(answer, bytes) else answer)
