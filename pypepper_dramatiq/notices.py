@@ -3,7 +3,12 @@
 Whoever writes a job's end calls :func:`publish_ended` after the write: it
 wakes the waiters of this process and publishes the job id on Redis
 (:data:`~pypepper_dramatiq.redis_layout.ENDED_CHANNEL`; nothing without
-Redis): one PUBLISH per job end, none per step. A cancel by a call
+Redis): one PUBLISH per job end, none per step, and none while nobody listens
+(:class:`EndAudience`): a worker process whose PUBLISH reached no subscriber
+stops publishing ends for :data:`QUIET_SECONDS`, or until a listener announces
+itself on :data:`~pypepper_dramatiq.redis_layout.LISTENING_CHANNEL`, which
+the worker's cancel listener hears. A process that hears no announcements
+(no cancel listener) publishes every end. A cancel by a call
 (``Job.cancel()``, ``cancel_saved``, a replaced key holder, a task cancelling
 its job) is announced on the cancel channel already (``publish_cancel``, which
 also calls :func:`wake`): waiters listen to both channels.
@@ -16,7 +21,9 @@ subscribed, reads the row again, and sleeps until a notice for its job, or
 what a lost notice costs (Redis restarted, a publisher that died between its
 write and its PUBLISH, a write by hand): the row is the truth, the notice only
 says when to look. After each (re)subscription the listener wakes every waiter
-of the process, since notices sent while it was not subscribed are lost.
+of the process, since notices sent while it was not subscribed are lost; it then
+announces itself, and wakes them all once more :data:`SETTLE_SECONDS` later,
+for the ends a quiet worker wrote before it heard the announcement.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from .errors import StoreUnavailableError, UnknownJobError, WaitInsideJobError, 
 from .executor import running_job
 from .outage import REDIS, broker_unreachable, shared_outage
 from .record import JobRecord
-from .redis_layout import CANCEL_CHANNEL, ENDED_CHANNEL, redis_client_of
+from .redis_layout import CANCEL_CHANNEL, ENDED_CHANNEL, LISTENING_CHANNEL, redis_client_of
 from .start_times import duration
 from .stores.registry import get_job_store
 
@@ -51,6 +58,12 @@ POLL_SECONDS = 2.0
 SUBSCRIBE_WAIT_SECONDS = 1.0
 #: Pause of the listener before it subscribes again after a Redis error.
 RECONNECT_SECONDS = 1.0
+#: How long a worker process publishes no job ends after one reached no
+#: subscriber (then one PUBLISH asks again), unless a listener announces itself.
+QUIET_SECONDS = 5.0
+#: After announcing itself, how long a listener waits before waking its waiters
+#: again: the workers that were quiet have heard the announcement by then.
+SETTLE_SECONDS = 0.2
 
 Waker = Callable[[], None]
 
@@ -95,6 +108,65 @@ class Waiters:
 waiters = Waiters()
 
 
+class EndAudience:
+    """Whether this process publishes job ends: not while nobody listens.
+
+    A PUBLISH answers how many subscribers got it. One that reached none makes
+    the process quiet for :data:`QUIET_SECONDS` (a PUBLISH per job end is a round
+    trip of its own, for nobody), but only while it hears the listeners'
+    announcements (:meth:`hearing`, set by the worker's cancel listener while it is
+    subscribed): an announcement (:meth:`heard`) ends the quiet at once. A process
+    that hears nothing publishes every end, as does one whose hearing failed.
+    """
+
+    def __init__(self, quiet_seconds: float = QUIET_SECONDS) -> None:
+        self.quiet_seconds = quiet_seconds
+        self._lock = threading.Lock()
+        self._hearing = False
+        self._quiet_until = 0.0
+        #: Moves at each announcement heard: an answer of "nobody" to a PUBLISH
+        #: sent before it is stale and silences nothing.
+        self._epoch = 0
+
+    def hearing(self, on: bool) -> None:
+        """Announcements are heard from now on (True), or no longer (False). Either
+        way the process publishes until a PUBLISH reaches nobody again: one made
+        while nobody heard may have been missed."""
+        with self._lock:
+            self._hearing = on
+            self._quiet_until = 0.0
+            self._epoch += 1
+
+    def heard(self) -> None:
+        """A listener announced itself: publish again."""
+        with self._lock:
+            self._quiet_until = 0.0
+            self._epoch += 1
+
+    def ask(self, now: float) -> int | None:
+        """Whether to publish at ``now`` (monotonic): the epoch to give
+        :meth:`answered`, or None to stay quiet."""
+        with self._lock:
+            if self._hearing and now < self._quiet_until:
+                return None
+            return self._epoch
+
+    def answered(self, receivers: int, epoch: int, now: float) -> None:
+        """A PUBLISH sent at ``epoch`` reached ``receivers`` subscribers."""
+        with self._lock:
+            if receivers == 0 and self._hearing and epoch == self._epoch:
+                self._quiet_until = now + self.quiet_seconds
+
+    @property
+    def quiet(self) -> bool:
+        """Whether job ends are not published now."""
+        return self.ask(time.monotonic()) is None
+
+
+#: Whether this process publishes job ends now.
+audience = EndAudience()
+
+
 def wake(job_id: str) -> None:
     """Wake this process's waiters of ``job_id``: they read its row again."""
     waiters.wake(job_id)
@@ -104,9 +176,10 @@ def publish_ended(job_id: str, client: Any | None = None) -> bool:
     """Tell every waiter that job ``job_id`` ended; call it after the write that ended it.
 
     Wakes this process's waiters, then publishes the id over ``client``
-    (default: the Redis broker's). Never raises: a notice that cannot be sent
-    is logged (DEBUG when Redis is unreachable, which other parts report) and
-    costs a waiter elsewhere at most :data:`POLL_SECONDS`. True once published.
+    (default: the Redis broker's) unless nobody listens (:class:`EndAudience`).
+    Never raises: a notice that cannot be sent is logged (DEBUG when Redis is
+    unreachable, which other parts report) and costs a waiter elsewhere at most
+    :data:`POLL_SECONDS`. True once published.
     """
     try:
         waiters.wake(job_id)
@@ -114,7 +187,11 @@ def publish_ended(job_id: str, client: Any | None = None) -> bool:
             client = redis_client_of(get_broker())
         if client is None:
             return False
-        redis_batch.send(client, "PUBLISH", ENDED_CHANNEL, job_id)
+        epoch = audience.ask(time.monotonic())
+        if epoch is None:
+            return False
+        receivers = redis_batch.send(client, "PUBLISH", ENDED_CHANNEL, job_id)
+        audience.answered(int(receivers), epoch, time.monotonic())
     except Exception as exc:
         level = logging.DEBUG if broker_unreachable(exc) else logging.WARNING
         logger.log(
@@ -142,6 +219,8 @@ class EndedListener(threading.Thread):
         self.reconnect_delay = reconnect_delay
         #: Set while the subscription to both channels is confirmed by Redis.
         self.ready = threading.Event()
+        #: When to wake every waiter again after announcing (monotonic), if due.
+        self._settle_at: float | None = None
         self._stop_event = threading.Event()
         self._outage = shared_outage(REDIS)
 
@@ -159,7 +238,8 @@ class EndedListener(threading.Thread):
                 pubsub = self.client.pubsub()
                 pubsub.subscribe(ENDED_CHANNEL, CANCEL_CHANNEL)
                 while not self._stop_event.is_set():
-                    self._dispatch(pubsub.get_message(timeout=0.5))
+                    self._dispatch(pubsub.get_message(timeout=self._next_wait()))
+                    self._settle()
             except Exception as exc:
                 self.ready.clear()
                 if _retire(self):
@@ -183,9 +263,24 @@ class EndedListener(threading.Thread):
         elif kind == "subscribe" and message.get("data") == 2:
             # Both channels confirmed (also after redis-py reconnected by itself):
             # what was published while we were not subscribed is lost, so every
-            # waiter reads its row again.
+            # waiter reads its row again. Quiet workers are told someone listens;
+            # what they ended before they heard it, the waiters read again later.
             self.ready.set()
             self._outage.ok()
+            waiters.wake_all()
+            self.client.publish(LISTENING_CHANNEL, "1")
+            self._settle_at = time.monotonic() + SETTLE_SECONDS
+
+    def _next_wait(self) -> float:
+        """How long to wait for a message: until the settle wake-up, at most 0.5 s."""
+        if self._settle_at is None:
+            return 0.5
+        return max(0.0, min(0.5, self._settle_at - time.monotonic()))
+
+    def _settle(self) -> None:
+        """Wake every waiter once more, :data:`SETTLE_SECONDS` after announcing."""
+        if self._settle_at is not None and time.monotonic() >= self._settle_at:
+            self._settle_at = None
             waiters.wake_all()
 
 

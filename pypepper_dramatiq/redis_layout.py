@@ -37,6 +37,10 @@ CANCEL_CHANNEL = f"{KEY_PREFIX}:cancel"
 #: The pub/sub channel a job's id is published on when the job ends (Completed,
 #: Failed, or Cancelled other than by a cancel call), for ``Job.wait()``.
 ENDED_CHANNEL = f"{KEY_PREFIX}:ended"
+#: The pub/sub channel a process announces on when it starts listening for job ends
+#: (its ended listener subscribed): worker processes that stopped publishing ends,
+#: because nobody listened, publish them again.
+LISTENING_CHANNEL = f"{KEY_PREFIX}:listening"
 #: The lock the recovery sweeper's leader holds.
 LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
 

@@ -5,7 +5,9 @@
   minute here, so the poll cannot be what woke it);
 * a job that ends while Redis is down (its notice lost: Redis restarted while
   the caller waits) is still seen: within the poll period from the row while
-  Redis stays down, and at once when the listener has subscribed again.
+  Redis stays down, and at once when the listener has subscribed again;
+* a worker that stopped publishing ends because nobody listened publishes again
+  once a waiter's listener announces itself.
 
 Figures are printed (``pytest -s``).
 """
@@ -158,3 +160,31 @@ def test_a_lost_notice_costs_at_most_the_poll_period(
             assert late <= notices.POLL_SECONDS + 0.5
     finally:
         cluster.close()
+
+
+def test_a_worker_quiet_while_nobody_listened_publishes_for_a_new_waiter(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nobody waits: the worker publishes (almost) no job ends, a round trip each
+    for nobody. Then this process waits: its listener announces itself and the
+    worker publishes the end it waits for (the poll pushed out to a minute, and the
+    job ends after the listener's second look, so only the notice can wake it)."""
+    monkeypatch.setattr(notices, "POLL_SECONDS", 60.0)
+    cluster.start_worker(threads=2)
+
+    def publishes() -> int:
+        stats = cluster.redis.info("commandstats").get("cmdstat_publish", {})
+        return int(stats.get("calls", 0))
+
+    before = publishes()
+    quiet = [cluster.schedule(pause.task(name="p", seconds=0.0, value=i)) for i in range(20)]
+    wait_for(
+        lambda: all(cluster.saved(job).status is Status.COMPLETED for job in quiet),
+        60,
+        "the jobs nobody waits for to end",
+    )
+    assert publishes() - before < len(quiet)  # the first reached nobody; then quiet
+
+    job = cluster.schedule(pause.task(name="p", seconds=1.0, value="heard"))
+    record = job.wait(timeout=30)
+    assert record.status is Status.COMPLETED and record.result("p") == "heard"
