@@ -369,7 +369,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         check(
             "schedule cost / plain actor.send()",
             first["durable"]["enqueue_us_per_job"] / first["plain"]["enqueue_us_per_job"],
-            2,
+            3,
             "<=",
         )
     if "plain" in first and "batch_enqueue_us_per_job" in first.get("durable", {}):
