@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import NoReturn, TypeVar
 
 import pytest
+import redis
 from services import MariaDBServer, PostgresServer, RedisServer, ServiceError
 from sqlalchemy import delete
 
@@ -150,3 +151,11 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_url(redis_server: RedisServer) -> str:
     """``redis://`` URL of the session's Redis server."""
     return redis_server.url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the session's Redis server, closed after the test."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()

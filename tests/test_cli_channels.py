@@ -16,10 +16,8 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
+def client(redis_client: redis.Redis) -> redis.Redis:
+    return redis_client
 
 
 @pytest.fixture

@@ -24,10 +24,8 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
+def client(redis_client: redis.Redis) -> redis.Redis:
+    return redis_client
 
 
 @pytest.fixture

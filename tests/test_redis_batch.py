@@ -8,7 +8,6 @@ ask for at once in one pipeline, and gives each caller its own reply or error.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,11 +23,9 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    yield client
-    client.close()
+def client(redis_client: redis.Redis) -> redis.Redis:
+    redis_client.flushdb()
+    return redis_client
 
 
 def test_a_lone_command_is_sent_at_once_and_answers(client: redis.Redis) -> None:

@@ -69,7 +69,7 @@ from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
 from .base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
-from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, jobs, links, recurring
+from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, UtcDateTime, jobs, links, recurring
 from .schema import workers as worker_rows
 
 __all__ = [
@@ -1596,44 +1596,13 @@ class PostgresJobStore(SqlJobStore):
             return {row["id"] for row in cursor.fetchall()}
 
 
-#: The columns of ``put_many``'s PostgreSQL insert (the keys of :func:`_row_values`).
-_INSERT_COLUMNS = ", ".join(
-    (
-        "id",
-        "channel_id",
-        "category",
-        "status",
-        "version",
-        "created",
-        "updated",
-        "payload",
-        "state",
-        "error",
-        "lease_owner",
-        "lease_expires",
-        "not_before",
-        "release_at",
-        "start_deadline",
-        "unique_key",
-        "waits",
-        "waiting_since",
-    )
-)
-#: The columns sent as ISO 8601 text (JSON has no time type).
-_TIME_COLUMNS = (
-    "created",
-    "updated",
-    "lease_expires",
-    "not_before",
-    "release_at",
-    "start_deadline",
-    "waiting_since",
-)
+#: The columns ``put_many``'s rows send as ISO 8601 text (JSON has no time type).
+_TIME_COLUMNS = tuple(column.name for column in jobs.c if isinstance(column.type, UtcDateTime))
 #: Each JSON object becomes a row typed as the table's (a JSON null is SQL NULL,
 #: a nested object the value of a JSON column).
 _PG_INSERT_MANY = f"""
-INSERT INTO scheduler_jobs ({_INSERT_COLUMNS})
-SELECT {_INSERT_COLUMNS} FROM json_populate_recordset(NULL::scheduler_jobs, %(rows)s::json)
+INSERT INTO scheduler_jobs ({_COLUMNS})
+SELECT {_COLUMNS} FROM json_populate_recordset(NULL::scheduler_jobs, %(rows)s::json)
 ON CONFLICT (id) DO NOTHING
 RETURNING id
 """

@@ -5,6 +5,16 @@ from __future__ import annotations
 from pypepper_dramatiq.notices import EndAudience
 
 
+def quiet_since(at: float) -> EndAudience:
+    """An audience that hears announcements and whose PUBLISH at ``at`` reached nobody."""
+    audience = EndAudience(quiet_seconds=5)
+    audience.hearing(True)
+    epoch = audience.ask(at)
+    assert epoch is not None
+    audience.answered(0, epoch, at)
+    return audience
+
+
 def test_a_process_that_hears_no_announcements_publishes_every_end() -> None:
     audience = EndAudience(quiet_seconds=5)
     epoch = audience.ask(0.0)
@@ -14,11 +24,7 @@ def test_a_process_that_hears_no_announcements_publishes_every_end() -> None:
 
 
 def test_an_end_nobody_got_makes_a_hearing_process_quiet_for_a_while() -> None:
-    audience = EndAudience(quiet_seconds=5)
-    audience.hearing(True)
-    epoch = audience.ask(0.0)
-    assert epoch is not None
-    audience.answered(0, epoch, 10.0)
+    audience = quiet_since(10.0)
     assert audience.ask(10.1) is None
     assert audience.ask(14.9) is None
     assert audience.ask(15.0) is not None  # then one PUBLISH asks again
@@ -34,11 +40,7 @@ def test_an_end_somebody_got_keeps_it_publishing() -> None:
 
 
 def test_an_announcement_ends_the_quiet_at_once() -> None:
-    audience = EndAudience(quiet_seconds=5)
-    audience.hearing(True)
-    epoch = audience.ask(0.0)
-    assert epoch is not None
-    audience.answered(0, epoch, 0.0)
+    audience = quiet_since(0.0)
     assert audience.ask(1.0) is None
     audience.heard()
     assert audience.ask(1.0) is not None
@@ -55,11 +57,7 @@ def test_a_nobody_answer_older_than_an_announcement_silences_nothing() -> None:
 
 
 def test_losing_the_hearing_means_publishing_again() -> None:
-    audience = EndAudience(quiet_seconds=5)
-    audience.hearing(True)
-    epoch = audience.ask(0.0)
-    assert epoch is not None
-    audience.answered(0, epoch, 0.0)
+    audience = quiet_since(0.0)
     assert audience.ask(1.0) is None
     audience.hearing(False)  # announcements could be missed now
     assert audience.ask(1.0) is not None
