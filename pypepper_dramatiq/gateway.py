@@ -790,10 +790,7 @@ def _admit(
         raise
     if result != "ok":
         _roll_back(job, before)
-    if result == "full":
-        raise ChannelFullError(f"channel {channel.id} is full (maxsize {channel.maxsize})")
-    if result == "stopped":
-        raise ChannelStoppedError(f"channel {channel.id} is stopped")
+        raise _refusal(channel, result)
     return channel
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any
 from uuid import uuid4
 
-from dramatiq import Message
 from dramatiq.common import current_millis, dq_name
 
 #: Prefix of every Redis key this package writes.
@@ -109,9 +108,3 @@ def enqueue_options(queue_name: str, delay: int | None = None) -> tuple[str, dic
         return queue_name, options
     options["eta"] = current_millis() + delay
     return dq_name(queue_name), options
-
-
-def as_enqueued(message: Message[Any], delay: int | None = None) -> Message[Any]:
-    """``message`` as Dramatiq's Redis broker enqueues it (see :func:`enqueue_options`)."""
-    queue_name, options = enqueue_options(message.queue_name, delay)
-    return message.copy(queue_name=queue_name, options=options)

@@ -486,7 +486,7 @@ class Offer:
     """A job offered to a channel with its first message, for one round trip.
 
     The message is ready as the Redis broker would store it
-    (:func:`~pypepper_dramatiq.redis_layout.as_enqueued`): ``queue_key`` and
+    (:func:`~pypepper_dramatiq.redis_layout.enqueue_options`): ``queue_key`` and
     ``messages_key`` are its queue's list and hash, ``message_id`` its
     ``redis_message_id``, ``data`` its encoded form.
     """

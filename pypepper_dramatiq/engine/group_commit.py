@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
-__all__ = ["BatchStats", "Combiner", "in_rounds"]
+__all__ = ["BatchStats", "Combiner", "in_rounds", "rounds_of"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -201,6 +201,23 @@ class Combiner(Generic[T, R]):
             self._leaders -= 1
 
 
+def rounds_of(keys: Sequence[object]) -> list[list[int]]:
+    """The positions of ``keys`` in rounds where each key appears once, each in the
+    first round that does not hold it yet (the order of ``keys`` kept in each)."""
+    rounds: list[list[int]] = []
+    taken: list[set[object]] = []
+    for n, key in enumerate(keys):
+        for chosen, held in zip(rounds, taken, strict=True):
+            if key not in held:
+                chosen.append(n)
+                held.add(key)
+                break
+        else:
+            rounds.append([n])
+            taken.append({key})
+    return rounds
+
+
 def in_rounds(
     requests: Sequence[T],
     key: Callable[[T], object],
@@ -215,18 +232,7 @@ def in_rounds(
     its requests and of those of later rounds (not tried); earlier rounds keep
     theirs.
     """
-    rounds: list[list[int]] = []
-    keys: list[set[object]] = []
-    for n, request in enumerate(requests):
-        k = key(request)
-        for chosen, taken in zip(rounds, keys, strict=True):
-            if k not in taken:
-                chosen.append(n)
-                taken.add(k)
-                break
-        else:
-            rounds.append([n])
-            keys.append({k})
+    rounds = rounds_of([key(request) for request in requests])
     answers: list[R | BaseException] = [RuntimeError("not answered")] * len(requests)
     for done, chosen in enumerate(rounds):
         try:

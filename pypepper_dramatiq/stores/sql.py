@@ -55,6 +55,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import ColumnElement, Select
 
 from .. import retention
+from ..engine.group_commit import rounds_of
 from ..errors import (
     ConfigError,
     DuplicateJobError,
@@ -524,23 +525,6 @@ def _pg_params(record: JobRecord) -> dict[str, Any]:
     return params
 
 
-def _rounds(ids: Sequence[str]) -> builtins.list[builtins.list[int]]:
-    """The positions of ``ids`` in rounds where each id appears once: a multi-row
-    UPDATE ... FROM would apply only one of two source rows for a job."""
-    rounds: builtins.list[builtins.list[int]] = []
-    seen: builtins.list[set[str]] = []
-    for n, job_id in enumerate(ids):
-        for chosen, ids_in in zip(rounds, seen, strict=True):
-            if job_id not in ids_in:
-                chosen.append(n)
-                ids_in.add(job_id)
-                break
-        else:
-            rounds.append([n])
-            seen.append({job_id})
-    return rounds
-
-
 def _pg_claim_arrays(requests: Sequence[StepClaim], chosen: Sequence[int]) -> dict[str, Any]:
     """The parameters of _PG_CLAIM_MANY: one array per column, a row per request."""
     picked = [requests[n] for n in chosen]
@@ -770,16 +754,26 @@ class SqlJobStore(IJobStore):
         # refusal names its own row.
         if not records:
             return []
+        return self._whole_or_row_by_row(
+            records, self._advance_many, lambda: [self.advance(record) for record in records]
+        )
+
+    def _whole_or_row_by_row(
+        self,
+        records: Sequence[JobRecord],
+        whole: Callable[[Sequence[JobRecord]], builtins.list[T]],
+        row_by_row: Callable[[], builtins.list[T]],
+    ) -> builtins.list[T]:
+        """``whole(records)``, all rows at once; ``row_by_row()`` instead when the
+        unique index of active keys refused one of them (and so undid them all)."""
         try:
             return _once_more_if_stale(
-                self._engine,
-                f"updating {len(records)} jobs",
-                lambda: self._advance_many(records),
+                self._engine, f"updating {len(records)} jobs", lambda: whole(records)
             )
         except StoreError as exc:
             if not _refused_by_key_index(exc.__cause__):
                 raise
-        return [self.advance(record) for record in records]
+        return row_by_row()
 
     def _advance_many(self, records: Sequence[JobRecord]) -> builtins.list[bool]:
         written: dict[int, bool] = {}
@@ -1303,16 +1297,9 @@ class SqlJobStore(IJobStore):
         # row, so that the refusal is answered in its own row's place.
         if len(records) <= 1:
             return super().advance_each(records)
-        try:
-            return _once_more_if_stale(
-                self._engine,
-                f"updating {len(records)} jobs",
-                lambda: self._advance_each(records),
-            )
-        except StoreError as exc:
-            if not _refused_by_key_index(exc.__cause__):
-                raise
-        return super().advance_each(records)
+        return self._whole_or_row_by_row(
+            records, self._advance_each, lambda: super(SqlJobStore, self).advance_each(records)
+        )
 
     def _advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
         return list(self._advance_many(records))
@@ -1545,7 +1532,8 @@ class PostgresJobStore(SqlJobStore):
         # job; a job asked for again in the same batch is claimed alone after it.
         if len(requests) <= 1:
             return super().claim_steps(requests)
-        first, *again = _rounds([r.job_id for r in requests])
+        # (a multi-row UPDATE ... FROM would apply only one of two source rows for a job)
+        first, *again = rounds_of([r.job_id for r in requests])
         rows = _once_more_if_stale(
             self._engine,
             f"claiming {len(first)} steps",
@@ -1565,7 +1553,7 @@ class PostgresJobStore(SqlJobStore):
         # One guarded UPDATE ... FROM unnest(...) for the first record of each job
         # (one statement: all or nothing, so an error here leaves no row written);
         # a job given again in the same batch is written alone after it.
-        first, *again = _rounds([r.id for r in records])
+        first, *again = rounds_of([r.id for r in records])
         answers: builtins.list[bool | Exception] = [False] * len(records)
         for row in self._run_many(_PG_ADVANCE_MANY, _pg_advance_arrays(records, first)):
             answers[row["n"]] = True

@@ -102,6 +102,13 @@ def line_up(
     return futures
 
 
+def claimed(store: SqlJobStore) -> tuple[StepBook, list[Claim]]:
+    """A book that writes each outcome once, and its claims of CALLERS + 1 running jobs."""
+    rows = [running(store, f"job-{n}") for n in range(CALLERS + 1)]
+    book = StepBook(lambda: store, "worker-1", lease_seconds=30, write_attempts=1)
+    return book, [book.claim(StepMessage(row.id, AT)) for row in rows]
+
+
 def test_claims_of_a_batch_the_server_fails_are_each_told_and_lost_nothing(
     store: SqlJobStore, own_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,9 +134,7 @@ def test_claims_of_a_batch_the_server_fails_are_each_told_and_lost_nothing(
 def test_outcomes_of_a_batch_failing_part_way_each_get_their_own_fate(
     store: SqlJobStore, own_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rows = [running(store, f"job-{n}") for n in range(CALLERS + 1)]
-    book = StepBook(lambda: store, "worker-1", lease_seconds=30, write_attempts=1)
-    claims = [book.claim(StepMessage(row.id, AT)) for row in rows]
+    book, claims = claimed(store)
     # The lined-up batch holds job-1 twice (a duplicate write, as a stale retry
     # would make): its first round is written, then the server stops before the
     # second round (the duplicate), whose caller alone is told.
@@ -168,9 +173,7 @@ def test_outcomes_of_a_batch_failing_part_way_each_get_their_own_fate(
 def test_outcomes_of_a_batch_the_server_fails_raise_outcome_not_recorded(
     store: SqlJobStore, own_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rows = [running(store, f"job-{n}") for n in range(CALLERS + 1)]
-    book = StepBook(lambda: store, "worker-1", lease_seconds=30, write_attempts=1)
-    claims = [book.claim(StepMessage(row.id, AT)) for row in rows]
+    book, claims = claimed(store)
     gate = Gate(store.advance_each, lambda: own_postgres.stop())
     monkeypatch.setattr(store, "advance_each", gate)
     futures = line_up(
