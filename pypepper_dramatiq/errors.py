@@ -231,6 +231,32 @@ class StoreUnavailableError(StoreError):
     """The job store cannot be reached."""
 
 
+class StoreDataError(StoreError):
+    """The store refused what a write holds (a value its column cannot take, a row
+    whose content breaks a constraint): sending the same write again cannot cure it.
+
+    Not an outage: the caller records the failure (or dead-letters the message)
+    instead of leaving the step to its lease or deferring the message.
+    """
+
+
+class CorruptRecordError(StoreError):
+    """A stored row cannot be read as a job: one of its columns holds what no writer
+    of this package writes (a manual edit, a foreign writer).
+
+    Attributes:
+        job_id: the row's id.
+        column: the column that cannot be read.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, job_id: str, column: str, reason: str) -> None:
+        super().__init__(f"job {job_id}: stored row is damaged: column {column!r}: {reason}")
+        self.job_id = job_id
+        self.column = column
+        self.reason = reason
+
+
 class SchemaVersionError(StoreError):
     """The database schema is not at the version this package needs."""
 
@@ -265,3 +291,10 @@ def describe(exc: BaseException) -> str:
 
 class TaskTimeoutError(PypepperError, TimeoutError):
     """A task attempt ran longer than its round_timeout."""
+
+
+def retry_may_cure(exc: BaseException) -> bool:
+    """Whether doing the same store call again may succeed: False for a data error
+    (:class:`StoreDataError`) or a damaged row (:class:`CorruptRecordError`), which
+    the caller records or dead-letters; True for an outage and other store errors."""
+    return not isinstance(exc, (StoreDataError, CorruptRecordError))
