@@ -81,6 +81,11 @@ class JobRecord:
     waits: dict[str, Any] | None = None
     #: Since when the job waits (set exactly while it is Scheduled with ``waits``).
     waiting_since: datetime | None = None
+    #: Why the stored row could not be read (a listing's placeholder for a damaged
+    #: row: the column and what is wrong; the other fields hold what could be read).
+    #: None for every row a store reads whole. Never stored; nothing acts on such a
+    #: record but to show it or skip it.
+    damaged: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_job_id(self.id)
@@ -306,7 +311,11 @@ class JobRecord:
             lease_owner=data.get("lease_owner"),
             unique_key=data.get("unique_key"),
             waits=data.get("waits"),
-            **{name: _from_iso(data.get(name)) for name in _OPTIONAL_TIMES},
+            lease_expires=_from_iso(data.get("lease_expires")),
+            not_before=_from_iso(data.get("not_before")),
+            release_at=_from_iso(data.get("release_at")),
+            start_deadline=_from_iso(data.get("start_deadline")),
+            waiting_since=_from_iso(data.get("waiting_since")),
         )
 
 
