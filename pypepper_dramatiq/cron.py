@@ -33,6 +33,7 @@ __all__ = [
     "CATCH_UP",
     "CATCH_UP_LIMIT",
     "ON_TIME_SECONDS",
+    "SECONDS_FIRST",
     "OVERLAP",
     "CronSchedule",
     "check_choice",
@@ -45,7 +46,14 @@ CATCH_UP_LIMIT = 100
 """The most missed slots that ``catch_up="all"`` fires at once (the most recent ones)."""
 
 ON_TIME_SECONDS = 10.0
-"""A slot fired at most this many seconds after its instant is on time, not missed."""
+"""A slot fired at most this many seconds after its instant is on time, not missed:
+every on-time slot fires, whatever ``catch_up`` says (a sweep tick that comes a little
+late, or finds two slots of a per-second schedule due, loses none)."""
+
+SECONDS_FIRST = True
+"""A 6-field expression's first field is the seconds (croniter's default reads them last).
+Schedules stored by earlier releases were read seconds last: the schema migration 0008
+rewrote them to keep firing as they did."""
 
 CATCH_UP = ("latest", "none", "all")
 """What to fire when slots were missed: the latest one, none of them, or all of them."""
@@ -66,8 +74,10 @@ class CronSchedule:
     """A cron expression evaluated on the wall clock of an IANA time zone.
 
     The expression has 5 fields (minute hour day-of-month month day-of-week), or 6 with
-    a trailing seconds field as croniter reads it (``"* * * * * *"`` fires every second);
-    croniter's ``@hourly``-style aliases are accepted too.
+    seconds first (second minute hour day-of-month month day-of-week: ``"*/10 * * * * *"``
+    fires every ten seconds, ``"0 * * * * *"`` once a minute), as Quartz-style and most
+    job systems' 6-field crons read them; croniter's ``@hourly``-style aliases are
+    accepted too.
     """
 
     expression: str
@@ -97,7 +107,7 @@ class CronSchedule:
             yield slot
 
     def _cron(self, start: datetime) -> Any:
-        return _croniter(self.expression, start)
+        return _croniter(self.expression, start, second_at_beginning=SECONDS_FIRST)
 
     def _forward(self, after: datetime) -> Iterator[datetime]:
         """The slots strictly after ``after``, ascending, without end."""
@@ -126,10 +136,14 @@ class CronSchedule:
 def due_slots(
     schedule: CronSchedule, next_slot: datetime, now: datetime, catch_up: str
 ) -> tuple[list[datetime], datetime]:
-    """The slots to fire at ``now``, and the new stored next slot.
+    """The slots to fire at ``now``, ascending, and the new stored next slot.
 
     ``next_slot`` is the first slot not handled yet; the slots due are those from it up
-    to ``now`` included. The new next slot is the first slot strictly after ``now``
+    to ``now`` included. Every due slot at most :data:`ON_TIME_SECONDS` old fires;
+    ``catch_up`` decides only the older ones, missed during downtime: ``"latest"`` fires
+    the most recent missed slot when no slot is on time (one firing stands for the
+    missed period), ``"none"`` none, ``"all"`` each, at most :data:`CATCH_UP_LIMIT`
+    slots in all. The new next slot is the first slot strictly after ``now``
     (``next_slot`` itself when nothing is due yet).
     """
     check_choice("catch_up", catch_up, CATCH_UP)
@@ -140,16 +154,22 @@ def due_slots(
     # Bounded work: rather than enumerating every due slot forward (millions of them for
     # a per-second schedule after a long outage), walk backwards from `now` with
     # croniter's get_prev and stop after the few slots that can fire.
-    wanted = CATCH_UP_LIMIT if catch_up == "all" else 1
-    recent: list[datetime] = []
+    on_time: list[datetime] = []
+    missed: list[datetime] = []
     for slot in schedule._backward(now):
-        if slot < next_slot or len(recent) == wanted:
+        if slot < next_slot:
             break
-        recent.append(slot)
-    recent.reverse()
-    if catch_up == "none" and recent and not _on_time(recent[-1], now):
-        recent = []
-    return recent, schedule.next_after(now)
+        if _on_time(slot, now):
+            on_time.append(slot)
+            continue
+        if catch_up == "none" or (catch_up == "latest" and (on_time or missed)):
+            break
+        if len(on_time) + len(missed) >= CATCH_UP_LIMIT:
+            break
+        missed.append(slot)
+    fired = on_time + missed  # both descending, the on-time ones the newer
+    fired.reverse()
+    return fired, schedule.next_after(now)
 
 
 def firing_id(name: str, slot: datetime) -> str:
@@ -184,11 +204,11 @@ def _check_expression(expression: object) -> None:
     if not expression.strip().startswith("@") and len(fields) not in (5, 6):
         raise ConfigError(
             f"invalid cron expression {expression!r}: expected 5 fields, or 6 with "
-            f"seconds last, got {len(fields)}"
+            f"seconds first, got {len(fields)}"
         )
     try:
         # Finding one date also rejects expressions that match none, such as Feb 30.
-        _croniter(expression, _PROBE_START).get_next(datetime)
+        _croniter(expression, _PROBE_START, second_at_beginning=SECONDS_FIRST).get_next(datetime)
     except (ValueError, LookupError, TypeError, ArithmeticError) as exc:
         raise ConfigError(f"invalid cron expression {expression!r}: {exc}") from exc
 

@@ -88,10 +88,37 @@ def test_six_fields_fire_every_second() -> None:
     ]
 
 
-def test_the_sixth_field_is_seconds() -> None:
-    schedule = CronSchedule("0 * * * * 30")
+def test_the_first_of_six_fields_is_seconds() -> None:
+    schedule = CronSchedule("30 0 * * * *")  # minute 0 of each hour, at second 30
     assert schedule.next_after(at(2026, 1, 1)) == at(2026, 1, 1, 0, 0, 30)
     assert schedule.next_after(at(2026, 1, 1, 0, 0, 30)) == at(2026, 1, 1, 1, 0, 30)
+
+
+def test_the_readmes_six_field_example_fires_every_ten_seconds() -> None:
+    # Across a minute and an hour boundary: six slots a minute, never 60.
+    schedule = CronSchedule("*/10 * * * * *")
+    assert between(schedule, at(2026, 1, 1, 10, 59, 35), at(2026, 1, 1, 11, 0, 25)) == [
+        at(2026, 1, 1, 10, 59, 40),
+        at(2026, 1, 1, 10, 59, 50),
+        at(2026, 1, 1, 11),
+        at(2026, 1, 1, 11, 0, 10),
+        at(2026, 1, 1, 11, 0, 20),
+    ]
+
+
+def test_second_zero_of_six_fields_fires_once_a_minute() -> None:
+    schedule = CronSchedule("0 * * * * *")  # the job system we follow: once a minute
+    assert between(schedule, at(2026, 1, 1, 10, 58, 30), at(2026, 1, 1, 11, 1, 30)) == [
+        at(2026, 1, 1, 10, 59),
+        at(2026, 1, 1, 11),
+        at(2026, 1, 1, 11, 1),
+    ]
+
+
+def test_a_seconds_last_expression_is_no_longer_read_so() -> None:
+    # Read seconds first, the old "minute 0 at second 30" names a day of week 30.
+    with pytest.raises(ConfigError, match="invalid cron expression '0 \\* \\* \\* \\* 30'"):
+        CronSchedule("0 * * * * 30")
 
 
 def test_slots_between_excludes_after_and_includes_until() -> None:
@@ -326,7 +353,49 @@ def test_catch_up_all_after_a_month_of_per_second_slots_is_bounded() -> None:
     assert fired[0] == at(2026, 1, 31, 23, 58, 21)
     assert fired[-1] == at(2026, 2, 1)
     assert following == at(2026, 2, 1, 0, 0, 1)
-    assert due_slots(schedule, at(2026, 1, 1), now, "latest")[0] == [at(2026, 2, 1)]
+    # The last ten seconds' slots are on time: they fire whatever catch_up says.
+    on_time = between(schedule, at(2026, 1, 31, 23, 59, 50), at(2026, 2, 1))
+    assert len(on_time) == 10
+    assert due_slots(schedule, at(2026, 1, 1), now, "latest")[0] == on_time
+    assert due_slots(schedule, at(2026, 1, 1), now, "none")[0] == on_time
+
+
+PER_SECOND = CronSchedule("* * * * * *")
+
+
+@pytest.mark.parametrize("catch_up", CATCH_UP)
+def test_a_late_tick_fires_every_on_time_slot(catch_up: str) -> None:
+    # A tick 1.1 s after the last finds two slots due, both on time: neither is dropped.
+    next_slot = at(2026, 1, 1, 12, 0, 1)
+    now = at(2026, 1, 1, 12, 0, 2) + timedelta(milliseconds=100)
+    fired, following = due_slots(PER_SECOND, next_slot, now, catch_up)
+    assert fired == [at(2026, 1, 1, 12, 0, 1), at(2026, 1, 1, 12, 0, 2)]
+    assert following == at(2026, 1, 1, 12, 0, 3)
+
+
+@pytest.mark.parametrize("catch_up", CATCH_UP)
+def test_a_tick_late_by_the_whole_window_still_fires_each_slot(catch_up: str) -> None:
+    next_slot = at(2026, 1, 1, 12, 0, 1)
+    now = next_slot + timedelta(seconds=ON_TIME_SECONDS)
+    fired, _ = due_slots(PER_SECOND, next_slot, now, catch_up)
+    assert fired == between(PER_SECOND, at(2026, 1, 1, 12), now)
+    assert len(fired) == ON_TIME_SECONDS + 1
+
+
+def test_catch_up_decides_only_the_slots_beyond_the_window() -> None:
+    # Slots 12:00:00 .. 12:00:30 due at 12:00:30.5: 12:00:21 .. 12:00:30 are on time.
+    next_slot, now = at(2026, 1, 1, 12), at(2026, 1, 1, 12, 0, 30) + timedelta(milliseconds=500)
+    on_time = between(PER_SECOND, at(2026, 1, 1, 12, 0, 20), now)
+    assert due_slots(PER_SECOND, next_slot, now, "none")[0] == on_time
+    assert due_slots(PER_SECOND, next_slot, now, "latest")[0] == on_time
+    assert due_slots(PER_SECOND, next_slot, now, "all")[0] == between(
+        PER_SECOND, next_slot - timedelta(seconds=1), now
+    )
+    # Nothing on time: "latest" fires the most recent missed slot alone.
+    minutely_now = at(2026, 1, 1, 12, 0, 30)
+    assert due_slots(MINUTELY, at(2026, 1, 1, 11), minutely_now, "latest")[0] == [
+        at(2026, 1, 1, 12)
+    ]
 
 
 def test_catch_up_all_across_a_gap_has_no_duplicates() -> None:

@@ -165,6 +165,25 @@ def test_none_still_fires_a_slot_that_is_on_time() -> None:
     assert fire_due(at(2026, 1, 1, 3, 0, 2)) == [firing_id("hourly", at(2026, 1, 1, 3))]
 
 
+@pytest.mark.parametrize("catch_up", ["latest", "none", "all"])
+def test_ticks_a_little_late_drop_no_slot_of_a_per_second_schedule(catch_up: str) -> None:
+    # The sweep's tick is a 1 s wait plus its own work: 1.1 s apart, each second's slot
+    # still fires exactly once, whatever catch_up says (the slots are on time).
+    recurring("per-second", "* * * * * *", template(), catch_up=catch_up, overlap="allow")
+    start = at(2026, 1, 1, 12)
+    _due_at("per-second", start + timedelta(seconds=1))
+    fired: list[str] = []
+    now = start
+    for _ in range(55):  # 60.5 s of ticks
+        now += timedelta(seconds=1.1)
+        fired += fire_due(now)
+    expected = [
+        firing_id("per-second", start + timedelta(seconds=s)) for s in range(1, int(60.5) + 1)
+    ]
+    assert fired == expected
+    assert sorted(r.id for r in jobs_of("per-second")) == sorted(expected)
+
+
 def test_overlap_skip_fires_nothing_while_the_previous_firing_is_active() -> None:
     recurring("skip", "* * * * *", template(), overlap="skip")
     _due_at("skip", at(2026, 1, 1, 12, 0))

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from alembic import command
 from alembic.config import Config
+from croniter import croniter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from services import PostgresServer, free_port
@@ -17,6 +18,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.schema import CreateTable
 
+from pypepper_dramatiq.cron import CronSchedule
 from pypepper_dramatiq.errors import SchemaVersionError, StoreError, StoreUnavailableError
 from pypepper_dramatiq.status import Status, may_overwrite
 from pypepper_dramatiq.stores.base import JobRecord
@@ -145,6 +147,48 @@ class TestSchema:
         assert LEASE_INDEX not in indexes
         assert upgrade_schema(empty_postgres_uri) == head_revision()
         assert job_table(empty_postgres_uri)[0].keys() >= LEASE_COLUMNS
+
+    def test_0008_rewrites_six_field_crons_to_fire_as_they_did(
+        self, empty_postgres_uri: str
+    ) -> None:
+        # Stored by 0.8 and read seconds last: "0 * * * * 30" fired at second 30 of
+        # minute 0 of every hour. After the migration it is read seconds first and
+        # must name the same slots; five fields and aliases are left alone.
+        migrate_to(empty_postgres_uri, "0007")
+        stored = {"six": "0 * * * * 30", "five": "*/5 * * * *", "alias": "@hourly"}
+        engine = create_engine(empty_postgres_uri)
+        try:
+            with engine.begin() as conn:
+                for name, cron in stored.items():
+                    conn.execute(
+                        text(
+                            "INSERT INTO scheduler_recurring (name, cron, timezone, template, "
+                            "overlap, catch_up, next_slot, paused, version, created, updated) "
+                            "VALUES (:name, :cron, 'UTC', '{}', 'skip', 'latest', :t, false, "
+                            "1, :t, :t)"
+                        ),
+                        {"name": name, "cron": cron, "t": T0},
+                    )
+            upgrade_schema(empty_postgres_uri)
+
+            def crons() -> dict[str, str]:
+                with engine.connect() as conn:
+                    rows = conn.execute(text("SELECT name, cron FROM scheduler_recurring"))
+                    return {name: cron for name, cron in rows}
+
+            migrated = crons()
+            assert migrated == {"six": "30 0 * * * *", "five": "*/5 * * * *", "alias": "@hourly"}
+            old_reading = croniter("0 * * * * 30", T0)  # croniter's default: seconds last
+            expected = [old_reading.get_next(datetime) for _ in range(3)]
+            slots, after = [], T0
+            for _ in range(3):
+                after = CronSchedule(migrated["six"]).next_after(after)
+                slots.append(after)
+            assert slots == expected
+            migrate_to(empty_postgres_uri, "0007", down=True)
+            assert crons() == stored
+        finally:
+            engine.dispose()
 
     def test_version_table_is_ours(self, pg_store: SqlJobStore) -> None:
         with pg_store.engine.connect() as conn:
