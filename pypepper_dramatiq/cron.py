@@ -64,7 +64,7 @@ OVERLAP = ("skip", "allow")
 _UTC = timezone.utc
 _SECOND = timedelta(seconds=1)
 _MAX_NAME_LENGTH = 128
-_INSTALL_HINT = "install it with: pip install 'pypepper-dramatiq[cron]'"
+_INSTALL_HINT = "install it with: pip install croniter (a dependency of pypepper-dramatiq)"
 # A fixed naive start for the probe that checks an expression matches some date at all.
 _PROBE_START = datetime(2000, 1, 1)
 

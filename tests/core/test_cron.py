@@ -448,7 +448,7 @@ def test_unknown_time_zone(zone: object) -> None:
 
 def test_missing_croniter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cron, "_croniter", None)
-    with pytest.raises(ConfigError, match=re.escape("pip install 'pypepper-dramatiq[cron]'")):
+    with pytest.raises(ConfigError, match=re.escape("pip install croniter")):
         CronSchedule("* * * * *")
 
 
