@@ -6,11 +6,20 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import pytest
 import redis
-from services import MariaDBServer, PostgresServer, RedisServer, ServiceError
+from services import (
+    REDIS_URL_VARIABLE,
+    ExternalRedis,
+    MariaDBServer,
+    PostgresServer,
+    RedisServer,
+    ServiceError,
+    external_redis_url,
+)
 from sqlalchemy import delete
 
 from pypepper_dramatiq.stores.schema import jobs, recurring
@@ -52,7 +61,7 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-S = TypeVar("S", PostgresServer, MariaDBServer, RedisServer)
+S = TypeVar("S", PostgresServer, MariaDBServer, RedisServer, ExternalRedis)
 
 
 def started(server: S, name: str) -> S:
@@ -60,7 +69,7 @@ def started(server: S, name: str) -> S:
     try:
         server.start()
     except ServiceError as exc:
-        if isinstance(server, RedisServer):
+        if isinstance(server, RedisServer | ExternalRedis):
             server.stop(kill=True)
         else:
             server.cleanup()
@@ -140,11 +149,30 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A ``redis-server`` for the whole session."""
-    server = started(RedisServer(tmp_path_factory.mktemp("redis")), "Redis")
+def redis_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RedisServer | ExternalRedis]:
+    """The session's Redis: ``PYPEPPER_TEST_REDIS_URL``'s, else a ``redis-server`` of its own."""
+    url = external_redis_url()
+    server: RedisServer | ExternalRedis = (
+        ExternalRedis(url) if url else RedisServer(tmp_path_factory.mktemp("redis"))
+    )
+    server = started(server, "Redis")
     yield server
     server.stop()
+
+
+def restartable_redis(tmpdir: Path, *, appendonly: bool = False) -> RedisServer:
+    """A ``redis-server`` of the test's own, which it stops or restarts (not started yet).
+
+    Skipped, saying why, when the session uses ``PYPEPPER_TEST_REDIS_URL``'s Redis: a
+    test run against a Redis container need not have ``redis-server`` itself.
+    """
+    if external_redis_url():
+        pytest.skip(
+            f"stops or restarts a Redis of its own; {REDIS_URL_VARIABLE} names the session's"
+        )
+    return RedisServer(tmpdir, appendonly=appendonly)
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,9 @@
 PostgreSQL comes from the standard ``PG*`` environment variables when ``PGHOST``
 is set (each session gets a fresh database there); otherwise a throwaway cluster
 is created in a temporary directory. MariaDB is always a throwaway local server
-(``PYPEPPER_TEST_MYSQL_URI`` replaces it, see ``conftest.py``), and Redis always a
-local ``redis-server``.
+(``PYPEPPER_TEST_MYSQL_URI`` replaces it, see ``conftest.py``), and Redis a
+local ``redis-server`` unless ``PYPEPPER_TEST_REDIS_URL`` names one (a container for
+tox, say: :class:`ExternalRedis`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import redis
 from sqlalchemy.engine import URL
 
 
@@ -500,6 +502,48 @@ class RedisServer:
             sock.sendall(b"PING\r\n")
             return sock.recv(16).startswith(b"+PONG")
         return False
+
+
+#: The variable naming a Redis the session uses instead of starting its own.
+REDIS_URL_VARIABLE = "PYPEPPER_TEST_REDIS_URL"
+
+
+class ExternalRedis:
+    """A Redis the test session did not start (``PYPEPPER_TEST_REDIS_URL``): used as it
+    is, never stopped. Its database is flushed by the tests that need it empty.
+
+    Args:
+        url: its ``redis://`` URL.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def start(self, timeout: float = 30) -> None:
+        """Wait until it answers PING (a container may still be starting)."""
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=2)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.RedisError as exc:
+                    if time.monotonic() > deadline:
+                        raise ServiceError(
+                            f"the Redis of {REDIS_URL_VARIABLE} ({self.url}) does not answer: {exc}"
+                        ) from exc
+                time.sleep(0.2)
+        finally:
+            client.close()
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Nothing: the session does not own this server."""
+
+
+def external_redis_url() -> str | None:
+    """``PYPEPPER_TEST_REDIS_URL`` if set (and not blank)."""
+    return os.environ.get(REDIS_URL_VARIABLE, "").strip() or None
 
 
 def start_redis(tmpdir: Path | str, appendonly: bool = False) -> tuple[str, Callable[[], None]]:

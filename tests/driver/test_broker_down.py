@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import started  # tests/conftest.py
+from conftest import restartable_redis, started  # tests/conftest.py
 from services import RedisServer
 
 from pypepper_dramatiq import (
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = started(RedisServer(tmp_path / "redis"), "Redis")
+    server = started(restartable_redis(tmp_path / "redis"), "Redis")
     yield server
     server.stop(kill=True)
 

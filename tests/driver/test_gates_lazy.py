@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 import redis.connection
-from conftest import started  # tests/conftest.py
+from conftest import restartable_redis, started  # tests/conftest.py
 from services import RedisServer, free_port
 
 from pypepper_dramatiq import (
@@ -80,7 +80,7 @@ def closed_url() -> Iterator[str]:
 @pytest.fixture
 def redis_later(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis on a known port that is not running yet: start it with ``started(...)``."""
-    server = RedisServer(tmp_path / "redis-later")
+    server = restartable_redis(tmp_path / "redis-later")
     yield server
     get_broker().close()
     server.stop(kill=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import started  # tests/conftest.py
+from conftest import restartable_redis, started  # tests/conftest.py
 from services import PostgresServer, RedisServer
 from sqlalchemy import delete
 
@@ -64,7 +64,7 @@ def cluster(
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis with an append-only file, for this test alone (it gets restarted)."""
-    server = started(RedisServer(tmp_path / "own-redis", appendonly=True), "Redis")
+    server = started(restartable_redis(tmp_path / "own-redis", appendonly=True), "Redis")
     yield server
     server.stop(kill=True)
 

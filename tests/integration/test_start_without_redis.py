@@ -15,7 +15,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from conftest import started  # tests/conftest.py
+from conftest import restartable_redis, started  # tests/conftest.py
 from services import RedisServer
 
 from pypepper_dramatiq import Status
@@ -36,7 +36,7 @@ OUTAGE_LINE = re.compile(r"\[(pypepper_dramatiq[\w.]*)\] \[WARNING\] (.+?) unrea
 @pytest.fixture
 def redis_not_yet(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis on a known port that is not running: the test starts it."""
-    server = RedisServer(tmp_path / "redis-not-yet", appendonly=False)
+    server = restartable_redis(tmp_path / "redis-not-yet", appendonly=False)
     yield server
     server.stop(kill=True)
 
