@@ -275,11 +275,8 @@ class Gateway:
         A ``transactional`` job (``store`` writes in the caller's transaction)
         is held: the message goes once the caller has committed.
         """
-        if waits.parents:
-            stored = {record.id for record in store.get_many(waits.parents)}
-            for parent in waits.parents:
-                if parent not in stored:
-                    raise UnknownJobError(parent)
+        # The store refuses the insert if a parent is not stored (UnknownJobError),
+        # decided with the insert so that a retention purge cannot come in between.
         conflict: DuplicateJobError | None = None
         for _ in range(CONFLICT_ATTEMPTS):
             try:

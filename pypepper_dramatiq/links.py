@@ -9,7 +9,7 @@ instead of reading every row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,3 +52,9 @@ def parent_order(link: Link) -> tuple[bool, str]:
     """The order a job's links to its parents are listed in: the retried job first,
     then the parents it waited for, by id."""
     return (link.kind != RETRY, link.parent)
+
+
+def required_parents(found: Sequence[Link], *, waiting: bool) -> list[str]:
+    """Of a new job's links, the parents its insert requires stored: those a waiting
+    job waits for (``after=``), whose outcome it needs. A retry's origin may be gone."""
+    return [link.parent for link in found if link.kind == AFTER] if waiting else []

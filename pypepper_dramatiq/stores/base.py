@@ -65,7 +65,13 @@ class IJobStore(abc.ABC):
 
     @abc.abstractmethod
     def put(self, record: JobRecord) -> bool:
-        """Insert or update ``record``; True if written."""
+        """Insert or update ``record``; True if written.
+
+        A new job scheduled ``after=`` other jobs is inserted only while each of
+        them is stored, decided with the insert (a retention purge cannot delete
+        one in between): otherwise :class:`~pypepper_dramatiq.errors.UnknownJobError`
+        naming the first missing parent, and nothing is written.
+        """
 
     def advance(self, record: JobRecord) -> bool:
         """Update an existing row under the rules of :meth:`put`, leaving ``payload``

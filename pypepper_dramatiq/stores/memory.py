@@ -9,7 +9,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..errors import DuplicateJobError
+from ..errors import DuplicateJobError, UnknownJobError
+from ..links import parents_of, required_parents
 from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
@@ -43,6 +44,15 @@ class MemoryJobStore(IJobStore):
             ):
                 raise DuplicateJobError(record.unique_key, row.id)
 
+    def _check_parents(self, record: JobRecord) -> None:
+        """Under the lock a purge takes too: every ``after=`` parent still stored."""
+        for parent in required_parents(
+            parents_of(record.id, record.payload, record.waits),
+            waiting=record.waiting_since is not None,
+        ):
+            if parent not in self._rows:
+                raise UnknownJobError(parent)
+
     def put(self, record: JobRecord) -> bool:
         with self._lock:
             current = self._rows.get(record.id)
@@ -51,6 +61,7 @@ class MemoryJobStore(IJobStore):
             ):
                 self._check_key(record)
             if current is None:
+                self._check_parents(record)
                 self._rows[record.id] = record.evolve(version=record.version + 1)
                 return True
             if current.version != record.version or not may_overwrite(

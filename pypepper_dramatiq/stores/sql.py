@@ -62,8 +62,9 @@ from ..errors import (
     SchemaVersionError,
     StoreError,
     StoreUnavailableError,
+    UnknownJobError,
 )
-from ..links import Link, parent_order, parents_of
+from ..links import AFTER, Link, parent_order, parents_of, required_parents
 from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
@@ -674,6 +675,8 @@ class SqlJobStore(IJobStore):
     def _insert_linked(self, record: JobRecord, found: Sequence[Link]) -> bool:
         try:
             with self._linked_write() as connection:
+                waiting = record.waiting_since is not None
+                _lock_parents(connection, required_parents(found, waiting=waiting))
                 connection.execute(insert(jobs).values(_row_values(record)))
                 connection.execute(
                     insert(links),
@@ -1122,7 +1125,12 @@ class SqlJobStore(IJobStore):
         their ids. MySQL has no DELETE ... RETURNING: lock, then delete."""
         with _transaction(self._engine) as conn:
             guard = _purge_guard(ended, older_than, chosen)
-            ids = list(conn.execute(select(jobs.c.id).where(guard).with_for_update()).scalars())
+            locked = list(conn.execute(select(jobs.c.id).where(guard).with_for_update()).scalars())
+            if not locked:
+                return []
+            # A locking read: it sees the links of children committed meanwhile.
+            kept = select(jobs.c.id).where(jobs.c.id.in_(locked), _unawaited(locked))
+            ids = list(conn.execute(kept.with_for_update(read=True)).scalars())
             if ids:
                 conn.execute(delete(jobs).where(jobs.c.id.in_(ids), guard))
         return ids
@@ -1523,9 +1531,14 @@ class PostgresJobStore(SqlJobStore):
         versions = literal([version for _, version in chosen], postgresql.ARRAY(postgresql.INTEGER))
         pairs = select(func.unnest(ids), func.unnest(versions))
         guard = _purge_guard(ended, older_than, chosen, pairs)
-        stmt = delete(jobs).where(guard).returning(jobs.c.id)
-        with self._engine.connect() as conn:
-            return list(conn.execute(stmt).scalars())
+        # Lock first, then delete in a statement of its own, whose fresh read sees a
+        # child committed while it waited for a parent's lock (see _lock_parents).
+        with _transaction(self._engine) as conn:
+            locked = list(conn.execute(select(jobs.c.id).where(guard).with_for_update()).scalars())
+            if not locked:
+                return []
+            stmt = delete(jobs).where(jobs.c.id.in_(locked), _unawaited(locked), guard)
+            return list(conn.execute(stmt.returning(jobs.c.id)).scalars())
 
     def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
         # One UPDATE ... FROM unnest(...) RETURNING for the first request of each
@@ -1594,6 +1607,44 @@ SELECT {_COLUMNS} FROM json_populate_recordset(NULL::scheduler_jobs, %(rows)s::j
 ON CONFLICT (id) DO NOTHING
 RETURNING id
 """
+
+
+def _lock_parents(connection: Connection, parents: Sequence[str]) -> None:
+    """Share-lock the rows of ``parents`` until the transaction ends, or raise
+    UnknownJobError for the first that is not stored.
+
+    A purge locks the rows it deletes for update, then checks that no waiting
+    child links to them (:func:`_unawaited`): whichever comes first, the child
+    either sees its parent stored and keeps it until its links are committed,
+    or sees it gone and is refused, never stored waiting for a lost parent.
+    """
+    if not parents:
+        return
+    query = select(jobs.c.id).where(jobs.c.id.in_(parents)).with_for_update(read=True)
+    present = set(connection.execute(query).scalars())
+    for parent in parents:
+        if parent not in present:
+            raise UnknownJobError(parent)
+
+
+def _unawaited(ids: Sequence[str]) -> ColumnElement[bool]:
+    """The rows of ``ids`` no Scheduled job waits for through a link (``after=``).
+
+    Run after the rows are locked for update, in a statement of its own (a fresh
+    read under READ COMMITTED): it sees a child whose insert committed meanwhile.
+    """
+    child = jobs.alias("child")
+    waiting_child = (
+        select(links.c.parent_id)
+        .select_from(links.join(child, child.c.id == links.c.child_id))
+        .where(
+            links.c.parent_id.in_(ids),
+            links.c.kind == AFTER,
+            child.c.status == Status.SCHEDULED.value,
+            child.c.waiting_since.is_not(None),
+        )
+    )
+    return jobs.c.id.not_in(waiting_child)
 
 
 def _purge_guard(

@@ -7,11 +7,13 @@ inherits them), PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from pypepper_dramatiq.errors import UnknownJobError
 from pypepper_dramatiq.status import TERMINAL, Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
@@ -170,3 +172,70 @@ def test_the_sql_delete_checks_version_status_and_time_again(
     deleted = sql._delete_purgeable(Status.COMPLETED, CUTOFF, chosen)
     assert deleted == ["same"]
     assert ids(sql) == {"changed", "later"}
+
+
+# -- a purge racing children scheduled after= the rows it deletes -------------------------------
+
+WAIT_FOR = {"on_parent_failure": "propagate"}
+
+
+def test_a_waiting_job_is_stored_only_while_its_parents_are(store: IJobStore) -> None:
+    put(store, "parent", Status.COMPLETED)
+    waits = dict(WAIT_FOR, parents=["parent", "gone"])
+    with pytest.raises(UnknownJobError, match="gone"):
+        store.put(job("child", status=Status.SCHEDULED, waits=waits))
+    assert ids(store) == {"parent"}
+    # A retry's origin may be gone: only what a waiting job waits for is required.
+    assert store.put(job("retry", status=Status.SCHEDULED, payload={"retry_of": "gone"}))
+
+
+#: Old parents the purge may delete, and the children two threads schedule after them.
+RACE_PARENTS = 120
+
+
+def test_the_purge_never_deletes_a_parent_a_child_was_stored_waiting_for(
+    store: IJobStore,
+) -> None:
+    # Two threads insert children, each waiting for one old Completed parent, while a
+    # third purges Completed rows in small batches. Each child is either stored with its
+    # parent kept, or refused (UnknownJobError) because the purge took the parent first.
+    for i in range(RACE_PARENTS):
+        put(store, f"p{i}", Status.COMPLETED)
+    stored_children: dict[str, str] = {}
+    refused: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(3)
+
+    def schedule_children(offset: int) -> None:
+        start.wait()
+        for i in range(offset, RACE_PARENTS, 2):
+            child, parent = f"c{i}", f"p{i}"
+            record = job(child, status=Status.SCHEDULED, waits=dict(WAIT_FOR, parents=[parent]))
+            try:
+                assert store.put(record)
+            except UnknownJobError:
+                with lock:
+                    refused.append(child)
+                continue
+            with lock:
+                stored_children[child] = parent
+
+    def purge() -> None:
+        start.wait()
+        while store.purge(Status.COMPLETED, CUTOFF, 7):
+            pass
+
+    threads = [threading.Thread(target=schedule_children, args=(k,)) for k in (0, 1)]
+    threads.append(threading.Thread(target=purge))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(stored_children) + len(refused) == RACE_PARENTS
+    left = ids(store)
+    missing = {child: parent for child, parent in stored_children.items() if parent not in left}
+    assert missing == {}, "a stored waiting child lost its parent to the purge"
+    # Nothing more to keep: the purge takes every parent no child waits for.
+    store.purge(Status.COMPLETED, CUTOFF, RACE_PARENTS)
+    assert {f"p{i}" for i in range(RACE_PARENTS)} & ids(store) == set(stored_children.values())

@@ -231,6 +231,12 @@ class TestUniqueKeys:
 
 
 class TestWaits:
+    @pytest.fixture(autouse=True)
+    def parent(self, store: IJobStore) -> None:
+        """The ended parent ``p`` that :data:`WAITS` names: a waiting job is stored
+        only while its parents are."""
+        assert store.put(job("p", status=Status.COMPLETED))
+
     def test_a_waiting_job_round_trips_its_waits_since_created(self, store: IJobStore) -> None:
         created = T0 + timedelta(minutes=1, microseconds=250)
         assert store.put(job("child", status=Status.SCHEDULED, waits=WAITS, created=created))
