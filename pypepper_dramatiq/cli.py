@@ -18,6 +18,11 @@ Commands:
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
 ended), 2 bad usage or a store or Redis that cannot be used.
+
+Every table cell and line of words goes through :func:`_print_table` or :func:`_say`,
+which show stored and typed text with :func:`~pypepper_dramatiq.display.printable`: a
+category or an error holding an escape sequence cannot retitle or clear the terminal.
+JSON output is printed as ``json.dumps`` writes it (ASCII, every control escaped), exact.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 from . import paging
 from .channels.admission import channel_states
 from .config import duration
+from .display import printable
 from .errors import (
     AmbiguousTaskNameError,
     ConfigError,
@@ -413,8 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _say(text: str, *, stderr: bool = False) -> None:
+    """Print a line of words that may quote user text, each interpreted character escaped."""
+    print(printable(text), file=sys.stderr if stderr else sys.stdout)
+
+
 def _error(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    _say(f"{PROG}: {message}", stderr=True)
 
 
 # -- jobs, show, cancel ----------------------------------------------------------------------
@@ -482,6 +493,8 @@ def _when(value: datetime) -> str:
 
 
 def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    """Print ``rows`` under ``header`` in aligned columns, each cell :func:`printable`."""
+    rows = [tuple(printable(cell) for cell in cells) for cells in rows]
     widths = [max(len(cells[i]) for cells in (header, *rows)) for i in range(len(header))]
     for cells in (header, *rows):
         padded = (cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
@@ -508,7 +521,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
                 if publish_cancel(job_id, client)
                 else (f"Redis could not be told; {told}")
             )
-        print(f"job {job_id} cancelled ({told})")
+        _say(f"job {job_id} cancelled ({told})")
         return 0
     except UnknownJobError as exc:
         _error(str(exc))
@@ -549,8 +562,8 @@ def _retry(store: IJobStore, args: argparse.Namespace) -> int:
         return 2
     finally:
         reset_job_store()
-    print(new_id)
-    print(f"job {args.job_id} is retried by job {new_id}", file=sys.stderr)
+    _say(new_id)
+    _say(f"job {args.job_id} is retried by job {new_id}", stderr=True)
     return 0
 
 
@@ -589,7 +602,7 @@ def _recurring(store: IJobStore, args: argparse.Namespace) -> int:
         if not store.delete_recurring(args.name):
             _error(str(UnknownScheduleError(args.name)))
             return 1
-        print(f"recurring schedule {args.name} removed")
+        _say(f"recurring schedule {args.name} removed")
         return 0
     from .distributed.setup import setup
 
@@ -603,7 +616,7 @@ def _recurring(store: IJobStore, args: argparse.Namespace) -> int:
         return 1
     finally:
         reset_job_store()
-    print(f"recurring schedule {args.name} fired: job {job_id}")
+    _say(f"recurring schedule {args.name} fired: job {job_id}")
     return 0
 
 
@@ -679,7 +692,7 @@ def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
             set_job_store(store)
         app = make_app(auth=basic_auth(user, password) if user else None)
         mode = "basic auth" if user else f"read-only (no ${DASHBOARD_USER_ENV})"
-        print(f"dashboard on http://{args.host}:{args.port}/, {mode}", file=sys.stderr)
+        _say(f"dashboard on http://{args.host}:{args.port}/, {mode}", stderr=True)
         run_simple(args.host, args.port, app, threaded=True)
     finally:
         reset_job_store()
@@ -762,21 +775,21 @@ def _change_channel(client: Any, action: str, name: str, size: int | None) -> in
         return 1
     gate = RedisGate(client, name)  # no bound given: the stored one is kept
     if not known:
-        print(f"channel {name} was not known in Redis: created", file=sys.stderr)
+        _say(f"channel {name} was not known in Redis: created", stderr=True)
     if action == "stop":
         gate.request_stop()
-        print(
+        _say(
             f"channel {name} stopped: new jobs are refused until "
             f"'{PROG} channels resume {name}'; queued jobs still run"
         )
     elif action == "resume":
         gate.resume()
-        print(f"channel {name} resumed")
+        _say(f"channel {name} resumed")
     else:
         assert size is not None  # checked with the arguments
         before = gate.resize(size)
         bound = f"{size}" if size else "0 (unbounded)"
-        print(
+        _say(
             f"channel {name}: bound {before} -> {bound}"
             if before != size
             else f"channel {name}: bound {bound}, unchanged"
