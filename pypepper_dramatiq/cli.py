@@ -33,7 +33,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from . import paging
@@ -150,10 +150,18 @@ def decode_cursor(text: str) -> tuple[datetime, str]:
 # -- the parser ------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors show the arguments they quote escaped (its
+    subcommands' parsers are of this class too)."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(printable(message))
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description="Operate the job store and the channels from the shell."
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")

@@ -129,6 +129,13 @@ def test_an_error_quoting_a_typed_job_id_is_escaped(
         assert b"pypepper-dramatiq: no job" in err
 
 
+def test_a_usage_error_quoting_a_typed_argument_is_escaped(postgres_uri: str) -> None:
+    status, out, err = run("jobs", f"stray-{HOSTILE}", uri=postgres_uri)
+    assert (status, out) == (2, b"")
+    assert_shown_escaped(err)  # "unrecognized arguments: stray-..."
+    assert b"unrecognized arguments" in err
+
+
 def test_recurring_shows_name_cron_timezone_and_last_job_escaped(
     pg_store: SqlJobStore, postgres_uri: str
 ) -> None:
