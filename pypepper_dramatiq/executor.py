@@ -15,18 +15,18 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import TaskCancelledError, TaskTimeoutError, UnknownExecutorError
+from .logs import get_logger
 
 if TYPE_CHECKING:
     from .context import Context
     from .task import Task
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 TaskFunction = Callable[["Task", "Context"], Any]
 #: ``on_final_failure(task, context, error)``: called once a task has failed for

@@ -10,7 +10,6 @@ it), so the model sits below the stores and channels it is written to.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +38,7 @@ from .errors import (
 )
 from .events import CANCEL, INIT, SCHEDULE, transition
 from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, use_gateway
+from .logs import get_logger
 from .notices import publish_ended, wait_for, wait_for_async, wake
 from .record import JobRecord, utcnow
 from .redis_layout import CANCEL_CHANNEL, redis_client_of
@@ -50,7 +50,7 @@ from .stores.base import IJobStore
 from .stores.registry import get_job_store
 from .waits import ON_CONFLICT, Waits, check_choice, check_unique_key, parent_ids
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Tries of a keyed insert while key holders come and go.
 CONFLICT_ATTEMPTS = 5

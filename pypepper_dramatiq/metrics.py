@@ -31,7 +31,6 @@ names (all defined by code), never a job id.
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -41,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 from . import observers
 from .channels.channel import manager
 from .errors import ConfigError
+from .logs import get_logger
 from .record import JobRecord
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Every metric's name starts with this.
 PREFIX = "pypepper_"

@@ -41,13 +41,14 @@ from . import redis_batch
 from .channels.broker import get_broker
 from .errors import StoreUnavailableError, UnknownJobError, WaitInsideJobError, WaitTimeoutError
 from .executor import running_job
+from .logs import get_logger
 from .outage import REDIS, broker_unreachable, shared_outage
 from .record import JobRecord
 from .redis_layout import CANCEL_CHANNEL, ENDED_CHANNEL, LISTENING_CHANNEL, redis_client_of
 from .start_times import duration
 from .stores.registry import get_job_store
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: How often a waiter reads its job's row when no notice comes (a lost notice
 #: costs at most this). One primary-key read per waiting caller per period.

@@ -17,16 +17,17 @@ may call it (:mod:`pypepper_dramatiq.metrics` is one observer, high up).
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .logs import get_logger
+
 if TYPE_CHECKING:
     from .record import JobRecord
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: How a recovered step was found (:meth:`Observer.recovered`).
 LEASE_LAPSED = "lease_lapsed"

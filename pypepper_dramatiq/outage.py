@@ -12,7 +12,9 @@ import time
 
 import dramatiq
 
-logger = logging.getLogger(__name__)
+from .logs import get_logger
+
+logger = get_logger(__name__)
 
 #: Seconds between the reminder lines of a lasting outage.
 REMINDER_SECONDS = 60.0

@@ -16,7 +16,6 @@ key ``"workflow.task"``)::
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -24,7 +23,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from .logs import get_logger
+
+logger = get_logger(__name__)
 
 #: Key of the progress of a job's tasks in its row's ``state`` (task key -> entry).
 PROGRESS_KEY = "progress"

@@ -14,7 +14,6 @@ process, :func:`trigger_recurring` fires one schedule now.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 
 from . import observers
@@ -22,6 +21,7 @@ from .cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing
 from .errors import DuplicateJobError, UnknownScheduleError
 from .gateway import GATEWAY
 from .job import Job
+from .logs import get_logger
 from .record import JobRecord, utcnow
 from .recurring import RecurringSchedule
 from .start_times import duration
@@ -39,7 +39,7 @@ __all__ = [
     "trigger_recurring",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: The unique key the firings of a schedule with ``overlap="skip"`` share.
 OVERLAP_KEY = "recurring:{name}"

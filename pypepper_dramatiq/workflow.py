@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -14,9 +13,10 @@ from typing import Any
 from . import rules
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, RESULTS_KEY
 from .errors import TaskTimeoutError, cancels_job, describe, is_retriable
+from .logs import get_logger
 from .task import Task
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Attempts with a round_timeout run here; at most 32 at once, more wait their turn.
 TIMEOUT_POOL_SIZE = 32

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,12 +28,13 @@ from typing import Any, Literal, TypeVar, cast
 
 from .. import redis_batch
 from ..errors import BrokerUnavailableError
+from ..logs import get_logger
 from ..redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 
 SendResult = Literal["ok", "full", "stopped"]
 
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _log_bound_change(channel_id: str, before: int, after: int) -> None:

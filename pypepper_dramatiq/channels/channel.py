@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import weakref
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from ..config import count
 from ..errors import BrokerUnavailableError, MessageError, StoreError
 from ..events import FAIL, transition
 from ..job import Job
+from ..logs import get_logger
 from ..notices import publish_ended
 from ..outage import broker_unreachable
 from ..record import JobRecord, utcnow
@@ -47,7 +47,7 @@ from .admission import Gate, LocalGate, Offer, RedisGate, SendResult
 from .broker import get_broker
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: How long a blocked receive() sleeps between looks at the queue, in seconds.
 POLL_INTERVAL = 0.5

@@ -9,16 +9,16 @@ listened publishes them again (:class:`~pypepper_dramatiq.notices.EndAudience`).
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
 from ..engine.running import InFlight
+from ..logs import get_logger
 from ..notices import audience
 from ..outage import REDIS, shared_outage
 from ..redis_layout import CANCEL_CHANNEL, LISTENING_CHANNEL
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class CancelListener(threading.Thread):

@@ -4,7 +4,6 @@ heartbeat."""
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -16,13 +15,14 @@ import dramatiq
 from ..channels.channel import manager
 from ..engine.running import InFlight
 from ..errors import StoreUnavailableError
+from ..logs import get_logger
 from ..outage import JOB_STORE, shared_outage
 from ..record import utcnow
 from ..status import Status
 from ..stores.registry import get_job_store
 from ..workers import PRUNE_SECONDS, WorkerInfo, forget_before, heartbeat_seconds
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class LeaseKeeper(threading.Thread):

@@ -21,7 +21,6 @@ when this middleware handed it a claim; every other message returns unrun
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -39,6 +38,7 @@ from ..channels.messages import STEP_ACTOR, StepMessage
 from ..engine.ledger import Claim, Outcome, StepBook, StepSkipped
 from ..engine.running import running_here
 from ..errors import MessageError, StoreError
+from ..logs import get_logger
 from ..outage import JOB_STORE, REDIS, shared_outage
 from ..record import utcnow
 from ..redis_layout import redis_client_of
@@ -51,7 +51,7 @@ from .leases import LeaseKeeper
 from .orphans import AckKeeper
 from .recovery import RecoverySweeper
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class WorkflowMiddleware(Middleware):
@@ -76,7 +76,7 @@ class WorkflowMiddleware(Middleware):
         continue_steps: int | None = None,
         continue_seconds: float | None = None,
     ) -> None:
-        self.logger = logging.getLogger(f"{__name__}.{type(self).__name__}")
+        self.logger = get_logger(f"{__name__}.{type(self).__name__}")
         if settings is None:
             settings = Settings.of(
                 lease_seconds=lease_seconds,

@@ -21,7 +21,6 @@ missing it turns itself off with a warning.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any
@@ -29,10 +28,11 @@ from typing import Any
 from dramatiq import Message
 
 from ..channels.messages import STEP_ACTOR
+from ..logs import get_logger
 from ..outage import REDIS, broker_unreachable, shared_outage
 from ..redis_layout import acks_key, messages_key
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Seconds a message must be missing from memory before it counts as stranded:
 #: a message passes through a consumer's hands (fetched, then kept or sent on)

@@ -32,6 +32,7 @@ from ..engine.ledger import StepBook, cursor_of
 from ..engine.waiting import Settled, settle
 from ..errors import StoreError, StoreUnavailableError
 from ..gateway import release_held, send_step
+from ..logs import get_logger
 from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
 from ..record import JobRecord, utcnow
 from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
@@ -42,7 +43,7 @@ from ..status import Status
 from ..stores.registry import get_job_store
 from ..waits import Waits
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 #: How often the time-driven part of the sweep runs (at most; ``interval`` if shorter).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import replace
@@ -27,13 +26,14 @@ from ..context import (
 from ..engine.ledger import Claim, Outcome
 from ..engine.running import AttemptTimedOut, InFlight, StepCancelled
 from ..errors import UnknownExecutorError, is_retriable
+from ..logs import get_logger
 from ..progress import ProgressReporter
 from ..record import utcnow
 from ..task import Task
 
 R = TypeVar("R")
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: What the middleware hands the step actor, per worker thread.
 current = threading.local()

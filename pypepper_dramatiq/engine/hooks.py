@@ -22,7 +22,6 @@ leaves the hook due for a worker that has it.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from ..context import (
 )
 from ..errors import StoreError, UnknownExecutorError, describe
 from ..executor import FinalFailureHook, run_awaitable
+from ..logs import get_logger
 from ..record import JobRecord, utcnow
 from ..rules import Position
 from ..spec import TaskSpec
@@ -48,7 +48,7 @@ from ..state import HOOK_RUNNING, JobState
 from ..stores.base import IJobStore
 from ..task import Task
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Tries of a compare-and-set on a hook's entry while other writers move the row on.
 WRITE_ATTEMPTS = 10

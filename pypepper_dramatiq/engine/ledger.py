@@ -25,6 +25,7 @@ from ..channels.messages import StepMessage
 from ..errors import ResultNotStorableError, StoreError, cancels_job, describe
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
 from ..gateway import publish_cancel
+from ..logs import get_logger
 from ..notices import publish_ended
 from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
@@ -41,7 +42,7 @@ from . import hooks
 from .group_commit import Combiner, in_rounds
 from .running import running_here
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: How often the message of a waiting job (sent at once, without Redis) comes back.
 WAIT_POLL_SECONDS = 0.5

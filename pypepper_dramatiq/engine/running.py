@@ -8,7 +8,6 @@ lease keeper renews the leases of the registered steps that hold one.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,9 @@ from dataclasses import dataclass, field
 from dramatiq.middleware import Interrupt
 from dramatiq.middleware.threading import raise_thread_exception
 
-logger = logging.getLogger(__name__)
+from ..logs import get_logger
+
+logger = get_logger(__name__)
 
 
 class StepCancelled(Interrupt):

@@ -8,7 +8,6 @@ job it took: the same decision and the same write on both drivers.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -18,13 +17,14 @@ from typing import Any
 from .. import observers
 from ..errors import DuplicateJobError, NoTaskResultError
 from ..events import CANCEL, FAIL, transition
+from ..logs import get_logger
 from ..notices import publish_ended
 from ..record import JobRecord, utcnow
 from ..state import PARENT_RESULTS_KEY
 from ..stores.base import IJobStore
 from ..waits import Action, Waits, verdict
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class Settled(str, Enum):

@@ -9,7 +9,6 @@ event, and ``round_timeout`` is enforced by the workflow's attempt pool.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import time
@@ -30,6 +29,7 @@ from ..errors import (
 )
 from ..events import CANCEL, COMPLETE, FAIL, RUN
 from ..job import Job
+from ..logs import get_logger
 from ..notices import publish_ended
 from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
@@ -39,7 +39,7 @@ from ..stores.registry import get_job_store
 from ..task import Task
 from ..workflow import Workflow
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: How often a worker whose channel is empty looks again at the jobs it put aside.
 PARK_POLL_SECONDS = 0.05

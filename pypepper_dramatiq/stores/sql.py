@@ -65,6 +65,7 @@ from ..errors import (
     UnknownJobError,
 )
 from ..links import AFTER, Link, parent_order, parents_of, required_parents
+from ..logs import get_logger
 from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
@@ -82,7 +83,7 @@ __all__ = [
     "upgrade_schema",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: Where the Alembic scripts ship, inside the package.
 MIGRATIONS = Path(__file__).with_name("migrations")

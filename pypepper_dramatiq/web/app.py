@@ -8,7 +8,6 @@ job store; the actions go through the package's own calls (``Job.cancel_saved``,
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from ..errors import (
     UnknownScheduleError,
 )
 from ..job import Job
+from ..logs import get_logger
 from ..paging import decode_cursor, encode_cursor
 from ..record import MAX_ID_LENGTH, utcnow
 from ..schedules import pause_recurring, resume_recurring, trigger_recurring
@@ -47,7 +47,7 @@ from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 HERE = Path(__file__).parent
 #: Jobs per page unless ``limit`` says otherwise, and the most it may say.

@@ -193,3 +193,29 @@ def test_no_exception_text_starts_a_line_of_the_traceback(message: str, note: st
             or line in written_by_the_traceback
         ), line
     assert text.count("\nValueError") == text.count("\nRuntimeError") == 1
+
+
+def test_every_logger_of_the_package_holds_the_filter() -> None:
+    import importlib
+    import pkgutil
+
+    import pypepper_dramatiq
+
+    for module in pkgutil.walk_packages(pypepper_dramatiq.__path__, "pypepper_dramatiq."):
+        if module.name.endswith("__main__") or ".migrations" in module.name:
+            continue  # runs the command line; alembic's scripts
+        importlib.import_module(module.name)
+    pypepper_dramatiq.WorkflowMiddleware()  # its logger is made per instance
+    ours = {
+        name: logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if name.startswith("pypepper_dramatiq.") and isinstance(logger, logging.Logger)
+    }
+    assert "pypepper_dramatiq.engine.ledger" in ours
+    assert "pypepper_dramatiq.distributed.middleware.WorkflowMiddleware" in ours
+    without = [
+        name
+        for name, logger in ours.items()
+        if not any(isinstance(f, PrintableFilter) for f in logger.filters)
+    ]
+    assert without == [], "take the logger with logs.get_logger(__name__)"
