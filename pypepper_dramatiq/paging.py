@@ -10,6 +10,8 @@ import base64
 import binascii
 from datetime import datetime, timezone
 
+from .storable import unstorable_in
+
 
 def encode_cursor(created: datetime, job_id: str) -> str:
     """The cursor of the page after the row ``(created, job_id)``."""
@@ -25,6 +27,6 @@ def decode_cursor(text: str) -> tuple[datetime, str] | None:
         when = datetime.fromisoformat(created)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
-    if when.tzinfo is None or not job_id:
-        return None
+    if when.tzinfo is None or not job_id or unstorable_in(job_id) is not None:
+        return None  # no row has that id (no store keeps a NUL): not a cursor we made
     return when, job_id

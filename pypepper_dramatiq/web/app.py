@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
-from werkzeug.routing import Map, MapAdapter, Rule
+from werkzeug.routing import Map, MapAdapter, PathConverter, RequestRedirect, Rule
 from werkzeug.utils import redirect, send_from_directory
 from werkzeug.wrappers import Request, Response
 
@@ -38,6 +38,7 @@ from ..paging import decode_cursor, encode_cursor
 from ..record import MAX_ID_LENGTH, utcnow
 from ..schedules import pause_recurring, resume_recurring, trigger_recurring
 from ..status import Status
+from ..storable import unstorable_in
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
@@ -80,22 +81,43 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 
+
+def _the_list(urls: MapAdapter, **_: Any) -> str:
+    """Where ``/jobs`` leads: the jobs list, with the query the request had."""
+    query = urls.encode_query_args(urls.query_args or "")
+    return urls.build("jobs", force_external=True) + (f"?{query}" if query else "")
+
+
+class _AnyText(PathConverter):
+    """A job id or schedule name as the last part of a path: any text, slashes included,
+    even a leading, trailing or doubled one (``/ops/nightly``, ``a//b``)."""
+
+    regex = ".+"
+    part_isolating = False  # Werkzeug would infer True: the pattern names no "/"
+
+
 _URLS = Map(
     [
         Rule("/", endpoint="jobs"),
-        Rule("/jobs/<path:job_id>", endpoint="job"),
+        # Where a list of jobs would be: the list (an answer of Werkzeug's RequestRedirect).
+        Rule("/jobs", redirect_to=_the_list),
+        Rule("/jobs/<text:job_id>", endpoint="job"),
         Rule("/schedules", endpoint="schedules"),
         # Actions first, the name last: a job id or schedule name may hold a "/".
-        Rule("/actions/cancel/<path:job_id>", endpoint="cancel", methods=["POST"]),
-        Rule("/actions/retry/<path:job_id>", endpoint="retry", methods=["POST"]),
-        Rule("/actions/pause/<path:name>", endpoint="pause", methods=["POST"]),
-        Rule("/actions/resume/<path:name>", endpoint="resume", methods=["POST"]),
-        Rule("/actions/trigger/<path:name>", endpoint="trigger", methods=["POST"]),
+        Rule("/actions/cancel/<text:job_id>", endpoint="cancel", methods=["POST"]),
+        Rule("/actions/retry/<text:job_id>", endpoint="retry", methods=["POST"]),
+        Rule("/actions/pause/<text:name>", endpoint="pause", methods=["POST"]),
+        Rule("/actions/resume/<text:name>", endpoint="resume", methods=["POST"]),
+        Rule("/actions/trigger/<text:name>", endpoint="trigger", methods=["POST"]),
         Rule("/channels", endpoint="channels"),
         Rule("/workers", endpoint="workers"),
         Rule("/static/<path:filename>", endpoint="static"),
     ],
     strict_slashes=False,
+    # "//" is kept: merged, "/jobs//x" would be the job "x", not "/x" (and a POST to
+    # pause "/ops/nightly" would be redirected to pause "ops/nightly").
+    merge_slashes=False,
+    converters={"text": _AnyText},
 )
 
 
@@ -179,6 +201,8 @@ class Dashboard:
         try:
             endpoint, values = call.urls.match()
             response: Response = getattr(self, f"_{endpoint}")(call, **values)
+        except RequestRedirect as exc:  # Werkzeug's own redirect: answered as one
+            response = exc.get_response(request.environ)
         except MethodNotAllowed as exc:
             response = self._error(call, 405, "This address takes a POST form, not a visit.")
             response.headers["Allow"] = ", ".join(exc.valid_methods or ())
@@ -249,8 +273,9 @@ class Dashboard:
             "created_from": args.get("created_from") if created_from else None,
             "created_until": args.get("created_until") if created_until else None,
         }
-        if any("\x00" in value for value in (channel or "", category or "", search or "")):
-            # No stored value holds a NUL (PostgreSQL refuses it): nothing matches.
+        if any(unstorable_in(value) for value in (channel or "", category or "", search or "")):
+            # No stored value holds a NUL or a lone surrogate (no store keeps them): nothing
+            # matches, and the store is not asked (PostgreSQL would refuse the query).
             found: list[Any] = []
             counts = dict.fromkeys(Status, 0)
         else:
@@ -393,6 +418,8 @@ class Dashboard:
 
     def _trigger(self, call: _Call, name: str) -> Response:
         self._may_act(call)
+        if not _plausible_name(name):
+            raise Refused(404, f"No recurring schedule {name!r} is stored.")
         try:
             job_id = trigger_recurring(name)
         except UnknownScheduleError:
@@ -402,6 +429,8 @@ class Dashboard:
     def _schedule_action(self, call: _Call, name: str, done: str) -> Response:
         self._may_act(call)
         change = pause_recurring if done == "paused" else resume_recurring
+        if not _plausible_name(name):
+            raise Refused(404, f"No recurring schedule {name!r} is stored.")
         try:
             notice = done if change(name) else "busy"
         except UnknownScheduleError:
@@ -410,8 +439,14 @@ class Dashboard:
 
 
 def _plausible_id(job_id: str) -> bool:
-    """Whether a store could hold ``job_id`` (a longer one or a NUL cannot be stored)."""
-    return 0 < len(job_id) <= MAX_ID_LENGTH and "\x00" not in job_id
+    """Whether a store could hold ``job_id`` (a longer one, or one with a code point no
+    store keeps, cannot be stored: it is no job, and the store is not asked)."""
+    return 0 < len(job_id) <= MAX_ID_LENGTH and unstorable_in(job_id) is None
+
+
+def _plausible_name(name: str) -> bool:
+    """Whether a store could hold a recurring schedule named ``name``."""
+    return bool(name) and unstorable_in(name) is None
 
 
 def _limit(text: str | None) -> int:
