@@ -14,7 +14,8 @@ Commands:
   than D ago (``--dry-run``: count them).
 * ``workers``: the worker processes (live, or gone lately) and the steps each runs now.
 * ``dashboard``: serve the web dashboard (``--host``, ``--port``; HTTP basic
-  auth from ``PYPEPPER_DASHBOARD_USER`` / ``PYPEPPER_DASHBOARD_PASSWORD``).
+  auth from ``PYPEPPER_DASHBOARD_USER`` / ``PYPEPPER_DASHBOARD_PASSWORD``; the
+  forms' secret from ``--secret-key-file`` or ``PYPEPPER_DASHBOARD_SECRET_KEY``).
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
 ended), 2 bad usage or a store or Redis that cannot be used.
@@ -33,6 +34,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
@@ -65,6 +67,10 @@ DASHBOARD_USER_ENV, DASHBOARD_PASSWORD_ENV = (
     "PYPEPPER_DASHBOARD_USER",
     "PYPEPPER_DASHBOARD_PASSWORD",
 )
+#: The dashboard's CSRF secret (``--secret-key-file`` wins), shared by its processes.
+DASHBOARD_SECRET_ENV = "PYPEPPER_DASHBOARD_SECRET_KEY"
+#: The shortest secret taken, in bytes.
+DASHBOARD_SECRET_SHORTEST = 16
 
 PROG = "pypepper-dramatiq"
 
@@ -352,6 +358,14 @@ def _parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to listen on (127.0.0.1: this machine only)"
     )
     dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
+    dashboard.add_argument(
+        "--secret-key-file",
+        metavar="PATH",
+        help="file holding the secret that signs the forms' tokens (at least "
+        f"{DASHBOARD_SECRET_SHORTEST} bytes; surrounding whitespace is dropped): the same "
+        "in every dashboard process behind one address, so that each takes the forms of "
+        f"the others' pages; default: ${DASHBOARD_SECRET_ENV}, else random per process",
+    )
     return parser
 
 
@@ -691,6 +705,11 @@ def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
     if bool(user) != bool(password):
         _error(f"set both ${DASHBOARD_USER_ENV} and ${DASHBOARD_PASSWORD_ENV}, or neither")
         return 2
+    try:
+        secret = _dashboard_secret(args.secret_key_file)
+    except ValueError as exc:
+        _error(str(exc))
+        return 2
     set_job_store(store)
     try:
         if args.broker_url:
@@ -698,13 +717,40 @@ def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
 
             setup(args.broker_url)  # cancels are published, firings sent, on this Redis
             set_job_store(store)
-        app = make_app(auth=basic_auth(user, password) if user else None)
+        app = make_app(auth=basic_auth(user, password) if user else None, secret_key=secret)
         mode = "basic auth" if user else f"read-only (no ${DASHBOARD_USER_ENV})"
-        _say(f"dashboard on http://{args.host}:{args.port}/, {mode}", stderr=True)
+        forms = "a shared form secret" if secret else "a form secret of its own"
+        _say(f"dashboard on http://{args.host}:{args.port}/, {mode}, {forms}", stderr=True)
         run_simple(args.host, args.port, app, threaded=True)
     finally:
         reset_job_store()
     return 0
+
+
+def _dashboard_secret(path: str | None) -> bytes | None:
+    """The forms' secret: the file's bytes, else ``$PYPEPPER_DASHBOARD_SECRET_KEY``'s,
+    each without surrounding whitespace; None when neither is given (random per process).
+
+    Raises:
+        ValueError: the file cannot be read, or the secret is too short.
+    """
+    if path is not None:
+        source = f"--secret-key-file {path}"
+        try:
+            secret = Path(path).read_bytes().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read --secret-key-file: {exc}") from None
+    else:
+        source = f"${DASHBOARD_SECRET_ENV}"
+        secret = (os.environ.get(DASHBOARD_SECRET_ENV) or "").strip().encode()
+        if not secret:
+            return None
+    if len(secret) < DASHBOARD_SECRET_SHORTEST:
+        raise ValueError(
+            f"the secret of {source} is {len(secret)} bytes long; "
+            f"at least {DASHBOARD_SECRET_SHORTEST} are needed"
+        )
+    return secret
 
 
 # -- channels ------------------------------------------------------------------------------

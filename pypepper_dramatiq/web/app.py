@@ -43,7 +43,7 @@ from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
 from . import views
-from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens
+from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens, same_origin
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -183,7 +183,8 @@ class Dashboard:
         return self._store if self._store is not None else get_job_store()
 
     def _respond(self, request: Request) -> Response:
-        if self.auth is not None and not self.auth(request.environ):
+        # Exactly True: a truthy answer by mistake (a user name, a dict) keeps it out.
+        if self.auth is not None and self.auth(request.environ) is not True:
             return Response(
                 "Authentication required.\n",
                 401,
@@ -356,13 +357,19 @@ class Dashboard:
     # -- actions ------------------------------------------------------------------------
 
     def _may_act(self, call: _Call) -> None:
-        """Refuse the action unless it is allowed, carries a good token, and acts on the
-        store the pages show."""
+        """Refuse the action unless it is allowed, comes from a page of this site, carries
+        a good token, and acts on the store the pages show."""
         if not self.actions_allowed:
             raise Refused(
                 403,
                 "This dashboard is read-only: it has no authentication configured "
                 "(make_app(auth=...), or allow_anonymous_actions=True).",
+            )
+        if not _from_this_site(call.request):
+            raise Refused(
+                403,
+                "The form was sent from a page of another site (its Origin or Referer "
+                "names another host): nothing was done.",
             )
         token = call.request.form.get(CSRF_FIELD)
         if call.new_csrf_value or not self._csrf.valid(token, call.csrf_value):
@@ -438,6 +445,14 @@ class Dashboard:
         return redirect(call.url("schedules", notice=notice), 303)
 
 
+def _from_this_site(request: Request) -> bool:
+    """Whether an action's POST comes from a page of this dashboard (:func:`same_origin`):
+    its host as the request names it, or as a proxy in front forwarded it."""
+    hosts = [request.host, *request.headers.get("X-Forwarded-Host", "").split(",")]
+    headers = request.headers
+    return same_origin([h for h in hosts if h], headers.get("Origin"), headers.get("Referer"))
+
+
 def _plausible_id(job_id: str) -> bool:
     """Whether a store could hold ``job_id`` (a longer one, or one with a code point no
     store keeps, cannot be stored: it is no job, and the store is not asked)."""
@@ -493,13 +508,18 @@ def make_app(
         broker: the Dramatiq broker whose Redis holds the channels (the channels
             page); default: the process's. With a broker that is not Redis, the
             page shows this process's channels.
-        auth: ``auth(environ) -> bool`` decides each request; False answers 401
-            with a basic-auth challenge (:func:`~pypepper_dramatiq.web.basic_auth`
-            makes one). Without it the dashboard is read-only...
+        auth: ``auth(environ) -> bool`` decides each request: ``True`` (exactly that
+            bool) lets it in; anything else (False, None, a truthy value such as a user
+            name) answers 401 with a basic-auth challenge
+            (:func:`~pypepper_dramatiq.web.basic_auth` makes one). Without it the
+            dashboard is read-only...
         allow_anonymous_actions: ...unless this is True: anyone who reaches it may
             then cancel or retry jobs and pause, resume or trigger schedules.
         secret_key: signs the forms' CSRF tokens; default: random per process, so
-            several processes behind one address need the same key.
+            several processes behind one address (replicas, the workers of a
+            pre-forking server without preload) need the same key, or each refuses
+            the forms of the others' pages (``pypepper-dramatiq dashboard``:
+            ``--secret-key-file`` or ``$PYPEPPER_DASHBOARD_SECRET_KEY``).
 
     Raises:
         TypeError: ``auth`` is not callable.

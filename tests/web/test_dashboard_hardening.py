@@ -7,17 +7,22 @@ from __future__ import annotations
 import base64
 import html
 import re
+from pathlib import Path
+from typing import Any
 
+import pytest
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.test import Client
 
+from pypepper_dramatiq.cli import main
 from pypepper_dramatiq.paging import decode_cursor
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
+from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.web import make_app
 
 from .conftest import csrf_token, put, text
-from .test_dashboard import anonymous_actions, stored_schedule
+from .test_dashboard import anonymous_actions, basic, stored_schedule
 
 NUL = "a\x00b"
 
@@ -102,3 +107,145 @@ def test_werkzeug_redirects_are_answered_as_redirects(store: IJobStore) -> None:
     mounted = Client(DispatcherMiddleware(make_app(), {"/ops": make_app()}))
     response = mounted.get("/ops/jobs")
     assert response.status_code == 308 and response.headers["Location"] == "http://localhost/ops/"
+
+
+# -- who may: auth answers, origins, a shared secret ------------------------------------------
+
+
+def test_only_an_auth_answer_of_true_lets_a_request_in(store: IJobStore) -> None:
+    put(store, "shown", 0, status=Status.SCHEDULED)
+    for answer in (1, "ops", ["yes"], {"user": "ops"}, object(), None, False, 0):
+        client = Client(make_app(auth=lambda environ, answer=answer: answer))
+        assert client.get("/jobs/shown").status_code == 401, answer
+        assert client.post("/actions/cancel/shown").status_code == 401, answer
+    assert Client(make_app(auth=lambda environ: True)).get("/jobs/shown").status_code == 200
+    record = store.get("shown")
+    assert record is not None and record.status is Status.SCHEDULED
+
+
+def test_a_post_from_another_sites_page_is_refused_even_with_a_good_token(
+    store: IJobStore,
+) -> None:
+    put(store, "to-cancel", 0, status=Status.SCHEDULED)
+    client = anonymous_actions()
+    data = {"csrf_token": csrf_token(client, "/jobs/to-cancel")}
+    foreign = (
+        {"Origin": "http://evil.example"},
+        {"Origin": "http://localhost.evil.example"},
+        {"Origin": "http://localhost:8081"},
+        {"Origin": "null"},
+        {"Origin": "file://"},
+        {"Origin": "http://localhost:x"},
+        {"Referer": "http://evil.example/jobs/to-cancel"},
+        # The Origin decides, whatever the Referer says.
+        {"Origin": "http://evil.example", "Referer": "http://localhost/jobs/to-cancel"},
+    )
+    for headers in foreign:
+        response = client.post("/actions/cancel/to-cancel", data=data, headers=headers)
+        assert response.status_code == 403, headers
+        assert "another site" in text(response)
+    record = store.get("to-cancel")
+    assert record is not None and record.status is Status.SCHEDULED
+    own = (
+        {"Origin": "http://localhost"},
+        {"Origin": "https://LOCALHOST:443"},  # a proxy ending TLS: the scheme is not compared
+        {"Referer": "http://localhost/jobs/to-cancel"},
+        # Behind a proxy that names the public host in X-Forwarded-Host.
+        {"Origin": "https://ops.example.com", "X-Forwarded-Host": "ops.example.com"},
+        {},  # neither header: not a browser's form; the token and cookie decide
+    )
+    for headers in own:
+        response = client.post("/actions/cancel/to-cancel", data=data, headers=headers)
+        assert response.status_code == 303, headers
+
+
+def test_two_dashboards_with_one_secret_take_each_others_forms(store: IJobStore) -> None:
+    put(store, "to-cancel", 0, status=Status.SCHEDULED)
+    secret = "one secret for every replica"
+    first = make_app(allow_anonymous_actions=True, secret_key=secret)
+    second = make_app(allow_anonymous_actions=True, secret_key=secret)
+    other = make_app(allow_anonymous_actions=True)  # a random secret of its own
+    browser = Client(first)
+    token = csrf_token(browser, "/jobs/to-cancel")
+    cookie = browser.get_cookie("pypepper_dashboard_csrf")
+    assert cookie is not None
+
+    def post_to(app: object) -> int:
+        client = Client(app)  # the same browser: its cookie, another process
+        client.set_cookie("pypepper_dashboard_csrf", cookie.value)
+        return client.post("/actions/cancel/to-cancel", data={"csrf_token": token}).status_code
+
+    assert post_to(other) == 403
+    assert store.get("to-cancel").status is Status.SCHEDULED  # type: ignore[union-attr]
+    assert post_to(second) == 303
+    assert store.get("to-cancel").status is Status.CANCELLED  # type: ignore[union-attr]
+
+
+def served_by_the_command(
+    argv: list[str], store: IJobStore, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, Any]:
+    """What ``pypepper-dramatiq dashboard ARGV`` serves (its exit status, its app)."""
+    import werkzeug.serving
+
+    from pypepper_dramatiq import stores
+
+    served: list[Any] = [None]
+    monkeypatch.setattr(
+        werkzeug.serving, "run_simple", lambda host, port, app, **kw: served.append(app)
+    )
+    monkeypatch.setattr("pypepper_dramatiq.stores.sql.SqlJobStore", lambda uri: store)
+    monkeypatch.setattr(stores.base.IJobStore, "close", lambda self: None)
+    monkeypatch.setenv("PYPEPPER_DASHBOARD_USER", "ops")
+    monkeypatch.setenv("PYPEPPER_DASHBOARD_PASSWORD", "pw")
+    status = main(["dashboard", "--uri", "postgresql+psycopg://unused/db", *argv])
+    set_job_store(store)  # the command forgets its store when its server stops
+    return status, served[-1]
+
+
+def test_the_command_takes_the_secret_from_a_file_or_the_environment(
+    store: IJobStore,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    put(store, "to-cancel", 0, status=Status.SCHEDULED)
+    key_file = tmp_path / "dashboard.key"
+    key_file.write_text("a secret read from a file\n")
+    monkeypatch.delenv("PYPEPPER_DASHBOARD_SECRET_KEY", raising=False)
+    _, from_file = served_by_the_command(["--secret-key-file", str(key_file)], store, monkeypatch)
+    assert "a shared form secret" in capsys.readouterr().err
+    monkeypatch.setenv("PYPEPPER_DASHBOARD_SECRET_KEY", "  a secret read from a file ")
+    _, from_env = served_by_the_command([], store, monkeypatch)
+    monkeypatch.delenv("PYPEPPER_DASHBOARD_SECRET_KEY")
+    _, random = served_by_the_command([], store, monkeypatch)
+    assert "a form secret of its own" in capsys.readouterr().err
+
+    auth = basic("ops", "pw")
+    browser = Client(from_file)
+    page = text(browser.get("/jobs/to-cancel", headers=auth))
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert found is not None
+    cookie = browser.get_cookie("pypepper_dashboard_csrf")
+    assert cookie is not None
+
+    def post_to(app: Any) -> int:
+        client = Client(app)
+        client.set_cookie("pypepper_dashboard_csrf", cookie.value)
+        data = {"csrf_token": found.group(1)}
+        return client.post("/actions/cancel/to-cancel", data=data, headers=auth).status_code
+
+    assert post_to(random) == 403
+    assert post_to(from_env) == 303
+    assert store.get("to-cancel").status is Status.CANCELLED  # type: ignore[union-attr]
+
+    for argv, env in (
+        (["--secret-key-file", str(tmp_path / "missing")], None),
+        (["--secret-key-file", str(tmp_path / "short")], None),
+        ([], "too short"),
+    ):
+        (tmp_path / "short").write_text("short\n")
+        if env is not None:
+            monkeypatch.setenv("PYPEPPER_DASHBOARD_SECRET_KEY", env)
+        status, app = served_by_the_command(argv, store, monkeypatch)
+        assert status == 2 and app is None, argv
+        assert "secret" in capsys.readouterr().err
