@@ -42,7 +42,7 @@ from ..storable import unstorable_in
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
-from . import views
+from . import text, views
 from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens, same_origin
 
 if TYPE_CHECKING:
@@ -168,7 +168,9 @@ class Dashboard:
             undefined=StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=text.shown,  # every printed text: controls, bidi, zero-width made visible
         )
+        self._templates.filters.update(block=text.block, verbatim=text.verbatim)
 
     # -- WSGI ---------------------------------------------------------------------------
 

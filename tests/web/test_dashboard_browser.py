@@ -163,3 +163,58 @@ def test_hostile_text_does_not_run_and_live_refresh_follows_a_job(
     assert live.is_checked()
     assert page.evaluate("window.pwned") is None
     context.close()
+
+
+def test_a_huge_error_wraps_and_spoofing_text_is_shown_isolated_and_visible(
+    store: IJobStore, server: str, browser: Any, shots: Path
+) -> None:
+    huge = "E" * 20_000  # one word: nothing to break at but anywhere
+    rtl = "\u05e9\u05dc\u05d5\u05dd-1"  # Hebrew, then "-1"
+    history = {
+        "0.0": [
+            {
+                "round": 0,
+                "attempt": 0,
+                "outcome": "failed",
+                "worker": "w-1",
+                "error_type": "ValueError",
+                "message": huge,
+                "traceback": f"Traceback (most recent call last):\n  {huge}\nValueError",
+            }
+        ]
+    }
+    put(
+        store,
+        "huge",
+        0,
+        status=Status.FAILED,
+        category=f"{rtl}\u202eevil\u200b",
+        error=f"ValueError: {huge}",
+        state={"history": history, "errors": {"0.0": f"ValueError: {huge}"}},
+    )
+    context = browser.new_context(
+        http_credentials={"username": USER, "password": PASSWORD},
+        viewport={"width": 1280, "height": 800},
+    )
+    page = context.new_page()
+    page.goto(f"{server}/jobs/huge")
+    page.click("details.history details summary")  # the traceback (the failed task's is open)
+    widths = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(shots / "job-huge-error.png"), full_page=False)
+    page.locator("table.tasks").evaluate("e => e.scrollIntoView()")
+    page.screenshot(path=str(shots / "job-huge-error-tasks.png"), full_page=False)
+    assert widths[0] <= widths[1] + 2, widths  # was 277,295 px wide
+    assert page.locator("pre.error-text").inner_text() == f"ValueError: {huge}"
+    category = page.locator(".facts dd", has_text="evil")
+    # The bidi override and the zero-width space are shown as their escapes, and the
+    # right-to-left text is isolated from what stands around it.
+    assert category.inner_text() == f"{rtl}\\u202eevil\\u200b"
+    assert category.evaluate("e => getComputedStyle(e).unicodeBidi") == "isolate"
+    assert page.locator("h1 .id").evaluate("e => getComputedStyle(e).unicodeBidi") == "isolate"
+    page.goto(f"{server}/")
+    assert page.evaluate("document.documentElement.scrollWidth") <= widths[1] + 2
+    page.screenshot(path=str(shots / "jobs-spoofing-category.png"), full_page=False)
+    context.close()

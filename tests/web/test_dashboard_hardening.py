@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import html
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
@@ -249,3 +251,60 @@ def test_the_command_takes_the_secret_from_a_file_or_the_environment(
         status, app = served_by_the_command(argv, store, monkeypatch)
         assert status == 2 and app is None, argv
         assert "secret" in capsys.readouterr().err
+
+
+# -- text shown as text -----------------------------------------------------------------------
+
+RLO, ZWSP = "\u202e", "\u200b"
+
+
+def interpreted(page: str) -> set[str]:
+    """The format and control characters of ``page`` (its layout, newlines and tabs, aside)."""
+    return {c for c in page if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\t\r"}
+
+
+def test_bidi_controls_and_zero_width_characters_are_shown_visibly(store: IJobStore) -> None:
+    spoof = f"admin{RLO}gpj.exe{ZWSP}"
+    history = {
+        "0.0": [
+            {
+                "round": 0,
+                "attempt": 0,
+                "outcome": "failed",
+                "worker": f"host{RLO}1",
+                "error_type": "ValueError",
+                "message": f"bad{ZWSP}",
+                "traceback": f"Traceback (most recent call last):\n\tline {RLO}1\nValueError",
+            }
+        ]
+    }
+    put(
+        store,
+        f"job{RLO}1",
+        0,
+        status=Status.FAILED,
+        category=spoof,
+        error=f"first line\n\tsecond{RLO} line",
+        state={"history": history, "errors": {"0.0": f"bad{ZWSP}"}},
+    )
+    stored_schedule(store, f"nightly{RLO}")
+    client = Client(make_app(allow_anonymous_actions=True))
+    listing = text(client.get("/"))
+    job_page = text(client.get(f"/jobs/job{RLO}1"))
+    schedules = text(client.get("/schedules"))
+    for page in (listing, job_page, schedules):
+        assert interpreted(page) == set()
+    assert r"admin\u202egpj.exe\u200b" in listing and r"job\u202e1" in listing
+    assert f'href="/jobs/job{quote(RLO)}1"' in listing  # the link still leads to the job
+    assert r"<title>Job job\u202e1 · pypepper-dramatiq</title>" in job_page
+    assert r'<bdi class="id">job\u202e1</bdi>' in job_page
+    # Blocks keep their lines and tabs; everything else is escaped visibly.
+    assert '<pre class="error-text">first line\n\tsecond\\u202e line</pre>' in job_page
+    assert "Traceback (most recent call last):\n\tline \\u202e1\nValueError</pre>" in job_page
+    assert r"host\u202e1" in job_page and r"ValueError: bad\u200b" in job_page
+    assert r"nightly\u202e" in schedules
+    assert f'action="/actions/pause/nightly{quote(RLO)}"' in schedules
+    # A filter's field keeps what was typed, so that sending it again is the same filter.
+    filtered = text(client.get("/", query_string={"category": spoof}))
+    assert f'name="category" value="{spoof}"' in filtered
+    assert r"admin\u202egpj.exe\u200b" in filtered  # the row found, shown escaped
