@@ -57,6 +57,9 @@ PAGE, MOST = 50, 500
 COUNTED = 10_000
 #: The longest text search taken (characters; the rest is dropped).
 SEARCH_LONGEST = 200
+#: The farthest a page of a job's parents or children may start (the children up to
+#: it are read to reach it).
+LINKED_FARTHEST = 1_000_000
 
 #: The notices an action's redirect may name (``?notice=``): fixed words, never echoed input.
 NOTICES = {
@@ -102,6 +105,8 @@ _URLS = Map(
         # Where a list of jobs would be: the list (an answer of Werkzeug's RequestRedirect).
         Rule("/jobs", redirect_to=_the_list),
         Rule("/jobs/<text:job_id>", endpoint="job"),
+        # The list after the first views.LISTED of a job's parents or children.
+        Rule("/linked/<any(parents, children):kind>/<text:job_id>", endpoint="linked"),
         Rule("/schedules", endpoint="schedules"),
         # Actions first, the name last: a job id or schedule name may hold a "/".
         Rule("/actions/cancel/<text:job_id>", endpoint="cancel", methods=["POST"]),
@@ -328,6 +333,14 @@ class Dashboard:
             raise Refused(404, f"No job {job_id!r} is stored.")
         return self._render(call, "job.html", job=views.job_view(record, self.store))
 
+    def _linked(self, call: _Call, kind: str, job_id: str) -> Response:
+        record = self.store.get(job_id) if _plausible_id(job_id) else None
+        if record is None:
+            raise Refused(404, f"No job {job_id!r} is stored.")
+        start = _start(call.request.args.get("start"))
+        page = views.linked_page(record, self.store, kind, start)
+        return self._render(call, "linked.html", page=page)
+
     def _schedules(self, call: _Call) -> Response:
         rows = [views.schedule_row(schedule) for schedule in self.store.list_recurring()]
         return self._render(call, "schedules.html", schedules=rows)
@@ -475,6 +488,19 @@ def _limit(text: str | None) -> int:
         value = 0
     if not 1 <= value <= MOST:
         raise Refused(400, f"The page size must be a whole number from 1 to {MOST}.")
+    return value
+
+
+def _start(text: str | None) -> int:
+    """Where a page of linked jobs starts: a whole number, 0 for none."""
+    if not text:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= LINKED_FARTHEST:
+        raise Refused(400, f"start must be a whole number from 0 to {LINKED_FARTHEST:,}.")
     return value
 
 

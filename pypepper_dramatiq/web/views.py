@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..channels.admission import channel_states
-from ..links import AFTER, RETRY
+from ..links import AFTER, RETRY, Link
 from ..progress import PROGRESS_KEY
 from ..record import JobRecord, utcnow
 from ..recurring import RecurringSchedule
@@ -28,8 +28,13 @@ from ..workers import LIVE, ListedWorker, listing
 SHORT = 120
 #: Longest text a page shows of one value (a result, the raw record); the rest is cut.
 LONGEST = 100_000
-#: Most children a job's page lists.
-CHILDREN = 100
+#: Most items of one list a job's page shows (parents, children, one task's attempts);
+#: a "more" link leads to the rest, or the page says how many it left out.
+LISTED = 50
+#: Linked jobs per page of the list of one job's parents or children.
+LINKED_PAGE = 200
+#: Longest reason a job's "Waits for" gives (its parents are listed apart).
+REASON_LONGEST = 500
 #: The statuses a job may be cancelled in.
 CANCELLABLE = frozenset({Status.SCHEDULED, Status.IN_PROGRESS})
 
@@ -140,6 +145,8 @@ class TaskView:
     dropped: int
     #: What the task reported last (``context.progress``), if it did.
     progress: Progress | None = None
+    #: Attempts the row holds beyond the :data:`LISTED` shown.
+    history_more: int = 0
 
 
 @dataclass(frozen=True)
@@ -201,6 +208,9 @@ class JobView:
     facts: list[tuple[str, str]] = field(default_factory=list)
     #: The jobs that came from this one (waited for it, retry it).
     children: list[Related] = field(default_factory=list)
+    #: How many parents the page leaves out, and whether it leaves children out.
+    more_parents: int = 0
+    more_children: bool = False
     timeline: list[Moment] = field(default_factory=list)
 
     @property
@@ -263,6 +273,8 @@ def _task_view(record: JobRecord, key: str, name: str, optional: bool) -> TaskVi
     has_result = key in results
     full = as_json(results[key], indent=2) if has_result else ""
     w, t = (int(part) for part in key.split(".", 1)) if _is_key(key) else (-1, -1)
+    # The engine keeps HISTORY_LIMIT attempts; a row written otherwise may hold more.
+    history = list((state.get("history") or {}).get(key, []))
     return TaskView(
         key=key,
         name=name,
@@ -273,9 +285,10 @@ def _task_view(record: JobRecord, key: str, name: str, optional: bool) -> TaskVi
         result_full=full,
         has_result=has_result,
         error=str((state.get("errors") or {}).get(key) or ""),
-        history=[_attempt(item) for item in (state.get("history") or {}).get(key, [])],
+        history=[_attempt(item) for item in history[:LISTED]],
         dropped=int((state.get("history_dropped") or {}).get(key, 0)),
         progress=_progress((state.get(PROGRESS_KEY) or {}).get(key)),
+        history_more=max(0, len(history) - LISTED),
     )
 
 
@@ -315,34 +328,83 @@ def _workflows(record: JobRecord) -> list[WorkflowView]:
 ROLES = {AFTER: ("parent", "waits for this job"), RETRY: ("retry of", "retried as")}
 
 
-def _related(record: JobRecord, store: IJobStore) -> tuple[list[Related], list[Related]]:
-    """The jobs ``record`` came from (parents, the job it retries, a key holder), and
-    the jobs that came from it (:meth:`IJobStore.links`)."""
-    links = store.links(record.id, limit=CHILDREN)
-    above: list[tuple[str, str]] = [
-        (link.parent, ROLES[link.kind][0]) for link in links if link.child == record.id
-    ]
-    below = [(link.child, ROLES[link.kind][1]) for link in links if link.parent == record.id]
+def _parents(record: JobRecord, links: Sequence[Link]) -> list[tuple[str, str]]:
+    """The jobs ``record`` came from (the job it retries, its parents, a key holder) with
+    their roles, in order: from its links and, for a row stored before the links were
+    kept, its ``waits``."""
+    above = [(link.parent, ROLES[link.kind][0]) for link in links if link.child == record.id]
     if record.waits:
-        # A row stored before the links were kept names its parents in ``waits`` only.
         waits = Waits.from_dict(record.waits)
-        above += [(p, "parent") for p in waits.parents if (p, "parent") not in above]
+        seen = set(above)
+        above += [(p, "parent") for p in waits.parents if (p, "parent") not in seen]
         if waits.holder:
             above.append((waits.holder, f"holder of key {waits.key}"))
-    wanted = [job_id for job_id, _ in above + below]
+    return above
+
+
+def _children(record: JobRecord, links: Sequence[Link]) -> list[tuple[str, str]]:
+    """The jobs that came from ``record`` (waited for it, retry it), oldest first."""
+    return [(link.child, ROLES[link.kind][1]) for link in links if link.parent == record.id]
+
+
+def _with_status(pairs: Sequence[tuple[str, str]], store: IJobStore) -> list[Related]:
+    """``pairs`` of (job id, role) with each job's status, read in one ``get_many``."""
+    wanted = [job_id for job_id, _ in pairs]
     rows = {row.id: row for row in store.get_many(wanted)} if wanted else {}
+    return [
+        Related(
+            id=job_id,
+            role=role,
+            status=rows[job_id].status.value if job_id in rows else None,
+        )
+        for job_id, role in pairs
+    ]
 
-    def related(pairs: list[tuple[str, str]]) -> list[Related]:
-        return [
-            Related(
-                id=job_id,
-                role=role,
-                status=rows[job_id].status.value if job_id in rows else None,
-            )
-            for job_id, role in pairs
-        ]
 
-    return related(above), related(below)
+def _related(record: JobRecord, store: IJobStore) -> tuple[list[Related], list[Related], int, bool]:
+    """The first :data:`LISTED` jobs ``record`` came from and that came from it
+    (:meth:`IJobStore.links`), how many more parents there are, and whether there
+    are more children: the rest are on their own pages (:func:`linked_page`)."""
+    links = store.links(record.id, limit=LISTED + 1)
+    above, below = _parents(record, links), _children(record, links)
+    shown = _with_status(above[:LISTED] + below[:LISTED], store)
+    parents = shown[: min(len(above), LISTED)]
+    return parents, shown[len(parents) :], max(0, len(above) - LISTED), len(below) > LISTED
+
+
+#: The lists of linked jobs a page of their own shows, with their headings.
+LINKED_KINDS = {"parents": "Parents", "children": "Children"}
+
+
+@dataclass(frozen=True)
+class LinkedPage:
+    """One page of a job's parents or children."""
+
+    job_id: str
+    kind: str
+    heading: str
+    start: int
+    rows: list[Related]
+    #: Where the next page starts, if there is one.
+    next_start: int | None
+
+
+def linked_page(record: JobRecord, store: IJobStore, kind: str, start: int) -> LinkedPage:
+    """The parents or children (``kind``) of ``record`` from the ``start``-th on,
+    :data:`LINKED_PAGE` of them (the children read as far as this page goes)."""
+    end = start + LINKED_PAGE
+    if kind == "parents":
+        pairs = _parents(record, store.links(record.id, limit=0))
+    else:
+        pairs = _children(record, store.links(record.id, limit=end + 1))
+    return LinkedPage(
+        job_id=record.id,
+        kind=kind,
+        heading=LINKED_KINDS[kind],
+        start=start,
+        rows=_with_status(pairs[start:end], store),
+        next_start=end if len(pairs) > end else None,
+    )
 
 
 # -- the timeline ----------------------------------------------------------------------------
@@ -424,6 +486,18 @@ def timeline(record: JobRecord, names: Mapping[str, str] | None = None) -> list[
     return [moment for _, _, moment in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
+def _capped(moments: list[Moment]) -> list[Moment]:
+    """A timeline as a page shows it: its first and last :data:`LISTED` moments, and a
+    line saying how many between were left out."""
+    if len(moments) <= 2 * LISTED:
+        return moments
+    left_out = len(moments) - 2 * LISTED
+    gap = Moment(
+        "...", f"{left_out} moments left out", "the attempts of each task are listed above"
+    )
+    return [*moments[:LISTED], gap, *moments[-LISTED:]]
+
+
 def job_view(record: JobRecord, store: IJobStore) -> JobView:
     workflows = _workflows(record)
     tasks = [task for workflow in workflows for task in workflow.tasks]
@@ -439,16 +513,18 @@ def job_view(record: JobRecord, store: IJobStore) -> JobView:
         ("Start deadline", when(record.start_deadline)),
         ("Unique key", record.unique_key or "-"),
     ]
-    parents, children = _related(record, store)
+    parents, children, more_parents, more_children = _related(record, store)
     return JobView(
         record=record,
         workflows=workflows,
         done=sum(task.status in ("Completed", "Skipped") for task in tasks),
         total=len(tasks),
-        waiting_for=record.waiting_for(utcnow()),
+        waiting_for=[clip(reason, REASON_LONGEST) for reason in record.waiting_for(utcnow())],
         related=parents,
         children=children,
-        timeline=timeline(record, {task.key: task.name for task in tasks}),
+        more_parents=more_parents,
+        more_children=more_children,
+        timeline=_capped(timeline(record, {task.key: task.name for task in tasks})),
         raw=as_json(record.to_dict(), indent=2),
         facts=facts,
     )

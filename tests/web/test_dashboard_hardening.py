@@ -21,7 +21,7 @@ from pypepper_dramatiq.paging import decode_cursor
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
-from pypepper_dramatiq.web import make_app
+from pypepper_dramatiq.web import make_app, views
 
 from .conftest import csrf_token, put, text
 from .test_dashboard import anonymous_actions, basic, stored_schedule
@@ -308,3 +308,81 @@ def test_bidi_controls_and_zero_width_characters_are_shown_visibly(store: IJobSt
     filtered = text(client.get("/", query_string={"category": spoof}))
     assert f'name="category" value="{spoof}"' in filtered
     assert r"admin\u202egpj.exe\u200b" in filtered  # the row found, shown escaped
+
+
+# -- long lists -------------------------------------------------------------------------------
+
+
+def linked_ids(page: str, kind: str) -> list[str]:
+    """The job ids a list of linked jobs (``parents`` or ``children``) links to, in order."""
+    found = re.search(rf'<[ou]l class="related {kind}"[^>]*>(.*?)</[ou]l>', page, re.S)
+    assert found is not None, f"no list of {kind}"
+    return [html.unescape(i) for i in re.findall(r'<a href="/jobs/([^"]+)">', found.group(1))]
+
+
+def test_ten_thousand_parents_are_listed_fifty_on_the_job_page_the_rest_in_pages(
+    store: IJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(views, "LINKED_PAGE", 2_500)  # four pages of the rest, not fifty
+    parents = [f"p-{n:05d}" for n in range(10_000)]
+    for n, parent in enumerate(parents[:3]):
+        put(store, parent, n, status=Status.COMPLETED)
+    put(
+        store,
+        "many",
+        10,
+        status=Status.SCHEDULED,
+        waits={"parents": parents, "on_parent_failure": "cancel"},
+    )
+    client = Client(make_app())
+    response = client.get("/jobs/many")
+    page = text(response)
+    # Was 1.35 MB; most of what is left is the raw record, cut at 100,000 characters.
+    assert len(response.data) < 200_000
+    assert linked_ids(page, "parents") == parents[:50]
+    assert page.count('status-completed">Completed<') == 3
+    more = re.search(r'<p class="more"><a href="([^"]+)">and 9950 more parents</a>', page)
+    assert more is not None
+    waits = re.search(r'<ul class="waits"><li>(.*?)</li>', page, re.S)
+    assert waits is not None and len(html.unescape(waits.group(1))) <= 500
+    # The pages of the rest, each after the last, up to the last parent.
+    seen, url, pages = parents[:50], html.unescape(more.group(1)), 0
+    while url:
+        assert url.startswith("/linked/parents/many?start=")
+        listing = text(client.get(url))
+        pages += 1
+        seen += linked_ids(listing, "parents")
+        next_page = re.search(r'<a rel="next" href="([^"]+)">More', listing)
+        url = html.unescape(next_page.group(1)) if next_page else ""
+        assert "First</a>" in listing
+    assert seen == parents and pages == 4
+
+
+def test_children_attempts_and_the_timeline_are_capped_too(store: IJobStore) -> None:
+    put(store, "root", 0, status=Status.COMPLETED)
+    children = [f"c-{n:02d}" for n in range(60)]
+    for n, child in enumerate(children):
+        put(store, child, n + 1, status=Status.SCHEDULED, waits={"parents": ["root"]})
+    client = Client(make_app())
+    page = text(client.get("/jobs/root"))
+    assert linked_ids(page, "children") == children[:50]
+    more = re.search(r'<p class="more"><a href="([^"]+)">more children</a>', page)
+    assert more is not None and html.unescape(more.group(1)) == "/linked/children/root?start=50"
+    rest = text(client.get("/linked/children/root?start=50"))
+    assert linked_ids(rest, "children") == children[50:] and 'rel="next"' not in rest
+    assert 'class="related children" start="51"' in rest
+    for bad in ("start=-1", "start=x", "start=1000001"):
+        assert client.get(f"/linked/children/root?{bad}").status_code == 400, bad
+    assert client.get("/linked/children/missing").status_code == 404
+    assert client.get("/linked/other/root").status_code == 404
+
+    attempt = {"round": 0, "outcome": "failed", "started": "2030-01-01T12:00:00+00:00"}
+    history = [{**attempt, "attempt": n, "ended": "2030-01-01T12:00:01+00:00"} for n in range(60)]
+    put(store, "retried", 70, status=Status.FAILED, state={"history": {"0.0": history}})
+    page = text(client.get("/jobs/retried"))
+    attempts = re.search(r'<table class="attempts">(.*?)</table>', page, re.S)
+    assert attempts is not None and attempts.group(1).count("<tr>") == 1 + 50  # head + rows
+    assert "50 attempts recorded, 10 more in the row not shown" in page
+    timeline = page[page.index("<h2>Timeline</h2>") :]
+    assert timeline.count("<li class=") == 50 + 1 + 50
+    assert "22 moments left out" in timeline  # created, 120 attempt moments, the end
