@@ -15,6 +15,7 @@ from process_state import clean_process_state
 from werkzeug.test import Client, TestResponse
 
 from pypepper_dramatiq import Context, Job, Task, Worker, Workflow, manager, workflow_task
+from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
@@ -79,6 +80,27 @@ def put(store: IJobStore, job_id: str, second: int = 0, **fields: Any) -> JobRec
     assert store.put(record)
     stored = store.get(job_id)
     assert stored is not None
+    return stored
+
+
+def put_waiting(
+    store: IJobStore,
+    job_id: str,
+    second: int,
+    parents: list[str],
+    *,
+    gone: list[str],
+    **fields: Any,
+) -> JobRecord:
+    """A Scheduled row waiting for ``parents``, of which those in ``gone`` are no longer
+    stored: a store takes a waiting row only while its parents are, so those are stored
+    (Completed) for the insert and deleted after it, as a row deleted by hand would be."""
+    for parent in gone:
+        put(store, parent, second, status=Status.COMPLETED)
+    waits = dict(fields.pop("waits", {}), parents=parents)
+    stored = put(store, job_id, second, status=Status.SCHEDULED, waits=waits, **fields)
+    for parent in gone:
+        assert store.delete(parent)
     return stored
 
 

@@ -27,7 +27,7 @@ from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.web import basic_auth, decode_cursor, encode_cursor, make_app
 
-from .conftest import CHANNEL, T0, csrf_token, put, run_job, text, two_step_job
+from .conftest import CHANNEL, T0, csrf_token, put, put_waiting, run_job, text, two_step_job
 
 HOSTILE_CATEGORY = "<script>window.pwned=1</script>"
 HOSTILE_ERROR = 'Boom: "><img src=x onerror=alert(1)>'
@@ -161,13 +161,14 @@ def test_a_scheduled_job_shows_what_it_waits_for_and_its_parents(store: IJobStor
     put(store, "parent-1", 0, status=Status.COMPLETED)
     put(store, "parent-2", 1, status=Status.IN_PROGRESS, lease_owner="host:42:abc")
     start = datetime(2040, 1, 1, tzinfo=timezone.utc)
-    put(
+    put_waiting(
         store,
         "child",
         2,
-        status=Status.SCHEDULED,
+        ["parent-1", "parent-2", "gone"],
+        gone=["gone"],
         not_before=start,
-        waits={"parents": ["parent-1", "parent-2", "gone"], "on_parent_failure": "cancel"},
+        waits={"on_parent_failure": "cancel"},
     )
     client = Client(make_app())
     page = text(client.get("/jobs/child"))
@@ -193,7 +194,7 @@ def test_an_unknown_job_is_a_404_page(store: IJobStore) -> None:
 
 def test_hostile_categories_and_errors_are_shown_as_text(store: IJobStore) -> None:
     put(store, "evil", 0, status=Status.FAILED, category=HOSTILE_CATEGORY, error=HOSTILE_ERROR)
-    put(store, "evil-waits", 1, status=Status.SCHEDULED, waits={"parents": ['"><script>x']})
+    put_waiting(store, "evil-waits", 1, ['"><script>x'], gone=['"><script>x'])
     client = Client(make_app())
     for path in ("/", "/jobs/evil", "/?category=" + HOSTILE_CATEGORY, "/jobs/evil-waits"):
         page = text(client.get(path))
