@@ -65,6 +65,11 @@ class Recorder:
 
 ALWAYS = 10**9
 
+#: A round_timeout within which an attempt is sure to start, on a busy machine too: the
+#: timeout counts from the submit to the pool (an attempt still queued when it expires
+#: is cancelled unstarted), so the tests that need the attempt to run use this one.
+STARTS_WITHIN = 0.5
+
 
 def make_task(name: str, func: Any, **kwargs: Any) -> Task:
     return Task(
@@ -325,10 +330,12 @@ def test_a_slow_attempt_counts_as_failed_and_is_retried() -> None:
     def slow_then_fast(task: Task, context: Context) -> Any:
         calls(task, context)
         if calls.calls == 1:
-            time.sleep(0.4)
+            time.sleep(STARTS_WITHIN + 0.3)
         return "fast"
 
-    result = run_one(slow_then_fast, retry_count=1, round_timeout=0.1, round_timeout_join=5)
+    result = run_one(
+        slow_then_fast, retry_count=1, round_timeout=STARTS_WITHIN, round_timeout_join=5
+    )
     assert calls.calls == 2
     assert result.ok
     assert result.outcomes[0].attempts == 2
@@ -336,8 +343,8 @@ def test_a_slow_attempt_counts_as_failed_and_is_retried() -> None:
 
 
 def test_a_timed_out_attempt_reports_task_timeout_error() -> None:
-    rec = Recorder(sleep=0.3)
-    result = run_one(rec, round_timeout=0.05, round_timeout_join=5)
+    rec = Recorder(sleep=STARTS_WITHIN + 0.3)
+    result = run_one(rec, round_timeout=STARTS_WITHIN, round_timeout_join=5)
     assert not result.ok
     assert rec.calls == 1
     error = result.outcomes[0].error
@@ -356,19 +363,19 @@ def test_an_error_within_the_round_timeout_is_a_failed_attempt_like_any_other() 
 
 
 def test_attempts_of_a_task_never_overlap_even_when_they_time_out() -> None:
-    rec = Recorder(sleep=0.25)
-    result = run_one(rec, retry_count=2, round_timeout=0.05, round_timeout_join=5)
+    rec = Recorder(sleep=STARTS_WITHIN + 0.2)
+    result = run_one(rec, retry_count=2, round_timeout=STARTS_WITHIN, round_timeout_join=5)
     assert rec.calls == 3
     assert rec.max_active == 1
     assert not result.ok
-    assert all(gap >= 0.25 - EPSILON for gap in rec.gaps())
+    assert all(gap >= STARTS_WITHIN + 0.2 - EPSILON for gap in rec.gaps())
 
 
 def test_run_joins_a_started_attempt_before_returning_when_join_is_forever() -> None:
-    rec = Recorder(sleep=0.3)
+    rec = Recorder(sleep=STARTS_WITHIN + 0.3)
     started = time.monotonic()
-    result = run_one(rec, round_timeout=0.05, round_timeout_join=0)
-    assert time.monotonic() - started >= 0.3 - EPSILON
+    result = run_one(rec, round_timeout=STARTS_WITHIN, round_timeout_join=0)
+    assert time.monotonic() - started >= STARTS_WITHIN + 0.3 - EPSILON
     assert rec.finished == 1
     assert not result.ok
 
@@ -386,9 +393,9 @@ def test_round_timeout_join_bounds_the_wait_and_blocks_overlapping_submits() -> 
 
     try:
         started = time.monotonic()
-        result = run_one(hung, retry_count=2, round_timeout=0.05, round_timeout_join=0.1)
+        result = run_one(hung, retry_count=2, round_timeout=STARTS_WITHIN, round_timeout_join=0.1)
         elapsed = time.monotonic() - started
-        assert elapsed < 3
+        assert elapsed < 3 * (STARTS_WITHIN + 0.1) + 3
         assert not done.is_set()
         assert calls.calls == 1  # the still-running attempt blocked the next submits
         assert not result.ok
@@ -406,12 +413,16 @@ def test_next_attempt_runs_once_the_orphaned_previous_one_finished() -> None:
     def slow_first(task: Task, context: Context) -> Any:
         rec(task, context)
         if rec.calls == 1:
-            time.sleep(0.2)
+            time.sleep(STARTS_WITHIN + 0.2)
             return "too late"
         return "in time"
 
     result = run_one(
-        slow_first, retry_count=1, retry_delay=0.4, round_timeout=0.05, round_timeout_join=0.05
+        slow_first,
+        retry_count=1,
+        retry_delay=0.4,
+        round_timeout=STARTS_WITHIN,
+        round_timeout_join=0.05,
     )
     assert rec.calls == 2
     assert rec.max_active == 1
