@@ -49,6 +49,106 @@ def forget_before(now: datetime) -> datetime:
     return as_utc(now) - timedelta(seconds=FORGET_AFTER_SECONDS)
 
 
+#: Longest error text a worker row keeps of one failing sweep duty, in characters.
+SWEEP_ERROR_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class DutyFailure:
+    """One duty of the recovery sweep that fails now (its latest pass raised, or
+    skipped rows), as the sweeping process reports it."""
+
+    duty: str
+    #: The latest error (``Type: message``, or the latest row skipped), cut to
+    #: :data:`SWEEP_ERROR_LIMIT` characters. Raw text: escape it to show it.
+    error: str
+    #: When it began to fail (the sweeper's clock).
+    since: datetime
+    #: Failures since then (passes that raised, rows skipped).
+    failures: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "since", as_utc(self.since))
+        object.__setattr__(self, "error", str(self.error)[:SWEEP_ERROR_LIMIT])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "duty": self.duty,
+            "error": self.error,
+            "since": self.since.isoformat(),
+            "failures": self.failures,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DutyFailure:
+        return cls(
+            duty=str(data["duty"]),
+            error=str(data.get("error") or ""),
+            since=datetime.fromisoformat(str(data["since"])),
+            failures=int(data.get("failures") or 1),
+        )
+
+
+@dataclass(frozen=True)
+class SweepHealth:
+    """The recovery sweep as one worker process runs it, written with its heartbeat."""
+
+    #: Whether it held the sweep's lock at its latest tick (one process leads at a time).
+    leading: bool
+    #: When its latest full pass ended (every duty tried); None: none yet.
+    last_full_pass: datetime | None = None
+    #: The duties failing now, by name.
+    failing: tuple[DutyFailure, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.last_full_pass is not None:
+            object.__setattr__(self, "last_full_pass", as_utc(self.last_full_pass))
+        object.__setattr__(
+            self, "failing", tuple(sorted(self.failing, key=lambda failure: failure.duty))
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the ``sweep`` column of the workers' rows)."""
+        return {
+            "leading": self.leading,
+            "last_full_pass": (
+                None if self.last_full_pass is None else self.last_full_pass.isoformat()
+            ),
+            "failing": [failure.to_dict() for failure in self.failing],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SweepHealth | None:
+        """The health :meth:`to_dict` wrote; None for none, or for a value that is
+        not one (a row is shown without it rather than not at all)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            last = data.get("last_full_pass")
+            return cls(
+                leading=bool(data.get("leading")),
+                last_full_pass=None if last is None else datetime.fromisoformat(str(last)),
+                failing=tuple(DutyFailure.from_dict(item) for item in data.get("failing") or ()),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def sweep_leader(workers: Iterable[WorkerInfo], now: datetime) -> WorkerInfo | None:
+    """The live worker that leads the recovery sweep, as the rows say: among those that
+    said they led at their latest heartbeat, the one whose latest full pass is the
+    latest (two may say so for a heartbeat while the lock moves)."""
+    leading = [w for w in workers if w.sweep is not None and w.sweep.leading and not w.gone(now)]
+    if not leading:
+        return None
+    return max(leading, key=lambda w: (_latest_pass(w), w.last_seen))
+
+
+def _latest_pass(worker: WorkerInfo) -> float:
+    last = worker.sweep.last_full_pass if worker.sweep is not None else None
+    return 0.0 if last is None else last.timestamp()
+
+
 @dataclass(frozen=True)
 class WorkerInfo:
     """One worker process, as its row stores it.
@@ -70,6 +170,8 @@ class WorkerInfo:
     channels: tuple[str, ...] = ()
     #: The Dramatiq version it runs.
     dramatiq_version: str | None = None
+    #: Its recovery sweep's health (None: a worker that writes none, an older release).
+    sweep: SweepHealth | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.owner, str) or not 0 < len(self.owner) <= MAX_OWNER_LENGTH:
@@ -102,6 +204,7 @@ class WorkerInfo:
             "heartbeat": self.heartbeat,
             "channels": list(self.channels),
             "dramatiq_version": self.dramatiq_version,
+            "sweep": None if self.sweep is None else self.sweep.to_dict(),
         }
 
 

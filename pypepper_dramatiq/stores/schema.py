@@ -183,6 +183,9 @@ workers = Table(
     Column("heartbeat", Double, nullable=False),
     Column("channels", json_type(), nullable=True),
     Column("dramatiq_version", String(32), nullable=True),
+    # Its recovery sweep's health (workers.SweepHealth.to_dict): leading, last full
+    # pass, failing duties; written with the heartbeat.
+    Column("sweep", json_type(), nullable=True),
     # The listing's cutoff and the keepers' delete of rows not seen for an hour.
     Index("ix_scheduler_workers_last_seen", "last_seen"),
 )

@@ -70,7 +70,7 @@ from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
-from ..workers import WorkerInfo, forget_before, listed
+from ..workers import SweepHealth, WorkerInfo, forget_before, listed
 from .base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
 from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, UtcDateTime, jobs, links, recurring
 from .schema import workers as worker_rows
@@ -1708,6 +1708,7 @@ def _worker_values(worker: WorkerInfo) -> dict[str, Any]:
         "heartbeat": worker.heartbeat,
         "channels": list(worker.channels),
         "dramatiq_version": worker.dramatiq_version,
+        "sweep": None if worker.sweep is None else worker.sweep.to_dict(),
     }
 
 
@@ -1721,4 +1722,5 @@ def _worker(row: Any) -> WorkerInfo:
         heartbeat=float(row["heartbeat"]),
         channels=tuple(str(name) for name in row["channels"] or ()),
         dramatiq_version=row["dramatiq_version"],
+        sweep=SweepHealth.from_dict(row["sweep"]),
     )

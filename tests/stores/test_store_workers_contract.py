@@ -22,6 +22,8 @@ from pypepper_dramatiq.workers import (
     FORGET_AFTER_SECONDS,
     GONE,
     LIVE,
+    DutyFailure,
+    SweepHealth,
     WorkerInfo,
     running_step,
     steps_by_owner,
@@ -83,6 +85,29 @@ def test_a_beat_inserts_the_row_then_refreshes_it_keeping_started(store: IJobSto
         channels=("etl",),
         dramatiq_version="2.3.0",
     )
+
+
+def test_the_sweep_health_is_written_with_the_beat_and_read_back(store: IJobStore) -> None:
+    if keeps_no_workers(store):
+        pytest.skip("keeps no worker rows")
+    health = SweepHealth(
+        leading=True,
+        last_full_pass=T0 + timedelta(seconds=4, microseconds=250),
+        failing=(
+            DutyFailure("purge", "OverflowError: date value out of range\x1b[2J", T0, 7),
+            DutyFailure("fire_schedules", "schedule nightly: ConfigError: croniter", T0, 1),
+        ),
+    )
+    store.beat_worker(worker(seen=5, sweep=health))
+    [listed] = store.workers(T0 + timedelta(seconds=6))
+    assert listed.sweep == health
+    assert [f.duty for f in listed.sweep.failing] == ["fire_schedules", "purge"]
+    store.beat_worker(worker(seen=10, sweep=SweepHealth(leading=False)))  # all well again
+    [listed] = store.workers(T0 + timedelta(seconds=11))
+    assert listed.sweep == SweepHealth(leading=False)
+    store.beat_worker(worker(seen=15))  # a worker that writes none
+    [listed] = store.workers(T0 + timedelta(seconds=16))
+    assert listed.sweep is None
 
 
 def test_times_keep_microseconds_and_come_back_in_utc(store: IJobStore) -> None:
