@@ -32,10 +32,12 @@ except ImportError:  # pragma: no cover - the tests simulate it by setting _cron
 __all__ = [
     "CATCH_UP",
     "CATCH_UP_LIMIT",
+    "INSTALL_HINT",
     "ON_TIME_SECONDS",
     "SECONDS_FIRST",
     "OVERLAP",
     "CronSchedule",
+    "available",
     "check_choice",
     "check_name",
     "due_slots",
@@ -64,9 +66,15 @@ OVERLAP = ("skip", "allow")
 _UTC = timezone.utc
 _SECOND = timedelta(seconds=1)
 _MAX_NAME_LENGTH = 128
-_INSTALL_HINT = "install it with: pip install croniter (a dependency of pypepper-dramatiq)"
+INSTALL_HINT = "install it with: pip install croniter (a dependency of pypepper-dramatiq)"
+"""How to get croniter, which reading a cron expression needs."""
 # A fixed naive start for the probe that checks an expression matches some date at all.
 _PROBE_START = datetime(2000, 1, 1)
+
+
+def available() -> bool:
+    """Whether cron expressions can be read here (croniter could be imported)."""
+    return _croniter is not None
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,7 @@ class CronSchedule:
 
     def __post_init__(self) -> None:
         if _croniter is None:
-            raise ConfigError(f"cron schedules need the croniter package; {_INSTALL_HINT}")
+            raise ConfigError(f"cron schedules need the croniter package; {INSTALL_HINT}")
         _check_expression(self.expression)
         _check_zone(self.timezone)
 

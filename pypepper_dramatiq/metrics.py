@@ -1,4 +1,5 @@
-"""Prometheus metrics of jobs, attempts, retries, recoveries, deadlines, firings and channels.
+"""Prometheus metrics of jobs, attempts, retries, recoveries, deadlines, firings, channels
+and the recovery sweep's failures.
 
 ``pip install 'pypepper-dramatiq[metrics]'`` (prometheus_client), then turn them on
 with ``setup(..., metrics=True)`` or :func:`install_metrics`. They are an
@@ -33,7 +34,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -203,6 +204,14 @@ class _Collectors:
             ["schedule"],
             registry=reg,
         )
+        self.sweep_failures: Counter = prometheus_client.Counter(
+            f"{PREFIX}sweep_failures",
+            "Failures of the recovery sweep's duties, by duty: a pass where the duty "
+            "raised counts one, and so does each row it skipped (unreadable, or its "
+            "handling raised).",
+            ["duty"],
+            registry=reg,
+        )
         if self.multiprocess:
             # The exposition runs in another process: the sweep leader writes the depths.
             self.channel_depth: Gauge | None = prometheus_client.Gauge(
@@ -358,6 +367,15 @@ class PrometheusMetrics(observers.Observer):
             return
         for channel_id, depth in depths.items():
             self._child(gauge, channel_id).set(depth)
+
+    def sweep_duties(self, duties: Sequence[str]) -> None:
+        # Every series exists from the start at 0, so that a rate alert sees the first failure.
+        counter = self.collectors().sweep_failures
+        for duty in duties:
+            self._child(counter, duty)
+
+    def sweep_failed(self, duty: str) -> None:
+        self._child(self.collectors().sweep_failures, duty).inc()
 
     def __repr__(self) -> str:
         return f"PrometheusMetrics(registry={self.registry!r})"

@@ -2,7 +2,8 @@
 
 The engine calls the functions below at the one place where each thing is
 decided (a job's end after the write that records it, an attempt's end, a
-retry, a recovered step, a missed start deadline, a recurring firing), so that
+retry, a recovered step, a missed start deadline, a recurring firing, a failing
+duty of the recovery sweep), so that
 both drivers report the same facts. Each function hands the fact to every
 installed :class:`Observer`; with none installed it returns at once, so the
 step path pays one call and one test of an empty tuple.
@@ -18,7 +19,7 @@ may call it (:mod:`pypepper_dramatiq.metrics` is one observer, high up).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,14 @@ class Observer:
 
     def channel_depths(self, depths: Mapping[str, int]) -> None:
         """Jobs waiting in each channel, as the recovery sweep read them."""
+
+    def sweep_duties(self, duties: Sequence[str]) -> None:
+        """A recovery sweeper starts in this process; ``duties`` are the names of
+        its duties (each a label :meth:`sweep_failed` may be told)."""
+
+    def sweep_failed(self, duty: str) -> None:
+        """A duty of the recovery sweep failed (it raised: the rest of the pass went
+        on), or skipped one row it could not read or handle."""
 
 
 _observers: tuple[Observer, ...] = ()
@@ -212,3 +221,13 @@ def fired(schedule: str, job_id: str) -> None:
 def channel_depths(depths: Mapping[str, int]) -> None:
     if _observers:
         _tell("channel_depths", depths)
+
+
+def sweep_duties(duties: Sequence[str]) -> None:
+    if _observers:
+        _tell("sweep_duties", tuple(duties))
+
+
+def sweep_failed(duty: str) -> None:
+    if _observers:
+        _tell("sweep_failed", duty)

@@ -1,7 +1,10 @@
 """Logging an outage of the store or the broker as an operator wants to read it.
 
 One WARNING when a service becomes unreachable, one line a minute while it
-stays so, one INFO when it is back: not a traceback at every retry.
+stays so, one INFO when it is back: not a traceback at every retry. The same
+shape serves any part that keeps failing (a recovery sweep duty): there the
+first line carries the traceback, and a new cause while it fails gets a new
+first line.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable
 
 import dramatiq
 
+from .errors import BrokerUnavailableError, StoreUnavailableError
 from .logs import get_logger
 
 logger = get_logger(__name__)
@@ -27,18 +32,31 @@ class OutageLog:
         logger: where the lines go.
         what: the service and who noticed, e.g. ``"job store (recovery sweep)"``.
         reminder_seconds: seconds between the lines of a lasting outage.
+        state: the word for the trouble (``"unreachable"``, ``"failing"``).
+        per_cause: log the first line with the traceback, and again (with its
+            traceback) whenever the cause (:func:`cause_of`) changes while down:
+            for a part of our own that fails, rather than a service that is away.
     """
 
     def __init__(
-        self, logger: logging.Logger, what: str, reminder_seconds: float = REMINDER_SECONDS
+        self,
+        logger: logging.Logger,
+        what: str,
+        reminder_seconds: float = REMINDER_SECONDS,
+        *,
+        state: str = "unreachable",
+        per_cause: bool = False,
     ) -> None:
         self.logger = logger
         self.what = what
         self.reminder_seconds = reminder_seconds
+        self.state = state
+        self.per_cause = per_cause
         self._lock = threading.Lock()
         self._since: float | None = None
         self._last_line = 0.0
         self._failures = 0
+        self._cause: Hashable = None
 
     @property
     def down(self) -> bool:
@@ -47,10 +65,13 @@ class OutageLog:
     def failed(self, exc: BaseException) -> None:
         """A call to the service failed with ``exc``."""
         now = time.monotonic()
+        cause = cause_of(exc) if self.per_cause else None
         with self._lock:
             self._failures += 1
-            if self._since is None:
-                self._since, self._last_line = now, now
+            if self._since is None or cause != self._cause:
+                if self._since is None:
+                    self._since = now
+                self._last_line, self._cause = now, cause
                 first = True
             elif now - self._last_line >= self.reminder_seconds:
                 self._last_line = now
@@ -60,15 +81,18 @@ class OutageLog:
             since, failures = self._since, self._failures
         if first:
             self.logger.warning(
-                "%s unreachable: %s",
+                "%s %s: %s",
                 self.what,
+                self.state,
                 exc,
+                exc_info=exc if self.per_cause else None,
                 extra={"action": "outage", "service": self.what},
             )
         else:
             self.logger.warning(
-                "%s still unreachable after %.1fs (%d failed calls): %s",
+                "%s still %s after %.1fs (%d failed calls): %s",
                 self.what,
+                self.state,
                 now - since,
                 failures,
                 exc,
@@ -82,6 +106,7 @@ class OutageLog:
         with self._lock:
             since, self._since = self._since, None
             failures, self._failures = self._failures, 0
+            self._cause = None
         if since is not None:
             self.logger.info(
                 "%s is back after %.1fs (%d failed calls)",
@@ -111,6 +136,25 @@ def shared_outage(service: str) -> OutageLog:
         if log is None:
             log = _shared[service] = OutageLog(logger, service)
         return log
+
+
+def cause_of(exc: BaseException) -> Hashable:
+    """What makes two failures "the same cause": the exception's type and the line that
+    raised it (not its message, which may name a row or a time)."""
+    frame = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame, tb = tb, tb.tb_next
+    where = (frame.tb_frame.f_code.co_filename, frame.tb_lineno) if frame is not None else None
+    return (type(exc).__module__, type(exc).__qualname__, where)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store or the broker is away (logged as an outage, once
+    for the process), rather than that one part of the work went wrong."""
+    return isinstance(exc, StoreUnavailableError | BrokerUnavailableError) or broker_unreachable(
+        exc
+    )
 
 
 def broker_unreachable(exc: BaseException) -> bool:

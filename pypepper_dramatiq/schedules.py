@@ -14,17 +14,22 @@ process, :func:`trigger_recurring` fires one schedule now.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from . import observers
 from .cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing_id
+from .display import printable
 from .errors import DuplicateJobError, UnknownScheduleError
 from .gateway import GATEWAY
+from .isolation import OnceEach
 from .job import Job
 from .logs import get_logger
+from .outage import cause_of, is_outage
 from .record import JobRecord, utcnow
 from .recurring import RecurringSchedule
 from .start_times import duration
+from .stores.base import IJobStore
 from .stores.registry import get_job_store
 from .waits import check_choice
 
@@ -149,36 +154,73 @@ def trigger_recurring(name: str, now: datetime | None = None) -> str:
     return in_charge
 
 
-def fire_due(now: datetime | None = None, limit: int = 100) -> list[str]:
+def fire_due(
+    now: datetime | None = None,
+    limit: int = 100,
+    on_error: Callable[[str, Exception], None] | None = None,
+) -> list[str]:
     """Fire the due slots of every schedule not paused; returns the new jobs' ids.
 
     Safe to run in several processes at once: a slot's job is stored once
     (its id is the slot's), and a schedule's next slot moves by compare-and-set.
+
+    Each schedule fails alone: one that cannot be fired (its expression cannot
+    be read here, croniter missing, a template that is no job) keeps its state,
+    so it is due again at the next call, and the others fire. Its failure goes
+    to ``on_error(name, exc)``; by default it is logged once per schedule and
+    cause. An outage of the store or the broker is raised (nothing else could fire).
     """
     now = now or utcnow()
     store = get_job_store()
     fired: list[str] = []
     for schedule in store.due_recurring(now, limit):
-        slots, next_slot = due_slots(
-            CronSchedule(schedule.cron, schedule.timezone),
-            schedule.next_slot,
-            now,
-            schedule.catch_up,
-        )
-        last_job = schedule.last_job_id
-        for slot in slots:
-            job_id, new = _fire(schedule, slot)
-            if new:
-                fired.append(job_id)
-                last_job = job_id
-        moved = schedule.evolve(
-            next_slot=next_slot,
-            last_slot=slots[-1] if slots else schedule.last_slot,
-            last_job_id=last_job,
-            updated=now,
-        )
-        store.advance_recurring(moved)  # False: another process moved it first
+        try:
+            fired.extend(_fire_due_slots(store, schedule, now))
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            (on_error or _unfired)(schedule.name, exc)
     return fired
+
+
+def _fire_due_slots(store: IJobStore, schedule: RecurringSchedule, now: datetime) -> list[str]:
+    """Fire the due slots of ``schedule`` and move its next slot; the new jobs' ids."""
+    fired: list[str] = []
+    slots, next_slot = due_slots(
+        CronSchedule(schedule.cron, schedule.timezone),
+        schedule.next_slot,
+        now,
+        schedule.catch_up,
+    )
+    last_job = schedule.last_job_id
+    for slot in slots:
+        job_id, new = _fire(schedule, slot)
+        if new:
+            fired.append(job_id)
+            last_job = job_id
+    moved = schedule.evolve(
+        next_slot=next_slot,
+        last_slot=slots[-1] if slots else schedule.last_slot,
+        last_job_id=last_job,
+        updated=now,
+    )
+    store.advance_recurring(moved)  # False: another process moved it first
+    return fired
+
+
+#: The (schedule, cause) pairs :func:`fire_due` logged already.
+_UNFIRED = OnceEach()
+
+
+def _unfired(name: str, exc: Exception) -> None:
+    if _UNFIRED.first((name, cause_of(exc))):
+        logger.warning(
+            "recurring %s cannot be fired (it stays due; the other schedules fire): %s",
+            printable(name),
+            printable(str(exc)),
+            exc_info=exc,
+            extra={"action": "recurring_unfired", "schedule": name},
+        )
 
 
 def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:

@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import dramatiq
@@ -20,7 +21,7 @@ from ..outage import JOB_STORE, shared_outage
 from ..record import utcnow
 from ..status import Status
 from ..stores.registry import get_job_store
-from ..workers import PRUNE_SECONDS, WorkerInfo, forget_before, heartbeat_seconds
+from ..workers import PRUNE_SECONDS, SweepHealth, WorkerInfo, forget_before, heartbeat_seconds
 
 logger = get_logger(__name__)
 
@@ -34,7 +35,8 @@ class LeaseKeeper(threading.Thread):
     It also keeps this process's row of the workers' listing: written when it
     starts and then once per ``heartbeat`` seconds (default
     :func:`~pypepper_dramatiq.workers.heartbeat_seconds` of the renewal interval),
-    never by a step; deleted when it is stopped (a clean shutdown). Rows of
+    never by a step, with the recovery sweep's health (``sweep_health``); deleted
+    when it is stopped (a clean shutdown). Rows of
     workers not seen for an hour are deleted at its start and every ten minutes.
     A store that cannot be reached is logged as an outage and tried again at the
     next heartbeat.
@@ -48,8 +50,11 @@ class LeaseKeeper(threading.Thread):
         cancel_grace: float,
         interval: float | None = None,
         heartbeat: float | None = None,
+        sweep_health: Callable[[], SweepHealth] | None = None,
     ) -> None:
         super().__init__(name="pypepper-leases", daemon=True)
+        #: Reads the recovery sweep's health, written with each heartbeat (None: none).
+        self.sweep_health = sweep_health
         self.inflight = inflight
         self.owner = owner
         self.lease_seconds = lease_seconds
@@ -113,6 +118,7 @@ class LeaseKeeper(threading.Thread):
             heartbeat=self.heartbeat,
             channels=tuple(sorted(manager.ids())),
             dramatiq_version=dramatiq.__version__,
+            sweep=None if self.sweep_health is None else self.sweep_health(),
         )
 
     def beat(self) -> None:

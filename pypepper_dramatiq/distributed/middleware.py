@@ -140,7 +140,13 @@ class WorkflowMiddleware(Middleware):
             retention=self.settings.purge_after,
         )
         threads: list[Any] = [
-            LeaseKeeper(self.inflight, self.owner, self.lease_seconds, self.cancel_grace),
+            LeaseKeeper(
+                self.inflight,
+                self.owner,
+                self.lease_seconds,
+                self.cancel_grace,
+                sweep_health=sweeper.health,
+            ),
             sweeper,
         ]
         client = redis_client_of(broker)

@@ -11,6 +11,14 @@ Two ways a step can be stranded when a worker dies:
 
 One process at a time sweeps (a Redis lock with a TTL; always this process
 on a broker without Redis).
+
+A pass is a list of named duties (:data:`DUTIES`), each of which fails alone:
+one that raises is logged once per cause (then a reminder a minute, then a
+line when it is back), counted (``observers.sweep_failed``), shown on the
+workers page (:meth:`RecoverySweeper.health`, written with the heartbeat), and
+the next duty runs. Within a duty each row fails alone (:class:`RowGuard`). An
+outage of the store or Redis ends the pass (logged once for the process): the
+other duties would fail the same way.
 """
 
 from __future__ import annotations
@@ -18,22 +26,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from dramatiq.broker import Broker
 from dramatiq.common import dq_name
 
-from .. import observers
+from .. import cron, observers
 from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from ..engine.hooks import HookSweep
 from ..engine.ledger import StepBook, cursor_of
 from ..engine.waiting import Settled, settle
-from ..errors import StoreError, StoreUnavailableError
+from ..errors import StoreError, describe
 from ..gateway import release_held, send_step
+from ..isolation import RowGuard
 from ..logs import get_logger
-from ..outage import JOB_STORE, REDIS, OutageLog, broker_unreachable, shared_outage
+from ..outage import JOB_STORE, REDIS, OutageLog, is_outage, shared_outage
 from ..record import JobRecord, utcnow
 from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
 from ..retention import BATCH
@@ -42,6 +53,7 @@ from ..schedules import fire_due
 from ..status import Status
 from ..stores.registry import get_job_store
 from ..waits import Waits
+from ..workers import DutyFailure, SweepHealth
 
 logger = get_logger(__name__)
 
@@ -82,21 +94,68 @@ class RecoverySweeper(threading.Thread):
         #: How long ended jobs are kept, by final status, in seconds (None or {}:
         #: for ever): ``Settings.purge_after``.
         self.retention = retention
-        self._hook_sweep = HookSweep(get_job_store, owner, lease_seconds, interval, batch)
+        #: Skips (logs once, counts) the rows a duty cannot read or handle.
+        self.rows = RowGuard(logger)
+        self._hook_sweep = HookSweep(
+            get_job_store, owner, lease_seconds, interval, batch, guard=self.rows
+        )
         #: Where the next look at Scheduled rows starts (created, id); None: the oldest.
         self._scheduled_after: tuple[datetime, str] | None = None
         #: Where the next look at waiting rows starts (waiting_since, id); None: the oldest.
         self._waiting_after: tuple[datetime, str] | None = None
         self._store_outage = shared_outage(JOB_STORE)
         self._broker_outage = shared_outage(REDIS)
+        #: Each duty's failures, logged as an outage of it is (once per cause).
+        self._duty_logs = {
+            duty.name: OutageLog(
+                logger, f"recovery sweep duty {duty.name}", state="failing", per_cause=True
+            )
+            for duty in DUTIES
+        }
+        self._health_lock = threading.Lock()
+        self._failing: dict[str, DutyFailure] = {}
+        self._leading = False
+        self._last_full_pass: datetime | None = None
 
     def stop(self) -> None:
         self._stop_event.set()
+
+    def health(self) -> SweepHealth:
+        """The sweep as this process runs it now (written with its heartbeat)."""
+        with self._health_lock:
+            return SweepHealth(
+                leading=self._leading,
+                last_full_pass=self._last_full_pass,
+                failing=tuple(self._failing.values()),
+            )
+
+    def check_cron(self) -> bool:
+        """At boot: warn once if recurring schedules are stored but this process cannot
+        read cron expressions (croniter not importable); True if it can."""
+        if cron.available():
+            return True
+        try:
+            stored = len(get_job_store().list_recurring())
+        except Exception as exc:  # the store's outage is the sweep's to log
+            logger.debug("recurring schedules not counted at boot: %s", exc)
+            return False
+        if stored:
+            logger.warning(
+                "%d recurring schedule(s) are stored but this worker cannot evaluate cron "
+                "expressions: croniter cannot be imported. While it leads the recovery sweep "
+                "no schedule fires; %s",
+                stored,
+                cron.INSTALL_HINT,
+                extra={"action": "cron_unavailable", "schedules": stored},
+            )
+        return False
 
     def run(self) -> None:
         # The time-driven work (releases, waits, deadlines, recurring firings)
         # runs every tick; the recovery of lapsed leases and lost messages every
         # ``interval``.
+        observers.sweep_duties([duty.name for duty in DUTIES])
+        self.check_cron()
         tick = min(self.interval, TICK_SECONDS)
         last_full = time.monotonic()
         while not self._stop_event.wait(tick):
@@ -110,8 +169,10 @@ class RecoverySweeper(threading.Thread):
         try:
             leader = self.lead()
         except Exception as exc:
+            self._leading = False
             self._report(exc, self._broker_outage)
             return
+        self._leading = leader
         self._broker_outage.ok()
         if not leader:
             return
@@ -128,7 +189,7 @@ class RecoverySweeper(threading.Thread):
 
     @staticmethod
     def _report(exc: Exception, outage: OutageLog) -> None:
-        if isinstance(exc, StoreUnavailableError) or broker_unreachable(exc):
+        if is_outage(exc):
             outage.failed(exc)
         else:
             logger.exception("recovery sweep failed; retrying next interval")
@@ -148,27 +209,84 @@ class RecoverySweeper(threading.Thread):
         return False
 
     def sweep(self, *, full: bool = True) -> int:
-        """One pass; returns how many steps were sent (again).
+        """One pass: each of :data:`DUTIES` in turn; returns how many steps were sent (again).
 
-        With ``full`` it also recovers lapsed leases, dead workers' prefetch and
-        first messages gone from the broker; without, only the time-driven work.
+        With ``full`` it also runs the duties of full passes (the recovery of
+        lapsed leases, dead workers' prefetch and lost first messages, the
+        purge, the depth reports); without, only the time-driven ones. A duty
+        that raises is recorded and the next one runs; an outage is raised.
         """
         now = utcnow()
-        recovered: list[JobRecord] = []
-        failed: Exception | None = None
+        sent = 0
+        for duty in DUTIES:
+            if duty.full_only and not full:
+                continue
+            try:
+                count = duty.run(self, now)
+            except Exception as exc:
+                if is_outage(exc):
+                    raise
+                self._duty_failed(duty.name, exc, now)
+                continue
+            self._duty_done(duty.name, now)
+            if duty.sends:
+                sent += count
         if full:
-            for queue_name in sorted(self.broker.get_declared_queues()):
-                requeue_dead_workers(self.broker, queue_name)
-                requeue_dead_workers(self.broker, dq_name(queue_name))
-            until = now + timedelta(seconds=self.dispatch_seconds)
-            recovered = get_job_store().recover_expired(now, until, self.batch)
-        for record in recovered:
+            with self._health_lock:
+                self._last_full_pass = utcnow()
+        return sent
+
+    def _duty_failed(self, name: str, exc: Exception, now: datetime) -> None:
+        self._duty_logs[name].failed(exc)
+        observers.sweep_failed(name)
+        skipped, _ = self.rows.take(name) or (0, "")
+        self._mark_failing(name, describe(exc), 1 + skipped, now)
+
+    def _duty_done(self, name: str, now: datetime) -> None:
+        problems = self.rows.take(name)
+        if problems is not None:  # it went on past rows it skipped: failing still
+            self._mark_failing(name, problems[1], problems[0], now)
+            return
+        with self._health_lock:
+            self._failing.pop(name, None)
+        self._duty_logs[name].ok()
+
+    def _mark_failing(self, name: str, error: str, failures: int, now: datetime) -> None:
+        with self._health_lock:
+            before = self._failing.get(name)
+            self._failing[name] = DutyFailure(
+                duty=name,
+                error=error,
+                since=before.since if before is not None else now,
+                failures=failures + (before.failures if before is not None else 0),
+            )
+
+    def requeue_dead_prefetch(self, now: datetime) -> int:
+        """Put back the messages held in the prefetch of dead workers, queue by queue."""
+        for queue_name in sorted(self.broker.get_declared_queues()):
+            requeue_dead_workers(self.broker, queue_name)
+            requeue_dead_workers(self.broker, dq_name(queue_name))
+        return 0
+
+    def recover_lapsed(self, now: datetime) -> int:
+        """Hand back the steps whose lease lapsed and send each again; returns how many
+        were sent. A row whose message cannot be sent comes back after
+        ``dispatch_seconds``."""
+        until = now + timedelta(seconds=self.dispatch_seconds)
+        recovered = get_job_store().recover_expired(now, until, self.batch)
+        failed: Exception | None = None
+        sent = 0
+        for record in self.rows.readable("recover_leases", recovered):
             position = cursor_of(record) or Position()
             try:
                 self._send(StepMessage(record.id, position), record.channel_id)
-            except Exception as exc:  # the row comes back after dispatch_seconds
-                failed = failed or exc
+            except Exception as exc:
+                if is_outage(exc):
+                    failed = failed or exc  # the others are tried all the same
+                else:
+                    self.rows.failed("recover_leases", record.id, exc)
                 continue
+            sent += 1
             logger.warning(
                 "job %s: lease lapsed at %s; step re-enqueued",
                 record.id,
@@ -176,19 +294,9 @@ class RecoverySweeper(threading.Thread):
                 extra={"action": "recover", "job_id": record.id},
             )
             observers.recovered(record, observers.LEASE_LAPSED)
-        self.fire_recurring(now)
-        self.settle_waiting(now)
-        released = self.release_due(now)
-        self.cancel_overdue(now)
-        resent = self.resend_lost_first_steps(now) if full else 0
-        if full:
-            self.purge_ended(now)
-        self.run_lapsed_hooks(now)
-        if full:
-            self.report_depths()
         if failed is not None:
             raise failed
-        return len(recovered) + released + resent
+        return sent
 
     def run_lapsed_hooks(self, now: datetime) -> int:
         """Call the ``on_final_failure`` hooks whose holder's hold lapsed (a worker
@@ -199,8 +307,15 @@ class RecoverySweeper(threading.Thread):
         return self._hook_sweep.sweep(now)
 
     def fire_recurring(self, now: datetime) -> int:
-        """Fire the due slots of the recurring schedules; returns how many jobs fired."""
-        return len(fire_due(now, self.batch))
+        """Fire the due slots of the recurring schedules; returns how many jobs fired.
+
+        A schedule that cannot be fired stays due and is skipped (logged once per
+        cause, counted); the others fire."""
+
+        def skipped(name: str, exc: Exception) -> None:
+            self.rows.failed("fire_schedules", name, exc, what="schedule")
+
+        return len(fire_due(now, self.batch, on_error=skipped))
 
     def settle_waiting(self, now: datetime) -> int:
         """End the waits of jobs whose parents (or key holder) ended: release,
@@ -218,15 +333,34 @@ class RecoverySweeper(threading.Thread):
                 if len(batch) < self.batch
                 else (batch[-1].waiting_since or batch[-1].created, batch[-1].id)
             )
-            awaited = {
-                job_id for r in batch if r.waits for job_id in Waits.from_dict(r.waits).awaited
-            }
-            found = {row.id: row for row in store.get_many(awaited)} if awaited else {}
-            for record in batch:
-                # A held job takes no channel slot while it waits: nothing to give back.
-                outcome, _ = settle(store, record, found, now)
-                if outcome is not Settled.WAITING and outcome is not Settled.LOST:
-                    ended += 1
+            readable: list[JobRecord] = []
+            awaited: dict[str, set[str]] = {}
+            for record in self.rows.readable("settle_waits", batch):
+                with self.rows.row("settle_waits", record.id):
+                    awaited[record.id] = set(Waits.from_dict(record.waits or {}).awaited)
+                    readable.append(record)
+            wanted = set().union(*awaited.values()) if awaited else set()
+            found = {row.id: row for row in store.get_many(wanted)} if wanted else {}
+            for record in readable:
+                unreadable = [
+                    found[i]
+                    for i in sorted(awaited[record.id])
+                    if i in found and found[i].damaged is not None
+                ]
+                if unreadable:  # deciding on a row read in part could end it wrongly
+                    parent = unreadable[0]
+                    self.rows.skip(
+                        "settle_waits",
+                        record.id,
+                        f"it awaits job {parent.id}, whose row cannot be read: {parent.damaged}",
+                        ("awaits damaged", parent.id),
+                    )
+                    continue
+                with self.rows.row("settle_waits", record.id):
+                    # A held job takes no channel slot while it waits: nothing to give back.
+                    outcome, _ = settle(store, record, found, now)
+                    if outcome is not Settled.WAITING and outcome is not Settled.LOST:
+                        ended += 1
             if self._waiting_after is None:
                 break
         return ended
@@ -251,23 +385,37 @@ class RecoverySweeper(threading.Thread):
         sent = 0
         while batch := [r for r in store.due_releases(until, self.batch) if r.id not in seen]:
             seen.update(r.id for r in batch)  # a row whose mark lost a race is not resent
-            sent += release_held(store, batch, now, self.broker, tick)
+            readable = self.rows.readable("release_held", batch)
+            try:
+                sent += release_held(store, readable, now, self.broker, tick)
+            except Exception as exc:
+                if is_outage(exc):
+                    raise
+                # One row spoilt the batch: row by row, so that it alone stays held (a
+                # message sent before the failure may go twice: a duplicate is run once).
+                for record in readable:
+                    with self.rows.row("release_held", record.id):
+                        sent += release_held(store, [record], now, self.broker, tick)
         return sent
 
     def cancel_overdue(self, now: datetime) -> int:
         """Cancel the Scheduled jobs past their start deadline that nobody picked up."""
         cancelled = 0
-        for record in get_job_store().overdue(now, self.batch):
-            if self.book.cancel_overdue(record, now):
-                cancelled += 1
-                manager.release_slot(record.channel_id, record.id, self.broker)
+        for record in self.rows.readable(
+            "cancel_overdue", get_job_store().overdue(now, self.batch)
+        ):
+            with self.rows.row("cancel_overdue", record.id):
+                if self.book.cancel_overdue(record, now):
+                    cancelled += 1
+                    manager.release_slot(record.channel_id, record.id, self.broker)
         return cancelled
 
-    def report_depths(self) -> None:
+    def report_depths(self, now: datetime | None = None) -> int:
         """Tell the observers how many jobs wait in each channel this process knows
-        (one read per channel; nothing when no observer listens)."""
+        (one read per channel; nothing when no observer listens); returns how many
+        channels were read."""
         if not observers.observing():
-            return
+            return 0
         depths: dict[str, int] = {}
         try:
             for channel_id in manager.ids():
@@ -276,8 +424,9 @@ class RecoverySweeper(threading.Thread):
                     depths[channel_id] = channel.length()
         except Exception as exc:  # a figure for a graph: the next pass reads again
             logger.debug("channel depths not read: %s", exc)
-            return
+            return 0
         observers.channel_depths(depths)
+        return len(depths)
 
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
         return send_step(self.broker, step, channel_id, delay)
@@ -297,10 +446,13 @@ class RecoverySweeper(threading.Thread):
         if client is None:
             return 0
         store = get_job_store()
-        rows = list(
+        listed = list(
             store.list(status=Status.SCHEDULED, limit=self.batch, after=self._scheduled_after)
         )
-        self._scheduled_after = (rows[-1].created, rows[-1].id) if len(rows) >= self.batch else None
+        self._scheduled_after = (
+            (listed[-1].created, listed[-1].id) if len(listed) >= self.batch else None
+        )
+        rows = self.rows.readable("resend_first_steps", listed)
         cutoff = now - timedelta(seconds=self.dispatch_seconds)
         # A job held in the store has no message yet, and one planned later waits
         # in a delay queue: neither has lost anything.
@@ -316,16 +468,8 @@ class RecoverySweeper(threading.Thread):
             return 0
         resent = 0
         for record, alive in zip(stale, self._alive(client, stale), strict=True):
-            if alive:
+            if alive or not self._resend(store, record, now):
                 continue
-            sent = self._send(StepMessage(record.id, Position(), record), record.channel_id)
-            # Compare-and-set: a row claimed meanwhile keeps its own state.
-            store.advance(
-                record.evolve(
-                    updated=now,
-                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
-                )
-            )
             resent += 1
             observers.recovered(record, observers.MESSAGE_LOST)
             logger.warning(
@@ -335,6 +479,22 @@ class RecoverySweeper(threading.Thread):
                 extra={"action": "resend_first_step", "job_id": record.id},
             )
         return resent
+
+    def _resend(self, store: Any, record: JobRecord, now: datetime) -> bool:
+        """Send ``record``'s first message again and record it; False if this row failed
+        (skipped: logged once, counted)."""
+        done = False
+        with self.rows.row("resend_first_steps", record.id):
+            sent = self._send(StepMessage(record.id, Position(), record), record.channel_id)
+            # Compare-and-set: a row claimed meanwhile keeps its own state.
+            store.advance(
+                record.evolve(
+                    updated=now,
+                    state=dict(record.state, **{DISPATCH_KEY: dispatch_of(sent)}),
+                )
+            )
+            done = True
+        return done
 
     def _alive(self, client: Any, records: list[JobRecord]) -> list[bool]:
         """Whether each record's recorded first message is still stored in Redis."""
@@ -367,14 +527,16 @@ class RecoverySweeper(threading.Thread):
         started = time.monotonic()
         purged: dict[str, int] = {}
         for status, kept in self.retention.items():
-            ended_before = now - timedelta(seconds=kept)
-            count = 0
-            for _ in range(self.purge_batches):
-                deleted = len(store.purge(status, ended_before, self.purge_batch))
-                count += deleted
-                if deleted < self.purge_batch:
-                    break
-            purged[status.value] = count
+            # One status's retention that cannot be applied leaves the others' purge.
+            with self.rows.row("purge", status.value, what="retention of status"):
+                ended_before = now - timedelta(seconds=kept)
+                count = 0
+                for _ in range(self.purge_batches):
+                    deleted = len(store.purge(status, ended_before, self.purge_batch))
+                    count += deleted
+                    if deleted < self.purge_batch:
+                        break
+                purged[status.value] = count
         total = sum(purged.values())
         logger.log(
             logging.INFO if total else logging.DEBUG,
@@ -385,6 +547,34 @@ class RecoverySweeper(threading.Thread):
             extra={"action": "purge", "purged": total, "by_status": purged},
         )
         return total
+
+
+@dataclass(frozen=True)
+class Duty:
+    """One duty of the recovery sweep: a name (its label in logs, metrics and the
+    workers page) and the method that does it."""
+
+    name: str
+    run: Callable[[RecoverySweeper, datetime], int]
+    #: Only in the full passes (every ``interval``), not at every tick.
+    full_only: bool = False
+    #: What it returns counts as steps sent (what :meth:`RecoverySweeper.sweep` returns).
+    sends: bool = False
+
+
+#: The sweep's duties, in the order a pass runs them: one line each.
+DUTIES: tuple[Duty, ...] = (
+    Duty("requeue_prefetch", RecoverySweeper.requeue_dead_prefetch, full_only=True),
+    Duty("recover_leases", RecoverySweeper.recover_lapsed, full_only=True, sends=True),
+    Duty("fire_schedules", RecoverySweeper.fire_recurring),
+    Duty("settle_waits", RecoverySweeper.settle_waiting),
+    Duty("release_held", RecoverySweeper.release_due, sends=True),
+    Duty("cancel_overdue", RecoverySweeper.cancel_overdue),
+    Duty("resend_first_steps", RecoverySweeper.resend_lost_first_steps, full_only=True, sends=True),
+    Duty("purge", RecoverySweeper.purge_ended, full_only=True),
+    Duty("lapsed_hooks", RecoverySweeper.run_lapsed_hooks),
+    Duty("depth_reports", RecoverySweeper.report_depths, full_only=True),
+)
 
 
 def _recorded_message(record: JobRecord) -> tuple[str, str | None]:

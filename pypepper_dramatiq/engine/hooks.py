@@ -40,6 +40,7 @@ from ..context import (
 )
 from ..errors import StoreError, UnknownExecutorError, describe
 from ..executor import FinalFailureHook, run_awaitable
+from ..isolation import RowGuard
 from ..logs import get_logger
 from ..record import JobRecord, utcnow
 from ..rules import Position
@@ -252,7 +253,9 @@ class HookSweep:
     Looks at the rows with due hooks (``IJobStore.pending_hooks``, batch after
     batch across passes) at most every ``interval`` seconds. Each hook it can
     find here is taken over by compare-and-set and called on a thread of its
-    own, held (and renewed) by ``owner`` as a worker holds its own.
+    own, held (and renewed) by ``owner`` as a worker holds its own. A row that
+    cannot be read, or whose hook cannot be started, is skipped (``guard``:
+    logged once, counted under ``duty``); the others' hooks start.
     """
 
     def __init__(
@@ -262,8 +265,12 @@ class HookSweep:
         lease_seconds: float,
         interval: float,
         batch: int = 100,
+        guard: RowGuard | None = None,
+        duty: str = "lapsed_hooks",
     ) -> None:
         self._store = store
+        self.guard = guard if guard is not None else RowGuard(logger)
+        self.duty = duty
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.interval = interval
@@ -285,19 +292,15 @@ class HookSweep:
         rows = self._store().pending_hooks(self.batch, after=self._after)
         self._after = (rows[-1].created, rows[-1].id) if len(rows) >= self.batch else None
         started = 0
-        for row in rows:
-            for key in JobState.from_dict(row.state).free_hooks(now):
-                with self._lock:
-                    if len(self._running) >= MAX_RECOVERED_AT_ONCE:
-                        return started
-                    if (row.id, key) in self._running:
-                        continue
-                try:
+        for row in self.guard.readable(self.duty, rows):
+            with self.guard.row(self.duty, row.id):  # one bad row must not stop the others
+                for key in JobState.from_dict(row.state).free_hooks(now):
+                    with self._lock:
+                        if len(self._running) >= MAX_RECOVERED_AT_ONCE:
+                            return started
+                        if (row.id, key) in self._running:
+                            continue
                     started += self._start(row, key, now)
-                except StoreError:
-                    raise
-                except Exception:  # one bad row must not stop the others' hooks
-                    logger.exception("job %s: hook %s could not be started", row.id, key)
         return started
 
     def running(self) -> int:

@@ -73,3 +73,30 @@ def test_the_recovery_sweep_logs_a_store_outage_once_without_tracebacks(
 )
 def test_broker_unreachable_tells_outages_from_bugs(exc: Exception, unreachable: bool) -> None:
     assert broker_unreachable(exc) is unreachable
+
+
+def _raise(exc: Exception) -> Exception:
+    try:
+        raise exc
+    except Exception as raised:
+        return raised
+
+
+def test_a_failing_part_is_logged_with_its_traceback_once_per_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("tests.outage")
+    duty = OutageLog(logger, "duty x", state="failing", per_cause=True)
+    with caplog.at_level(logging.DEBUG, logger="tests.outage"):
+        for n in range(3):  # one place, one type: one cause whatever the message says
+            duty.failed(_raise(ValueError(f"row {n}")))
+        duty.failed(_raise(KeyError("elsewhere")))
+        duty.ok()
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines[:2] == [
+        (logging.WARNING, "duty x failing: row 0"),
+        (logging.WARNING, "duty x failing: 'elsewhere'"),
+    ]
+    assert lines[2][0] == logging.INFO and lines[2][1].startswith("duty x is back after")
+    assert lines[2][1].endswith("(4 failed calls)") and len(lines) == 3
+    assert all(r.exc_info for r in caplog.records[:2])
