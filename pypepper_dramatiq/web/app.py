@@ -357,11 +357,14 @@ class Dashboard:
         return self._render(call, "channels.html", source=source, channels=rows, problem=problem)
 
     def _workers(self, call: _Call) -> Response:
-        rows = views.worker_rows(self.store, utcnow())
+        now = utcnow()
+        found = self.store.workers(now)
+        rows = views.worker_rows(self.store, now, found)
         return self._render(
             call,
             "workers.html",
             workers=rows,
+            sweep=views.sweep_row(found, now),
             gone_after=GONE_AFTER_BEATS,
             heartbeat=HEARTBEAT_SECONDS,
         )

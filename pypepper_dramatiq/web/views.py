@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..channels.admission import channel_states
+from ..display import printable
 from ..links import AFTER, RETRY, Link
 from ..progress import PROGRESS_KEY
 from ..record import JobRecord, utcnow
@@ -22,7 +23,7 @@ from ..state import HOOKS_DONE_KEY
 from ..status import Status
 from ..stores.base import IJobStore
 from ..waits import Waits
-from ..workers import LIVE, ListedWorker, listing
+from ..workers import LIVE, ListedWorker, WorkerInfo, listing, sweep_leader
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).
 SHORT = 120
@@ -618,20 +619,75 @@ class WorkerRow:
     channels: str
     dramatiq_version: str
     steps: list[StepRow]
+    #: Whether it leads the recovery sweep now (:func:`~pypepper_dramatiq.workers.sweep_leader`).
+    leads_sweep: bool = False
 
 
-def worker_rows(store: IJobStore, now: datetime) -> list[WorkerRow]:
+@dataclass(frozen=True)
+class FailingDutyRow:
+    duty: str
+    #: Its latest error, escaped (:func:`~pypepper_dramatiq.display.printable`).
+    error: str
+    since: str
+    failures: int
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """The recovery sweep's health, as the leading worker wrote it with its heartbeat."""
+
+    #: The leader's host and pid ("-": no live worker leads now).
+    leader: str
+    last_full_pass: str
+    #: How long ago, in words ("-": none yet).
+    last_full_ago: str
+    failing: list[FailingDutyRow]
+
+
+def worker_rows(
+    store: IJobStore, now: datetime, found: Sequence[WorkerInfo] | None = None
+) -> list[WorkerRow]:
     """The workers page: each worker row the store lists at ``now``, live or gone, with
-    the steps it holds (two reads: the rows, then their InProgress jobs)."""
-    found = store.workers(now)
+    the steps it holds (two reads: the rows, unless given as ``found``, then their
+    InProgress jobs)."""
+    found = store.workers(now) if found is None else found
+    leader = sweep_leader(found, now)
     return [
-        _worker_row(entry) for entry in listing(found, store.held_by([w.owner for w in found]), now)
+        _worker_row(entry, leader is not None and entry.worker.owner == leader.owner)
+        for entry in listing(found, store.held_by([w.owner for w in found]), now)
     ]
 
 
-def _worker_row(entry: ListedWorker) -> WorkerRow:
+def sweep_row(found: Sequence[WorkerInfo], now: datetime) -> SweepRow | None:
+    """The recovery sweep's health from the worker rows ``found``; None when no row
+    carries any (workers of an older release)."""
+    if not any(w.sweep is not None for w in found):
+        return None
+    leader = sweep_leader(found, now)
+    if leader is None or leader.sweep is None:
+        return SweepRow(leader="-", last_full_pass="-", last_full_ago="-", failing=[])
+    health = leader.sweep
+    last = health.last_full_pass
+    return SweepRow(
+        leader=f"{leader.host} (pid {leader.pid})",
+        last_full_pass=when(last),
+        last_full_ago="-" if last is None else _duration(max(0.0, (now - last).total_seconds())),
+        failing=[
+            FailingDutyRow(
+                duty=failure.duty,
+                error=printable(clip(failure.error, LONGEST)),
+                since=when(failure.since),
+                failures=failure.failures,
+            )
+            for failure in health.failing
+        ],
+    )
+
+
+def _worker_row(entry: ListedWorker, leads_sweep: bool = False) -> WorkerRow:
     worker = entry.worker
     return WorkerRow(
+        leads_sweep=leads_sweep,
         owner=worker.owner,
         host=worker.host,
         pid=worker.pid,

@@ -18,7 +18,7 @@ from pypepper_dramatiq.record import utcnow
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.web import make_app
-from pypepper_dramatiq.workers import WorkerInfo
+from pypepper_dramatiq.workers import DutyFailure, SweepHealth, WorkerInfo
 
 from .conftest import put, text
 
@@ -100,3 +100,49 @@ def test_every_page_links_the_workers_page(store: IJobStore) -> None:
     client = Client(make_app())
     for path in ("/", "/schedules", "/channels"):
         assert 'href="/workers"' in text(client.get(path)), path
+
+
+def test_the_page_shows_who_leads_the_sweep_its_last_pass_and_its_failing_duties(
+    store: IJobStore,
+) -> None:
+    store.prune_workers(FAR_FUTURE)
+    now = utcnow()
+    error = "RuntimeError: <b>bad</b> row\x1b[2J\u202eevil"
+    leading = SweepHealth(
+        leading=True,
+        last_full_pass=now - timedelta(seconds=3),
+        failing=(DutyFailure("purge", error, now - timedelta(minutes=2), 42),),
+    )
+    store.beat_worker(WorkerInfo("lead:1:aa", "lead", 1, now, now, sweep=leading))
+    store.beat_worker(WorkerInfo("other:2:bb", "other", 2, now, now, sweep=SweepHealth(False)))
+    try:
+        page = text(Client(make_app()).get("/workers"))
+        sweep = page[page.index('<section class="sweep"') : page.index("</section>")]
+        assert "Led by <strong>lead (pid 1)</strong>" in sweep
+        assert re.search(r"\(\d+s ago\)", sweep)
+        [duty] = re.findall(r'<tr class="failing-duty">.*?</tr>', sweep, flags=re.S)
+        assert ">purge<" in duty and "<td>42</td>" in duty
+        # Escaped for the terminal-like controls, then for HTML.
+        assert "RuntimeError: &lt;b&gt;bad&lt;/b&gt; row\\x1b[2J\\u202eevil" in duty
+        assert "\x1b" not in page and "\u202e" not in page
+        lead_row, other_row = rows_of(page)
+        assert "sweep leader" in lead_row and "sweep leader" not in other_row
+    finally:
+        store.prune_workers(FAR_FUTURE)
+
+
+def test_the_page_says_when_no_live_worker_leads_the_sweep(store: IJobStore) -> None:
+    store.prune_workers(FAR_FUTURE)
+    now = utcnow()
+    silent = now - timedelta(minutes=5)  # gone: its word that it leads is stale
+    store.beat_worker(
+        WorkerInfo("old:1:aa", "old", 1, silent, silent, sweep=SweepHealth(True, silent))
+    )
+    try:
+        page = text(Client(make_app()).get("/workers"))
+        assert "no leader" in page and "No live worker says it leads the recovery sweep" in page
+        store.prune_workers(FAR_FUTURE)
+        store.beat_worker(WorkerInfo("older:2:bb", "older", 2, now, now))  # an older release
+        assert 'class="sweep"' not in text(Client(make_app()).get("/workers"))
+    finally:
+        store.prune_workers(FAR_FUTURE)
