@@ -391,9 +391,13 @@ class RecoverySweeper(threading.Thread):
             except Exception as exc:
                 if is_outage(exc):
                     raise
-                # One row spoilt the batch: row by row, so that it alone stays held (a
-                # message sent before the failure may go twice: a duplicate is run once).
-                for record in readable:
+                # One row spoilt the batch: the rows still due go row by row, so that
+                # it alone stays held (read again: those sent before it are marked).
+                fresh = self.rows.readable("release_held", store.get_many([r.id for r in readable]))
+                sent += sum(1 for r in fresh if r.release_at is None)
+                for record in fresh:
+                    if record.release_at is None or record.release_at > until:
+                        continue
                     with self.rows.row("release_held", record.id):
                         sent += release_held(store, [record], now, self.broker, tick)
         return sent

@@ -415,6 +415,32 @@ def test_the_recovery_sweep_runs_a_hook_whose_holder_died_once(prefix: str) -> N
     assert still is not None and still.state["hooks"]["0.0"]["owner"] == "live-worker"
 
 
+def test_the_hook_sweep_skips_a_damaged_row_and_a_bad_one_and_runs_the_others(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    key = f"{prefix}t"
+    lapsed = _failed_with_hook_due(key, "dead-worker", until_seconds=-1)
+    store = get_job_store()
+    real = store.pending_hooks
+    damaged = lapsed.evolve(id=f"{prefix}damaged", damaged="column 'state': not JSON")
+    bad = lapsed.evolve(id=f"{prefix}bad", state={"hooks": {"0.0": "not a hook's entry"}})
+
+    def pending(*args: Any, **kwargs: Any) -> list[JobRecord]:
+        return [damaged, bad, *real(*args, **kwargs)]
+
+    store.pending_hooks = pending  # type: ignore[method-assign]
+    sweep = hooks.HookSweep(get_job_store, "sweeper", lease_seconds=5, interval=0)
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.engine.hooks"):
+        assert sweep.sweep(utcnow()) == 1
+        _wait_hooks_done(lapsed.id)
+        assert sweep.sweep(utcnow()) == 0  # the skipped ones again: not logged again
+    assert len(hook_calls(key)) == 1
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 2
+    assert f"job {prefix}damaged skipped: its row cannot be read" in skipped[0]
+    assert f"job {prefix}bad skipped, the rest goes on" in skipped[1]
+
+
 def test_a_hook_taken_over_by_one_sweep_is_not_taken_by_another(prefix: str) -> None:
     key = f"{prefix}t"
     lapsed = _failed_with_hook_due(key, "dead-worker", until_seconds=-1, task=fail_slow_hook)

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
 from process_state import redis_channel_setup
 from prometheus_client import CollectorRegistry
@@ -417,6 +418,10 @@ def test_one_job_that_cannot_be_released_stays_held_and_the_batch_goes_out(
         "r2-bad": False,
         "r3": True,
     }
+    ids = broker.client.lrange(f"{broker.namespace}:{CHANNEL}", 0, -1)
+    data = broker.client.hmget(f"{broker.namespace}:{CHANNEL}.msgs", ids) if ids else []
+    sent = [StepMessage.from_message(Message.decode(raw)).job_id for raw in data]
+    assert sorted(sent) == ["r1", "r3"]  # one message each: r1 is not sent again
 
 
 def test_a_retention_that_cannot_be_applied_leaves_the_other_statuses_purged(
