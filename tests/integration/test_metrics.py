@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services import free_port
 
 from pypepper_dramatiq import Job, Status, Workflow, recurring, remove_recurring
+from pypepper_dramatiq.distributed.recovery import DUTIES
 
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, probe
@@ -123,6 +124,10 @@ def test_worker_processes_serve_job_metrics_on_dramatiqs_exposition_server(
     assert sample(samples, "pypepper_steps_in_progress", channel=CHANNEL) == 0
     # Written by the sweep leader every sweep_interval.
     assert ("pypepper_channel_depth", frozenset({("channel", CHANNEL)})) in samples
+    # A series per sweep duty from the start (at 0: nothing failed), so that alerts work.
+    for duty in DUTIES:
+        failures = ("pypepper_sweep_failures_total", frozenset({("duty", duty.name)}))
+        assert samples.get(failures) == 0, duty.name
     # Each worker process wrote its own files (values summed at scrape time).
     assert len(list(prom_db.glob("counter_*.db"))) >= 1
 
