@@ -20,6 +20,7 @@ from ..settings import YAML_KEYS, Settings
 from ..stores.registry import configure_job_store, setup_from_config
 from .middleware import WorkflowMiddleware
 from .step_actor import declare_step_actor
+from .undecodable import install as guard_against_undecodable
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
@@ -184,6 +185,7 @@ def setup(
         broker.add_middleware(middleware, before=TimeLimit if has_time_limit else None)
     set_broker(broker)
     declare_step_actor(broker)
+    guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
     manager.clear()
     for channel_id, maxsize in declared.items():
         manager.new(channel_id, maxsize)  # no Redis I/O: the bound waits for a first call

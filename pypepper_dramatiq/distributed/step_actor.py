@@ -177,23 +177,36 @@ class _ActorsOnly:
         broker.emit_after("declare_actor", actor)
 
 
-def declare_step_actor(broker: Broker) -> dramatiq.Actor[Any, Any]:
-    """Register the step actor on ``broker`` (once), without declaring a queue."""
+def declare_queueless_actor(
+    broker: Broker, fn: Any, actor_name: str, options: dict[str, Any]
+) -> dramatiq.Actor[Any, Any]:
+    """Register ``fn`` as actor ``actor_name`` on ``broker`` (once), without declaring a
+    queue: its messages travel on queues declared otherwise (the channels')."""
     try:
-        existing: dramatiq.Actor[Any, Any] = broker.get_actor(STEP_ACTOR)
+        existing: dramatiq.Actor[Any, Any] = broker.get_actor(actor_name)
         return existing
     except dramatiq.errors.ActorNotFound:
         pass
     actor: dramatiq.Actor[Any, Any] = dramatiq.Actor(
-        _step,
+        fn,
         broker=_ActorsOnly(broker),  # type: ignore[arg-type]
-        actor_name=STEP_ACTOR,
+        actor_name=actor_name,
         queue_name="default",
         priority=0,
-        # No Dramatiq retries (the rules retry), no Dramatiq time limit unless the
-        # task has a round_timeout, and no immediate interrupt on shutdown: the
-        # middleware gives running attempts shutdown_grace, then hands them back.
-        options={"max_retries": 0, "time_limit": float("inf"), "notify_shutdown": False},
+        options=options,
     )
     actor.broker = broker
     return actor
+
+
+def declare_step_actor(broker: Broker) -> dramatiq.Actor[Any, Any]:
+    """Register the step actor on ``broker`` (once), without declaring a queue."""
+    # No Dramatiq retries (the rules retry), no Dramatiq time limit unless the
+    # task has a round_timeout, and no immediate interrupt on shutdown: the
+    # middleware gives running attempts shutdown_grace, then hands them back.
+    return declare_queueless_actor(
+        broker,
+        _step,
+        STEP_ACTOR,
+        {"max_retries": 0, "time_limit": float("inf"), "notify_shutdown": False},
+    )
