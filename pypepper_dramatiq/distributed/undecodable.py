@@ -8,11 +8,15 @@ the ``DecodeError`` leaves the consumer's iterator, the consumer thread logs it
 at CRITICAL and starts a new consumer three seconds later, and the messages
 fetched with the bad one (the consumer's prefetch, already in this worker's
 Redis ack set) are forgotten: they stay in the ack set while the worker lives,
-and when it dies they come back with the bad one, which does it all again.
+and when it dies they come back with the bad one, which does it all again. (A
+whole message naming another queue than the one it sits in is worse: once run, it
+is handed to the consumer of the queue it names, and a worker thread dies of a
+``KeyError`` when this worker consumes no such queue.)
 
 :class:`GuardedEncoder` wraps whatever encoder was set (``setup()`` installs it
 through :func:`install`). In a Dramatiq consumer thread, data the inner encoder
-cannot turn into a message's fields (:func:`problem`) decodes to a *placeholder*:
+cannot turn into the fields of a message of this queue (:func:`problem`) decodes
+to a *placeholder*:
 a message of the actor :data:`UNDECODABLE_ACTOR` on the consumer's queue, carrying
 a short description of what is wrong (never the data) and, on Redis, the id
 under which the data sits in the queue's message hash, found in this consumer's
@@ -80,16 +84,33 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "message_id": (str,),
     "message_timestamp": (int, float),
 }
+_REQUIRED_SET = frozenset(_REQUIRED)
+_FIELD_SET = frozenset(_FIELDS)
+_TYPE_ITEMS = tuple(_TYPES.items())
 
 
-def problem(fields: Any, *, on_redis: bool = False) -> str | None:
+def problem(fields: Any, *, queue_name: str | None = None, on_redis: bool = False) -> str | None:
     """What keeps decoded ``fields`` from being a message Dramatiq can handle; None if nothing.
 
     Args:
         fields: what the encoder returned.
+        queue_name: the queue the data was fetched from, which the message must name
+            (Dramatiq hands a processed message back to the consumer of the queue it
+            names: a worker thread dies on a queue it does not consume).
         on_redis: the message came from Dramatiq's Redis broker, whose
             acknowledgement needs the ``redis_message_id`` option.
     """
+    if not _plainly_a_message(fields, on_redis):
+        found = _shape_problem(fields, on_redis)
+        if found is not None:
+            return found
+    if queue_name is not None and fields["queue_name"] != queue_name:
+        named = fields["queue_name"]
+        return printable(f"names queue {named!r}, not {queue_name!r}"[:MAX_REASON])
+    return None
+
+
+def _shape_problem(fields: Any, on_redis: bool) -> str | None:
     if not isinstance(fields, dict):
         return f"decodes to a {type(fields).__name__}, not a message's fields"
     missing = [name for name in _REQUIRED if name not in fields]
@@ -107,6 +128,17 @@ def problem(fields: Any, *, on_redis: bool = False) -> str | None:
     if on_redis and not isinstance(fields["options"].get("redis_message_id"), str):
         return "no redis_message_id option"
     return None
+
+
+def _plainly_a_message(fields: Any, on_redis: bool) -> bool:
+    """:func:`problem`'s fast path (a message as an encoder decodes it: exact types),
+    taken by every good message a consumer fetches."""
+    if type(fields) is not dict or not _REQUIRED_SET <= fields.keys() <= _FIELD_SET:
+        return False
+    for name, kinds in _TYPE_ITEMS:
+        if name in fields and type(fields[name]) not in kinds:
+            return False
+    return not on_redis or type(fields["options"].get("redis_message_id")) is str
 
 
 def describe_error(exc: BaseException) -> str:
@@ -240,7 +272,11 @@ class GuardedEncoder(Encoder):
         except Exception as exc:
             reason = describe_error(exc)
         else:
-            found = problem(fields, on_redis=redis_client_of(broker) is not None)
+            found = problem(
+                fields,
+                queue_name=thread.queue_name,
+                on_redis=redis_client_of(broker) is not None,
+            )
             if found is None:
                 return fields
             reason = found

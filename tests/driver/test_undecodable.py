@@ -34,6 +34,7 @@ from pypepper_dramatiq.distributed.undecodable import (
     excerpt,
     problem,
 )
+from pypepper_dramatiq.errors import MessageError
 
 from .conftest import CHANNEL
 
@@ -99,7 +100,7 @@ def test_bad_data_ahead_of_jobs_is_dead_lettered_and_every_job_behind_it_runs(
     worker = start_worker()
     store = get_job_store()
     wait_until(
-        lambda: all(store.get(job.id).status is Status.COMPLETED for job in jobs),  # type: ignore[union-attr]
+        lambda: all(store.get(job.id).status is Status.COMPLETED for job in jobs),
         "every job to complete",
     )
     stub_broker.join(CHANNEL, timeout=int(TIMEOUT * 1000), fail_fast=False)
@@ -112,14 +113,14 @@ def test_bad_data_ahead_of_jobs_is_dead_lettered_and_every_job_behind_it_runs(
         assert about["reason"].startswith(REASONS[kind]), (kind, about)
         assert about["size"] == len(data)
     logged = undecodable_records(caplog)
-    assert [r.reason for r in logged] == [m.options[OPTION_KEY]["reason"] for m in dead]  # type: ignore[attr-defined]
-    assert all(r.queue == CHANNEL for r in logged)  # type: ignore[attr-defined]
+    assert [r.reason for r in logged] == [m.options[OPTION_KEY]["reason"] for m in dead]
+    assert all(r.queue == CHANNEL for r in logged)
     text = "\n".join(r.getMessage() for r in logged)
     assert "\x1b" not in text and "\\x1b[2Jnot json\\n" in text
     assert len(text) < 2_000  # a MiB of data shows as an excerpt
     assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL]
     # The stub broker's join raises what the placeholder carries.
-    with pytest.raises(Exception, match="undecodable message on queue"):
+    with pytest.raises(MessageError, match="undecodable message on queue"):
         stub_broker.join(CHANNEL, timeout=int(TIMEOUT * 1000), fail_fast=True)
 
 
@@ -135,14 +136,22 @@ def test_a_plain_actor_on_its_own_queue_is_untouched_and_so_is_bad_data_there(
         got.append(value)
 
     stub_broker.queues["plain"].put(b"{")
+    # A good message naming a queue this worker does not consume: Dramatiq would hand
+    # it back to that queue's consumer, and the worker thread would die of a KeyError.
+    stub_broker.queues["plain"].put(plain.message(3).copy(queue_name="elsewhere").encode())
     plain.send(1)
     plain.send(2)
     start_worker()
     stub_broker.join("plain", timeout=int(TIMEOUT * 1000), fail_fast=False)
 
     assert sorted(got) == [1, 2]
-    assert [m.queue_name for m in stub_broker.dead_letters_by_queue["plain"]] == ["plain"]
-    assert len(undecodable_records(caplog)) == 1
+    dead = stub_broker.dead_letters_by_queue["plain"]
+    assert [m.queue_name for m in dead] == ["plain", "plain"]
+    assert [m.options[OPTION_KEY]["reason"] for m in dead][1] == (
+        "names queue 'elsewhere', not 'plain'"
+    )
+    assert len(undecodable_records(caplog)) == 2
+    assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL]
 
 
 def test_outside_a_consumer_thread_the_inner_encoder_answers_unchanged() -> None:
@@ -166,13 +175,11 @@ def test_in_a_consumer_thread_bad_data_decodes_to_a_placeholder_and_good_data_as
         queue_name="q",
         prefetch=1,
         work_queue=None,
-        worker_timeout=100,  # type: ignore[arg-type]
+        worker_timeout=100,
     )
     results: list[Any] = []
     # Run the decodes in a thread of Dramatiq's consumer class, as its consumer does.
-    thread.run = lambda: results.extend(  # type: ignore[method-assign]
-        [guarded.decode(good), guarded.decode(b"\x00\xff")]
-    )
+    thread.run = lambda: results.extend([guarded.decode(good), guarded.decode(b"\x00\xff")])
     thread.start()
     thread.join(TIMEOUT)
 
@@ -186,6 +193,10 @@ def test_in_a_consumer_thread_bad_data_decodes_to_a_placeholder_and_good_data_as
     assert about["excerpt"] == "\\x00\\xff"
     assert about["reason"].startswith("not decodable: UnicodeDecodeError")
     assert dramatiq.Message.decode(json.dumps(placeholder).encode()).actor_name == UNDECODABLE_ACTOR
+
+
+class Options(dict[str, Any]):
+    """A mapping some encoder might decode options to: a dict all the same."""
 
 
 @pytest.mark.parametrize(
@@ -219,12 +230,24 @@ def test_in_a_consumer_thread_bad_data_decodes_to_a_placeholder_and_good_data_as
             False,
             None,
         ),
+        (
+            {"queue_name": "q", "actor_name": "a", "args": (), "kwargs": {}, "options": Options()},
+            False,
+            None,
+        ),
     ],
 )
 def test_problem_names_what_keeps_fields_from_being_a_message(
     fields: Any, on_redis: bool, reason: str | None
 ) -> None:
     assert problem(fields, on_redis=on_redis) == reason
+    assert problem(fields, queue_name="q", on_redis=on_redis) == reason
+
+
+def test_a_message_naming_another_queue_than_the_one_it_sits_in_is_no_message_there() -> None:
+    fields = {"queue_name": "q.DQ", "actor_name": "a", "args": [], "kwargs": {}, "options": {}}
+    assert problem(fields, queue_name="q.DQ") is None
+    assert problem(fields, queue_name="q") == "names queue 'q.DQ', not 'q'"
 
 
 def test_descriptions_never_carry_the_data_unescaped() -> None:
