@@ -80,5 +80,5 @@ def test_without_redis_the_placeholder_says_so_and_dead_letters_nothing(
         UndecodableMiddleware().before_process_message(broker, message)
     assert message.failed
     (record,) = [r for r in caplog.records if getattr(r, "action", "") == "dead_letter_undecodable"]
-    assert "stays there until this worker stops" in record.getMessage()
+    assert "it stays there, and comes back" in record.getMessage()
     assert "\\x1b not json" in record.getMessage()

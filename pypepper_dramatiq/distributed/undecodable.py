@@ -309,8 +309,9 @@ class UndecodableMiddleware(Middleware):
         }
         if redis_client_of(broker) is not None and not redis_id:
             logger.error(
-                "undecodable message on queue %s (%s bytes, starting %s): %s; not found in "
-                "this worker's ack set (%s), so it stays there until this worker stops",
+                "undecodable message on queue %s (%s bytes, starting %s): %s; its id was not "
+                "found in this worker's ack set (%s): it stays there, and comes back (to be "
+                "dead-lettered then) once this worker has stopped",
                 queue_name,
                 about.get("size"),
                 excerpt_text,
