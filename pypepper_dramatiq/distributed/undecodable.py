@@ -34,7 +34,6 @@ consumer thread (a results backend, ``AckKeeper``, a script calling
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -49,10 +48,11 @@ from dramatiq.middleware import Middleware
 
 from ..display import printable
 from ..errors import MessageError
+from ..logs import get_logger
 from ..redis_layout import acks_key, messages_key, redis_client_of
 from .step_actor import declare_queueless_actor
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: The actor of the placeholder an undecodable message decodes to; it never runs.
 UNDECODABLE_ACTOR = "pypepper_dramatiq.undecodable"
