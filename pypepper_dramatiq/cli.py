@@ -29,6 +29,7 @@ JSON output is printed as ``json.dumps`` writes it (ASCII, every control escaped
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -62,6 +63,10 @@ from .workers import FORGET_AFTER_SECONDS, GONE_AFTER_BEATS, ListedWorker, listi
 
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
 URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
+#: Modules to import before a command rebuilds jobs (comma-separated), as ``--import``.
+IMPORT_ENV = "PYPEPPER_IMPORT"
+#: What to do about a task whose code this process has not imported.
+_IMPORT_HINT = f"import the module of its tasks here: --import MODULE, or ${IMPORT_ENV}"
 #: The dashboard's basic-auth credentials (both, or neither: read-only).
 DASHBOARD_USER_ENV, DASHBOARD_PASSWORD_ENV = (
     "PYPEPPER_DASHBOARD_USER",
@@ -109,11 +114,11 @@ actions:
 
 
 def _add_uri(command: argparse.ArgumentParser) -> None:
-    default = os.environ.get(URI_ENV) or None
+    # Not required= for argparse: its usage would show --uri as needed even when
+    # $PYPEPPER_STORE_URI gives it; main() says so when neither does.
     command.add_argument(
         "--uri",
-        required=default is None,
-        default=default,
+        default=os.environ.get(URI_ENV) or None,
         help="SQLAlchemy URI of the job store (postgresql+psycopg://... or "
         f"mysql+pymysql://...); default: ${URI_ENV}",
     )
@@ -211,15 +216,7 @@ def _parser() -> argparse.ArgumentParser:
         help="start at this task: its name, or its position workflow.task (such as 0.1) "
         "when several tasks have the name; where the job stopped, or earlier",
     )
-    retry.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import MODULE first (the current directory is on the path): where the "
-        "job's @workflow_task functions are; may be repeated",
-    )
+    _add_imports(retry)
     _add_uri(retry)
     retry.add_argument(
         "--broker-url",
@@ -297,6 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     recurring.add_argument(
         "--json", action="store_true", help="list as JSON lines (default: a table)"
     )
+    _add_imports(recurring, "trigger rebuilds the schedule's template job")
 
     workers = commands.add_parser(
         "workers",
@@ -342,10 +340,11 @@ def _parser() -> argparse.ArgumentParser:
         "dashboard",
         help="serve the web dashboard",
         description="Serve the web dashboard (jobs, one job's history, schedules, channels) "
-        f"with Werkzeug's server. With ${DASHBOARD_USER_ENV} and ${DASHBOARD_PASSWORD_ENV} "
-        "set it asks for them (HTTP basic auth) and may cancel jobs and pause, resume or "
-        "trigger schedules; without them it is read-only. Needs the dashboard extra: "
-        "pip install 'pypepper-dramatiq[dashboard]'.",
+        "with waitress, a production WSGI server (threads, pure Python). With "
+        f"${DASHBOARD_USER_ENV} and ${DASHBOARD_PASSWORD_ENV} set it asks for them (HTTP "
+        "basic auth) and may cancel and retry jobs and pause, resume or trigger schedules; "
+        "without them it is read-only. Retry and Trigger rebuild jobs: --import the modules "
+        "of their tasks. Needs the dashboard extra: pip install 'pypepper-dramatiq[dashboard]'.",
     )
     _add_uri(dashboard)
     dashboard.add_argument(
@@ -357,7 +356,13 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (127.0.0.1: this machine only)"
     )
-    dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
+    dashboard.add_argument(
+        "--port", type=int, default=8080, help="port to listen on (8080; 0: any free one)"
+    )
+    dashboard.add_argument(
+        "--threads", type=int, default=8, help="requests served at once (8, waitress's threads)"
+    )
+    _add_imports(dashboard, "Retry and Trigger rebuild jobs")
     dashboard.add_argument(
         "--secret-key-file",
         metavar="PATH",
@@ -367,6 +372,44 @@ def _parser() -> argparse.ArgumentParser:
         f"the others' pages; default: ${DASHBOARD_SECRET_ENV}, else random per process",
     )
     return parser
+
+
+def _add_imports(parser: argparse.ArgumentParser, why: str = "") -> None:
+    """The ``--import MODULE`` option of a command that rebuilds jobs from their rows,
+    which needs the code of their tasks (their ``@workflow_task`` functions)."""
+    reason = f" ({why})" if why else ""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=f"import MODULE first (the current directory is on the path): where the "
+        f"jobs' @workflow_task functions are{reason}; may be repeated; default: "
+        f"${IMPORT_ENV} (comma-separated)",
+    )
+
+
+def _task_modules(args: argparse.Namespace) -> list[str]:
+    """The modules to import: ``--import``'s, else ``$PYPEPPER_IMPORT``'s."""
+    given: list[str] = list(getattr(args, "imports", []) or [])
+    if not given:
+        given = [m.strip() for m in os.environ.get(IMPORT_ENV, "").split(",") if m.strip()]
+    return given
+
+
+def _import_task_modules(args: argparse.Namespace) -> None:
+    """Import the task modules a command was given, as ``dramatiq`` imports its
+    modules (the current directory on the path).
+
+    Raises:
+        ImportError: a module cannot be imported (its own error, for the message).
+    """
+    modules = _task_modules(args)
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        importlib.import_module(module)  # it may call setup(): the command's comes after
 
 
 def _check_channel_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -396,6 +439,8 @@ def _check_channel_arguments(parser: argparse.ArgumentParser, args: argparse.Nam
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "uri") and not args.uri:
+        parser.error(f"{args.command} needs --uri (or ${URI_ENV}): the job store")
     if args.command == "channels":
         _check_channel_arguments(parser, args)
         return _channels(args)
@@ -558,18 +603,13 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
 
 
 def _retry(store: IJobStore, args: argparse.Namespace) -> int:
-    import importlib
-
     from .distributed.setup import setup
     from .job import Job
     from .stores.registry import reset_job_store, set_job_store
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as dramatiq's command finds the tasks' modules
     set_job_store(store)
     try:
-        for module in args.imports:
-            importlib.import_module(module)  # it may call setup(): ours comes after
+        _import_task_modules(args)
         setup(args.broker_url)
         set_job_store(store)
         new_id = Job.retry_saved(args.job_id, from_task=args.from_task)
@@ -579,7 +619,7 @@ def _retry(store: IJobStore, args: argparse.Namespace) -> int:
     except (UnknownJobError, RetryError, AmbiguousTaskNameError, UnknownExecutorError) as exc:
         # Every refusal of a retry is status 2: nothing was stored or sent.
         unknown_id = isinstance(exc, UnknownExecutorError) and exc.executor_id is not None
-        hint = " (--import MODULE)" if unknown_id else ""
+        hint = f" ({_IMPORT_HINT})" if unknown_id else ""
         _error(f"{exc}{hint}")
         return 2
     finally:
@@ -630,12 +670,19 @@ def _recurring(store: IJobStore, args: argparse.Namespace) -> int:
 
     set_job_store(store)
     try:
+        _import_task_modules(args)
         setup(args.broker_url)
         set_job_store(store)
         job_id = trigger_recurring(args.name)
+    except ImportError as exc:
+        _error(f"--import: {exc}")
+        return 2
     except UnknownScheduleError as exc:
         _error(str(exc))
         return 1
+    except UnknownExecutorError as exc:
+        _error(f"recurring schedule {args.name} not fired: {exc} ({_IMPORT_HINT})")
+        return 2
     finally:
         reset_job_store()
     _say(f"recurring schedule {args.name} fired: job {job_id}")
@@ -694,7 +741,7 @@ def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
     from .stores.registry import reset_job_store, set_job_store
 
     try:
-        from werkzeug.serving import run_simple
+        from waitress import create_server
 
         from .web import basic_auth, make_app
     except ImportError as exc:
@@ -712,6 +759,11 @@ def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
         return 2
     set_job_store(store)
     try:
+        try:
+            _import_task_modules(args)
+        except ImportError as exc:
+            _error(f"--import: {exc}")
+            return 2
         if args.broker_url:
             from .distributed.setup import setup
 
@@ -720,8 +772,15 @@ def _dashboard(store: IJobStore, args: argparse.Namespace) -> int:
         app = make_app(auth=basic_auth(user, password) if user else None, secret_key=secret)
         mode = "basic auth" if user else f"read-only (no ${DASHBOARD_USER_ENV})"
         forms = "a shared form secret" if secret else "a form secret of its own"
-        _say(f"dashboard on http://{args.host}:{args.port}/, {mode}, {forms}", stderr=True)
-        run_simple(args.host, args.port, app, threaded=True)
+        server = create_server(app, host=args.host, port=args.port, threads=args.threads)
+        port = getattr(server, "effective_port", args.port)  # 0: the one the system chose
+        _say(f"dashboard on http://{args.host}:{port}/, {mode}, {forms}", stderr=True)
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.close()
     finally:
         reset_job_store()
     return 0

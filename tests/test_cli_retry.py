@@ -187,7 +187,7 @@ def test_the_tasks_code_is_imported_with_import(
 
     assert retry(*argv) == 2
     err = capsys.readouterr().err
-    assert "'cli-retry.elsewhere'" in err and err.rstrip().endswith("(--import MODULE)")
+    assert "'cli-retry.elsewhere'" in err and "--import MODULE, or $PYPEPPER_IMPORT)" in err
 
     assert retry(*argv, "--import", tasks_module) == 0
     record = pg_store.get(capsys.readouterr().out.strip())

@@ -51,6 +51,13 @@ if TYPE_CHECKING:
 logger = get_logger(__name__)
 
 HERE = Path(__file__).parent
+
+#: What a 409 says when a job cannot be rebuilt here: its tasks' code is not imported.
+REBUILD_HINT = (
+    "This dashboard process has not imported the code of its tasks: serve it with "
+    "'pypepper-dramatiq dashboard --import MODULE' (or $PYPEPPER_IMPORT), or call "
+    "make_app() in a process that imports them."
+)
 #: Jobs per page unless ``limit`` says otherwise, and the most it may say.
 PAGE, MOST = 50, 500
 #: The counts per status are exact up to this many jobs, "more than" above it.
@@ -425,7 +432,9 @@ class Dashboard:
             new_id = Job.retry_saved(job_id)
         except UnknownJobError:
             raise Refused(404, f"No job {job_id!r} is stored.") from None
-        except (RetryError, UnknownExecutorError, ChannelEnqueueError) as exc:
+        except UnknownExecutorError as exc:
+            raise Refused(409, f"The job was not retried: {exc}. {REBUILD_HINT}") from None
+        except (RetryError, ChannelEnqueueError) as exc:
             raise Refused(409, f"The job was not retried: {exc}") from None
         logger.info(
             "dashboard: job %s retried by job %s",
@@ -449,6 +458,10 @@ class Dashboard:
             job_id = trigger_recurring(name)
         except UnknownScheduleError:
             raise Refused(404, f"No recurring schedule {name!r} is stored.") from None
+        except UnknownExecutorError as exc:
+            raise Refused(409, f"The schedule was not fired: {exc}. {REBUILD_HINT}") from None
+        except ChannelEnqueueError as exc:
+            raise Refused(409, f"The schedule was not fired: {exc}") from None
         return redirect(call.url("job", job_id=job_id, notice="triggered"), 303)
 
     def _schedule_action(self, call: _Call, name: str, done: str) -> Response:

@@ -115,3 +115,32 @@ def csrf_token(client: Client, path: str) -> str:
 
 def text(response: TestResponse) -> str:
     return response.get_data(as_text=True)
+
+
+class FakeServer:
+    """What ``waitress.create_server`` makes, recorded instead of served: the command
+    returns at once (:func:`served_by_waitress`)."""
+
+    def __init__(self, app: Any, host: str, port: int, threads: int) -> None:
+        self.app, self.host, self.port, self.threads = app, host, port, threads
+        self.effective_port = port
+
+    def run(self) -> None:
+        """Serve nothing: return as a server stopped at once does."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def served_by_waitress(monkeypatch: pytest.MonkeyPatch) -> list[FakeServer]:
+    """The servers the ``dashboard`` command makes, in order (none serves)."""
+    import waitress
+
+    made: list[FakeServer] = []
+
+    def create_server(app: Any, *, host: str, port: int, threads: int) -> FakeServer:
+        made.append(FakeServer(app, host, port, threads))
+        return made[-1]
+
+    monkeypatch.setattr(waitress, "create_server", create_server)
+    return made

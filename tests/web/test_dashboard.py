@@ -27,7 +27,17 @@ from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.web import basic_auth, decode_cursor, encode_cursor, make_app
 
-from .conftest import CHANNEL, T0, csrf_token, put, put_waiting, run_job, text, two_step_job
+from .conftest import (
+    CHANNEL,
+    T0,
+    csrf_token,
+    put,
+    put_waiting,
+    run_job,
+    served_by_waitress,
+    text,
+    two_step_job,
+)
 
 HOSTILE_CATEGORY = "<script>window.pwned=1</script>"
 HOSTILE_ERROR = 'Boom: "><img src=x onerror=alert(1)>'
@@ -465,16 +475,9 @@ def test_mounted_under_a_prefix_in_flask(store: IJobStore) -> None:
 def test_the_dashboard_command_serves_with_basic_auth_from_the_environment(
     store: IJobStore, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import werkzeug.serving
-
     from pypepper_dramatiq import stores
 
-    served: list[tuple[str, int, Any]] = []
-    monkeypatch.setattr(
-        werkzeug.serving,
-        "run_simple",
-        lambda host, port, app, **kw: served.append((host, port, app)),
-    )
+    made = served_by_waitress(monkeypatch)
     # The command opens the store from --uri: let it open this one.
     monkeypatch.setattr("pypepper_dramatiq.stores.sql.SqlJobStore", lambda uri: store)
     monkeypatch.setattr(stores.base.IJobStore, "close", lambda self: None)
@@ -487,7 +490,7 @@ def test_the_dashboard_command_serves_with_basic_auth_from_the_environment(
 
     monkeypatch.setenv("PYPEPPER_DASHBOARD_PASSWORD", "pw")
     assert main(["dashboard", "--uri", "postgresql+psycopg://unused/db", "--port", "9999"]) == 0
-    host, port, app = served[-1]
+    host, port, app = made[-1].host, made[-1].port, made[-1].app
     assert (host, port) == ("127.0.0.1", 9999)
     set_job_store(store)  # the command forgets its store when its server stops
     assert "basic auth" in capsys.readouterr().err
@@ -498,7 +501,7 @@ def test_the_dashboard_command_serves_with_basic_auth_from_the_environment(
     monkeypatch.delenv("PYPEPPER_DASHBOARD_USER")
     monkeypatch.delenv("PYPEPPER_DASHBOARD_PASSWORD")
     assert main(["dashboard", "--uri", "x://y", "--host", "0.0.0.0"]) == 0
-    host, _, app = served[-1]
+    host, app = made[-1].host, made[-1].app
     set_job_store(store)
     assert host == "0.0.0.0" and "read-only" in capsys.readouterr().err
     assert "Read-only" in text(Client(app).get("/"))

@@ -24,7 +24,7 @@ from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.web import make_app, views
 
-from .conftest import csrf_token, put, text
+from .conftest import csrf_token, put, served_by_waitress, text
 from .test_dashboard import anonymous_actions, basic, stored_schedule
 
 NUL = "a\x00b"
@@ -188,21 +188,16 @@ def served_by_the_command(
     argv: list[str], store: IJobStore, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, Any]:
     """What ``pypepper-dramatiq dashboard ARGV`` serves (its exit status, its app)."""
-    import werkzeug.serving
-
     from pypepper_dramatiq import stores
 
-    served: list[Any] = [None]
-    monkeypatch.setattr(
-        werkzeug.serving, "run_simple", lambda host, port, app, **kw: served.append(app)
-    )
+    made = served_by_waitress(monkeypatch)
     monkeypatch.setattr("pypepper_dramatiq.stores.sql.SqlJobStore", lambda uri: store)
     monkeypatch.setattr(stores.base.IJobStore, "close", lambda self: None)
     monkeypatch.setenv("PYPEPPER_DASHBOARD_USER", "ops")
     monkeypatch.setenv("PYPEPPER_DASHBOARD_PASSWORD", "pw")
     status = main(["dashboard", "--uri", "postgresql+psycopg://unused/db", *argv])
     set_job_store(store)  # the command forgets its store when its server stops
-    return status, served[-1]
+    return status, made[-1].app if made else None
 
 
 def test_the_command_takes_the_secret_from_a_file_or_the_environment(
