@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 import threading
 from datetime import timedelta
@@ -11,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from .durations import MAX_SECONDS, MAX_SHOWN, bounded
 from .errors import ConfigError
 
 
@@ -90,13 +92,22 @@ def section(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 def seconds(name: str, value: object, *, zero: bool = False) -> float:
-    """``value`` as finite seconds > 0 (>= 0 with ``zero``); ConfigError naming ``name``."""
+    """``value`` as finite seconds > 0 (>= 0 with ``zero``), at most
+    :data:`~pypepper_dramatiq.durations.MAX_SECONDS`; ConfigError naming ``name``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-        if (number >= 0 if zero else number > 0) and number != float("inf"):  # NaN fails both
-            return number
+        number = _as_float(value)
+        if number >= 0 if zero else number > 0:  # NaN fails both
+            return bounded(name, number, ConfigError)  # infinity too, naming the bound
     bound = ">= 0" if zero else "> 0"
     raise ConfigError(f"{name} must be a number of seconds {bound}, got {value!r}")
+
+
+def _as_float(number: float) -> float:
+    """``number`` as a float; an int beyond floats is infinite (not an OverflowError)."""
+    try:
+        return float(number)
+    except OverflowError:
+        return float("inf")
 
 
 #: Seconds per unit of a duration string (``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``).
@@ -117,6 +128,12 @@ def duration(name: str, value: object) -> float:
     elif isinstance(value, str):
         match = _DURATION.fullmatch(value)
         number = float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"] if match else None
+    numeric = isinstance(number, (int, float)) and not isinstance(number, bool)
+    finite = numeric and math.isfinite(_as_float(number))  # type: ignore[arg-type]
+    if finite and _as_float(number) > MAX_SECONDS:  # type: ignore[arg-type]
+        raise ConfigError(
+            f"{name} must be at most {MAX_SECONDS:.0f} seconds ({MAX_SHOWN}), got {value!r}"
+        )
     try:
         return seconds(name, number)
     except ConfigError:

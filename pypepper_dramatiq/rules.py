@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from .durations import bounded
+
 #: The longest wait that backoff alone grows a retry delay to, in seconds (7 days,
 #: the longest delay Dramatiq's Redis broker documents for a message). A
 #: ``retry_delay`` or ``retry_delay_max`` set longer is kept as written.
@@ -76,8 +78,7 @@ class RetryPolicy:
         if not self.retry_delay >= 0:
             raise ValueError(f"retry_delay must be >= 0, got {self.retry_delay}")
         # An endless wait would reach the broker (or Event.wait) as an OverflowError.
-        if math.isinf(self.retry_delay):
-            raise ValueError(f"retry_delay must be finite, got {self.retry_delay}")
+        bounded("retry_delay", self.retry_delay)
         if not 1 <= self.retry_backoff < math.inf:
             raise ValueError(
                 f"retry_backoff must be a finite number >= 1, got {self.retry_backoff}"
@@ -88,6 +89,7 @@ class RetryPolicy:
                     f"retry_delay_max must be a finite number >= 0 (None: no cap), "
                     f"got {self.retry_delay_max}"
                 )
+            bounded("retry_delay_max", self.retry_delay_max)
             if self.retry_delay_max < self.retry_delay:
                 raise ValueError(
                     f"retry_delay_max ({self.retry_delay_max}) must not be below "

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .config import duration, seconds
+from .durations import MAX_SECONDS, MAX_SHOWN
 from .errors import ConfigError
 from .status import TERMINAL, Status
 
@@ -125,6 +126,11 @@ def _checked(name: str, label: str, value: object) -> Any:
     if name == "heartbeat_timeout_ms":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{label} must be a whole number of milliseconds > 0, got {value!r}")
+        if value > MAX_SECONDS * 1000:
+            raise ConfigError(
+                f"{label} must be at most {MAX_SECONDS * 1000:.0f} milliseconds ({MAX_SHOWN}), "
+                f"got {value!r}"
+            )
         return value
     if name == "retention":
         return _retention(label, value)

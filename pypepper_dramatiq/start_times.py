@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from .durations import MAX_SECONDS, MAX_SHOWN, bounded
+
 #: Delays up to this long ride on Dramatiq's delayed messages (kept in a worker's
 #: memory until due); longer ones are held in the job store and released by the
 #: recovery sweep shortly before they are due.
@@ -41,17 +43,21 @@ def missed_deadline(deadline: datetime, now: datetime) -> str:
 
 
 def duration(name: str, value: object) -> float:
-    """``value`` (seconds or a timedelta) as seconds >= 0; a ValueError or TypeError
+    """``value`` (seconds or a timedelta) as seconds >= 0, at most
+    :data:`~pypepper_dramatiq.durations.MAX_SECONDS`; a ValueError or TypeError
     naming option ``name`` otherwise."""
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond floats
+            seconds = math.inf
     else:
         raise TypeError(f"{name} must be seconds (int or float) or a timedelta, got {value!r}")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return seconds
+    return bounded(name, seconds)
 
 
 def start_times(
@@ -64,8 +70,9 @@ def start_times(
     """The start times ``scheduled(delay=..., eta=..., max_start_delay=...)`` ask for.
 
     Raises:
-        ValueError: ``delay`` and ``eta`` together, a naive ``eta``, a negative or
-            infinite ``delay`` or ``max_start_delay``.
+        ValueError: ``delay`` and ``eta`` together, a naive ``eta`` or one more than
+            :data:`~pypepper_dramatiq.durations.MAX_SECONDS` from now, a negative,
+            infinite or longer ``delay`` or ``max_start_delay``.
         TypeError: an option of the wrong type.
     """
     if delay is not None and eta is not None:
@@ -78,6 +85,10 @@ def start_times(
             raise TypeError(f"eta must be a timezone-aware datetime, got {eta!r}")
         if eta.tzinfo is None or eta.utcoffset() is None:
             raise ValueError(f"eta must be timezone-aware (a naive time is ambiguous): {eta!r}")
+        if abs((eta - now).total_seconds()) > MAX_SECONDS:
+            raise ValueError(
+                f"eta must be within {MAX_SECONDS:.0f} seconds ({MAX_SHOWN}) of now, got {eta!r}"
+            )
         planned = eta
     deadline = None
     if max_start_delay is not None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .context import Context
+from .durations import bounded
 from .errors import UnknownExecutorError
 from .executor import FinalFailureHook, IExecutor, executor_registry
 from .rules import RetryPolicy
@@ -75,6 +76,9 @@ class Task:
             raise ValueError(f"round_timeout must be >= 0, got {round_timeout}")
         if not round_timeout_join >= 0:
             raise ValueError(f"round_timeout_join must be >= 0, got {round_timeout_join}")
+        # A wait that long would reach the thread's timer as an OverflowError.
+        bounded("round_timeout", round_timeout)
+        bounded("round_timeout_join", round_timeout_join)
         if executor is None and executor_id is None:
             raise ValueError(f"task {name!r} needs an executor or an executor_id")
         if on_final_failure is not None and not callable(on_final_failure):

@@ -127,7 +127,7 @@ def test_without_a_cap_growth_stops_at_seven_days_but_a_longer_retry_delay_is_ke
         (1e300, 10, 30.0),
         (2, 100_000, None),
         (1.5, 10**18, None),
-        (10, 10**30, 1e300),
+        (10, 10**30, 3e9),  # near durations.MAX_SECONDS, the longest cap allowed
         (1.0000001, 10**12, None),
     ],
 )
@@ -141,10 +141,10 @@ def test_a_huge_backoff_never_overflows_and_stays_finite(
 
 
 def test_a_tiny_delay_whose_power_overflows_is_still_computed_below_the_cap() -> None:
-    """10 ** 310 is beyond floats, but 1e-9 * 10 ** 310 = 1e301 is not: no early cap."""
-    policy = RetryPolicy(retry_delay=1e-9, retry_backoff=10, retry_delay_max=1.7e308)
-    assert math.isclose(policy.delay_before(311), 1e301, rel_tol=1e-9)
-    assert policy.delay_before(400) == 1.7e308
+    """10 ** 310 is beyond floats, but 1e-301 * 10 ** 310 = 1e9 is not: no early cap."""
+    policy = RetryPolicy(retry_delay=1e-301, retry_backoff=10, retry_delay_max=3e9)
+    assert math.isclose(policy.delay_before(311), 1e9, rel_tol=1e-9)
+    assert policy.delay_before(400) == 3e9
 
 
 # -- properties -----------------------------------------------------------------------------
