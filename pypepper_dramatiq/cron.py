@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .config import check_choice
 from .errors import ConfigError
+from .storable import CRON_LENGTH, SCHEDULE_NAME_LENGTH, TIMEZONE_LENGTH, check_text
 
 try:
     from croniter import croniter as _croniter
@@ -65,7 +66,7 @@ OVERLAP = ("skip", "allow")
 
 _UTC = timezone.utc
 _SECOND = timedelta(seconds=1)
-_MAX_NAME_LENGTH = 128
+_MAX_NAME_LENGTH = SCHEDULE_NAME_LENGTH
 INSTALL_HINT = "install it with: pip install croniter (a dependency of pypepper-dramatiq)"
 """How to get croniter, which reading a cron expression needs."""
 # A fixed naive start for the probe that checks an expression matches some date at all.
@@ -194,7 +195,7 @@ def firing_id(name: str, slot: datetime) -> str:
 def check_name(name: object) -> str:
     """Return ``name`` if it is a valid schedule name, else raise :class:`ValueError`."""
     if isinstance(name, str) and 0 < len(name) <= _MAX_NAME_LENGTH:
-        return name
+        return check_text("a schedule name", name)
     if isinstance(name, str) and len(name) > _MAX_NAME_LENGTH:
         shown = f"{name[:32]!r}... ({len(name)} characters)"
     else:
@@ -208,6 +209,7 @@ def check_name(name: object) -> str:
 def _check_expression(expression: object) -> None:
     if not isinstance(expression, str):
         raise ConfigError(f"invalid cron expression {expression!r}: not a string")
+    _check_storable("cron", expression, CRON_LENGTH)
     fields = expression.split()
     if not expression.strip().startswith("@") and len(fields) not in (5, 6):
         raise ConfigError(
@@ -225,10 +227,19 @@ def _check_zone(name: object) -> None:
     message = f"unknown time zone {name!r} (an IANA name such as 'Europe/Paris')"
     if not isinstance(name, str):
         raise ConfigError(message)
+    _check_storable("timezone", name, TIMEZONE_LENGTH)
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise ConfigError(message) from exc
+
+
+def _check_storable(field: str, value: str, limit: int) -> None:
+    """A ConfigError (naming ``field`` and its limit) for text a schedule's row cannot hold."""
+    try:
+        check_text(field, value, limit)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_aware(value: object, what: str) -> None:

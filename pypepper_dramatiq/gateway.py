@@ -46,6 +46,7 @@ from .retrying import retry_record
 from .rules import Position
 from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
 from .status import Status, may_overwrite
+from .storable_job import check_job_record, could_be_stored
 from .stores.base import IJobStore
 from .stores.registry import get_job_store
 from .waits import ON_CONFLICT, Waits, check_choice, check_unique_key, parent_ids
@@ -110,6 +111,7 @@ class Gateway:
         waits = Waits(parent_ids(after), on_parent_failure)
         if job.id in waits.parents:
             raise ValueError(f"job {job.id} cannot be scheduled after itself")
+        check_job_record(job.to_record())  # before any message: the row must hold it
         store = get_job_store()  # a YAML durable backend never set up fails here, first
         if connection is not None:
             store = _transactional_store(store, connection)
@@ -410,10 +412,14 @@ class Gateway:
     # -- snapshots --------------------------------------------------------------------
 
     def save(self, job: Job) -> bool:
-        """Write ``job``'s snapshot; True if the store took it (see ``Job.save``)."""
+        """Write ``job``'s snapshot; True if the store took it (see ``Job.save``).
+
+        Raises:
+            ValueError, TypeError: the row cannot hold a value of the job (named).
+        """
         with job.write_lock:
             now = utcnow()
-            record = job.to_record().evolve(updated=now)
+            record = check_job_record(job.to_record().evolve(updated=now))
             if not get_job_store().put(record):
                 return False
             job.mark_saved(record.version + 1, now)
@@ -455,14 +461,19 @@ class Gateway:
         return False
 
     def get_saved(self, job_id: str) -> JobRecord | None:
+        """The row of ``job_id``; None when there is none (or no row could have that id)."""
+        if not could_be_stored(job_id):
+            return None
         return get_job_store().get(job_id)
 
     def wait(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
         """Block until ``job_id`` has ended; its row (see ``Job.wait``)."""
+        _require_storable_id(job_id)
         return wait_for(job_id, timeout)
 
     async def wait_async(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
         """``wait`` for async code (see ``Job.wait_async``)."""
+        _require_storable_id(job_id)
         return await wait_for_async(job_id, timeout)
 
     def release_now(self, job_id: str) -> bool:
@@ -505,6 +516,7 @@ class Gateway:
 
     def cancel_saved(self, job_id: str) -> bool:
         """Cancel the stored job ``job_id`` (see ``Job.cancel_saved``)."""
+        _require_storable_id(job_id)
         store = get_job_store()
         for _ in range(CANCEL_ATTEMPTS):
             record = store.get(job_id)
@@ -548,6 +560,7 @@ class Gateway:
         original's row is only read.
         """
         _require_sync()
+        _require_storable_id(job_id)
         store = get_job_store()
         original = store.get(job_id)
         if original is None:
@@ -807,8 +820,15 @@ def _checked_batch(jobs: Iterable[Job]) -> list[Job]:
                 f"schedule_many(): job {job.id} was stored before; schedule it with "
                 "job.scheduled(), which checks its stored row"
             )
+        check_job_record(job.to_record())  # before any row or message of the batch
         seen.add(job.id)
     return batch
+
+
+def _require_storable_id(job_id: str) -> None:
+    """UnknownJobError for an id no job row can hold: no such job can be stored."""
+    if not could_be_stored(job_id):
+        raise UnknownJobError(job_id)
 
 
 def _refusal(channel: Channel, answer: SendResult) -> ChannelFullError | ChannelStoppedError:

@@ -13,17 +13,19 @@ from .errors import AmbiguousTaskNameError, NoTaskResultError
 from .progress import ENTRY_FIELDS, PROGRESS_KEY
 from .spec import TaskSpec
 from .status import Status
+from .storable import ID_LENGTH, check_text
 from .waits import Waits, describe
 
 #: Longest job id the stores accept.
-MAX_ID_LENGTH = 64
+MAX_ID_LENGTH = ID_LENGTH
 
 
-def check_job_id(job_id: object) -> str:
-    """``job_id`` if it is a string of 1 to :data:`MAX_ID_LENGTH` characters, else ValueError."""
+def check_job_id(job_id: object, field: str = "job id") -> str:
+    """``job_id`` if it is a string of 1 to :data:`MAX_ID_LENGTH` characters a row can
+    hold, else ValueError (naming ``field``)."""
     if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_ID_LENGTH:
-        raise ValueError(f"a job id needs 1 to {MAX_ID_LENGTH} characters, got {job_id!r}")
-    return job_id
+        raise ValueError(f"a {field} needs 1 to {MAX_ID_LENGTH} characters, got {job_id!r}")
+    return check_text(field, job_id)
 
 
 def utcnow() -> datetime:

@@ -29,6 +29,7 @@ from .outage import cause_of, is_outage
 from .record import JobRecord, utcnow
 from .recurring import RecurringSchedule
 from .start_times import duration
+from .storable_job import check_job_record
 from .stores.base import IJobStore
 from .stores.registry import get_job_store
 from .waits import check_choice
@@ -86,7 +87,9 @@ def recurring(
     Raises:
         ConfigError: a cron expression croniter cannot read, an unknown time
             zone (both named), or croniter not installed.
-        ValueError: a bad name, overlap, catch_up or max_start_delay (named).
+        ValueError: a bad name, overlap, catch_up or max_start_delay (named),
+            or a value of ``job`` its firings' rows could not hold (named, as
+            ``scheduled()`` names it); nothing is stored.
         UnknownExecutorError: a task of ``job`` has no registered executor.
     """
     check_name(name)
@@ -131,6 +134,8 @@ def recurring(
 
 def remove_recurring(name: str) -> bool:
     """Delete the schedule ``name``; True if there was one. Its firings stay."""
+    if not _could_be_stored(name):
+        return False
     return get_job_store().delete_recurring(name)
 
 
@@ -146,7 +151,7 @@ def trigger_recurring(name: str, now: datetime | None = None) -> str:
     Raises:
         UnknownScheduleError: no schedule ``name`` is stored.
     """
-    schedule = get_job_store().get_recurring(name)
+    schedule = get_job_store().get_recurring(name) if _could_be_stored(name) else None
     if schedule is None:
         raise UnknownScheduleError(name)
     slot = now or utcnow()
@@ -271,8 +276,18 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:
     return job.id, True
 
 
+def _could_be_stored(name: object) -> bool:
+    """Whether a schedule row could be named ``name``: a lookup of a name no row can
+    hold (too long, a NUL) finds no schedule, without asking the store."""
+    try:
+        check_name(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _template(job: Job) -> dict[str, object]:
-    record = job.to_record()
+    record = check_job_record(job.to_record())
     if record.payload is None:
         raise ValueError(
             f"job {job.id} cannot be a recurring template: each of its tasks needs a "
@@ -311,6 +326,8 @@ def resume_recurring(name: str, now: datetime | None = None) -> bool:
 
 
 def _set_paused(name: str, paused: bool, now: datetime) -> bool:
+    if not _could_be_stored(name):
+        raise UnknownScheduleError(name)
     store = get_job_store()
     for _ in range(PAUSE_ATTEMPTS):
         schedule = store.get_recurring(name)

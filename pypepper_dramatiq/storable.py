@@ -14,7 +14,39 @@ lone surrogates (not encodable as UTF-8, which every store's driver sends).
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Mapping
+from typing import Any
+
+# -- column limits: the one definition (``stores/schema.py`` builds its columns from them) --
+
+#: A job id (``scheduler_jobs.id``, and every column naming a job).
+ID_LENGTH = 64
+#: A channel id (``scheduler_jobs.channel_id``), also the name of its queue.
+CHANNEL_ID_LENGTH = 128
+#: A job's category (``scheduler_jobs.category``).
+CATEGORY_LENGTH = 128
+#: A unique key (``scheduler_jobs.unique_key``): 191 characters of utf8mb4 are the
+#: 764 bytes MySQL indexes at most.
+UNIQUE_KEY_LENGTH = 191
+#: A status name (``scheduler_jobs.status``).
+STATUS_LENGTH = 16
+#: A worker's lease owner id (``scheduler_jobs.lease_owner``, ``scheduler_workers.owner``).
+LEASE_OWNER_LENGTH = 128
+#: A recurring schedule's name (``scheduler_recurring.name``).
+SCHEDULE_NAME_LENGTH = 128
+#: A recurring schedule's cron expression (``scheduler_recurring.cron``).
+CRON_LENGTH = 255
+#: A recurring schedule's time zone name (``scheduler_recurring.timezone``).
+TIMEZONE_LENGTH = 64
+#: A recurring schedule's ``overlap`` and ``catch_up`` choices, and a link's kind.
+CHOICE_LENGTH = 8
+#: A worker's host name (``scheduler_workers.host``).
+HOST_LENGTH = 255
+#: The Dramatiq version a worker runs (``scheduler_workers.dramatiq_version``).
+VERSION_LENGTH = 32
 
 #: Code points no store keeps: NUL and the surrogates (which a ``str`` can hold alone).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -51,3 +83,52 @@ def check_text(field: str, value: str, limit: int | None = None) -> str:
     if limit is not None and len(value) > limit:
         raise ValueError(f"{field} is {len(value)} characters long; at most {limit} are stored")
     return value
+
+
+def check_json(field: str, value: Any) -> Any:
+    """``value`` if a JSON column can hold it as ``field``; else ``ValueError`` naming
+    where in it the culprit sits (``params['a'][0]``).
+
+    Refused: a string (a mapping's keys included) holding a code point no store
+    keeps, a float that is not finite (JSON has no NaN or infinity: PostgreSQL
+    refuses it), and what JSON cannot hold at all (a set, an object, a key that
+    is not a string, a number, a bool or None).
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        text = None  # the walk below names the culprit
+    # JSON writes a NUL as the escape \u0000 (a literal backslash-u0000 in a string
+    # matches too: then the walk finds nothing wrong).
+    if text is not None and "\\u0000" not in text and _UNSTORABLE.search(text) is None:
+        return value  # the common case: one pass over the encoded text
+    _walk(field, value, 0)
+    return value
+
+
+#: How deep :func:`check_json` walks before it calls a value too deeply nested.
+_MAX_DEPTH = 100
+
+
+def _walk(where: str, value: Any, depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"{where} is nested more than {_MAX_DEPTH} levels deep")
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, str):
+        check_text(where, value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is {value!r}, which JSON cannot hold")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                check_text(f"the key {key[:40]!r} of {where}", key)
+            elif not (key is None or isinstance(key, (bool, int, float))):
+                raise ValueError(f"{where} has a key of type {type(key).__name__}, not a string")
+            _walk(f"{where}[{key!r:.40}]", item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _walk(f"{where}[{index}]", item, depth + 1)
+    else:
+        raise ValueError(f"{where} holds a {type(value).__name__}, which JSON cannot hold")

@@ -29,13 +29,14 @@ from typing import Any, Protocol
 
 from .config import check_choice
 from .status import Status
+from .storable import ID_LENGTH, UNIQUE_KEY_LENGTH, check_text
 
 #: What ``on_parent_failure`` may say.
 ON_PARENT_FAILURE = ("propagate", "cancel", "ignore")
 #: What ``on_conflict`` may say.
 ON_CONFLICT = ("skip", "replace", "after", "raise")
 #: Longest unique key the stores index.
-MAX_KEY_LENGTH = 191
+MAX_KEY_LENGTH = UNIQUE_KEY_LENGTH
 
 
 class _Parent(Protocol):
@@ -55,7 +56,7 @@ def check_unique_key(key: object) -> str | None:
         return None
     if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_LENGTH:
         raise ValueError(f"unique_key must be 1 to {MAX_KEY_LENGTH} characters, got {key!r}")
-    return key
+    return check_text("unique_key", key)
 
 
 def parent_ids(after: object) -> tuple[str, ...]:
@@ -63,7 +64,7 @@ def parent_ids(after: object) -> tuple[str, ...]:
 
     Raises:
         TypeError: an item that is neither a job nor an id string.
-        ValueError: an empty id.
+        ValueError: an empty id, or one no job row can hold (too long, a NUL).
     """
     if after is None:
         return ()
@@ -77,6 +78,7 @@ def parent_ids(after: object) -> tuple[str, ...]:
             raise TypeError(f"after must be jobs or job ids, got {item!r}")
         if not job_id:
             raise ValueError("after holds an empty job id")
+        check_text("a job id of after", job_id, ID_LENGTH)
         if job_id not in ids:
             ids.append(job_id)
     return tuple(ids)

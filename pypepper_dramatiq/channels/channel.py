@@ -42,6 +42,7 @@ from ..record import JobRecord, utcnow
 from ..redis_layout import enqueue_options, messages_key, queue_key, redis_client_of
 from ..rules import Position
 from ..status import Status
+from ..storable_job import check_job_record
 from ..stores.registry import get_job_store
 from .admission import Gate, LocalGate, Offer, RedisGate, SendResult
 from .broker import get_broker
@@ -297,7 +298,13 @@ class Channel:
         self._wakeup.set()
 
     async def send(self, job: Job) -> SendResult:
-        """Enqueue ``job``: ``"ok"``, or ``"full"`` / ``"stopped"`` when rejected."""
+        """Enqueue ``job``: ``"ok"``, or ``"full"`` / ``"stopped"`` when rejected.
+
+        Raises:
+            ValueError, TypeError: the job row could not hold a value of ``job``
+                (named); nothing was sent.
+        """
+        check_job_record(job.to_record())  # no message for a job whose row cannot be stored
         return self.offer(job)
 
     def request_stop(self) -> None:

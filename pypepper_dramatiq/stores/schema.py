@@ -26,6 +26,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
+from .. import storable as limits
+
 #: Alembic's bookkeeping table; ours, so we never touch a user's ``alembic_version``.
 VERSION_TABLE = "pypepper_alembic_version"
 
@@ -53,7 +55,9 @@ def exact_text(length: int) -> TypeEngine[str]:
 def active_key_type() -> TypeEngine[Any]:
     """The type of ``active_key``: on MySQL bytes, so that the unique index compares
     keys byte for byte (a binary collation would still ignore trailing spaces)."""
-    return String(191).with_variant(mysql.VARBINARY(764), "mysql", "mariadb")
+    return String(limits.UNIQUE_KEY_LENGTH).with_variant(
+        mysql.VARBINARY(4 * limits.UNIQUE_KEY_LENGTH), "mysql", "mariadb"
+    )
 
 
 def timestamp_type() -> TypeEngine[datetime]:
@@ -89,22 +93,22 @@ class UtcDateTime(TypeDecorator[datetime]):
 jobs = Table(
     "scheduler_jobs",
     metadata,
-    Column("id", String(64), primary_key=True),
-    Column("channel_id", String(128), nullable=False),
-    Column("category", String(128), nullable=True),
-    Column("status", String(16), nullable=False),
+    Column("id", String(limits.ID_LENGTH), primary_key=True),
+    Column("channel_id", String(limits.CHANNEL_ID_LENGTH), nullable=False),
+    Column("category", String(limits.CATEGORY_LENGTH), nullable=True),
+    Column("status", String(limits.STATUS_LENGTH), nullable=False),
     Column("version", Integer, nullable=False),
     Column("created", UtcDateTime(), nullable=False),
     Column("updated", UtcDateTime(), nullable=False),
     Column("payload", json_type(), nullable=True),
     Column("state", json_type(), nullable=False, default=dict),
     Column("error", Text, nullable=True),
-    Column("lease_owner", String(128), nullable=True),
+    Column("lease_owner", String(limits.LEASE_OWNER_LENGTH), nullable=True),
     Column("lease_expires", UtcDateTime(), nullable=True),
     Column("not_before", UtcDateTime(), nullable=True),
     Column("release_at", UtcDateTime(), nullable=True),
     Column("start_deadline", UtcDateTime(), nullable=True),
-    Column("unique_key", exact_text(191), nullable=True),
+    Column("unique_key", exact_text(limits.UNIQUE_KEY_LENGTH), nullable=True),
     Column("waits", json_type(), nullable=True),
     Column("waiting_since", UtcDateTime(), nullable=True),
     # The key of an active (Scheduled or InProgress) job, NULL otherwise: its unique
@@ -134,17 +138,17 @@ jobs = Table(
 recurring = Table(
     "scheduler_recurring",
     metadata,
-    Column("name", exact_text(128), primary_key=True),
-    Column("cron", String(255), nullable=False),
-    Column("timezone", String(64), nullable=False),
+    Column("name", exact_text(limits.SCHEDULE_NAME_LENGTH), primary_key=True),
+    Column("cron", String(limits.CRON_LENGTH), nullable=False),
+    Column("timezone", String(limits.TIMEZONE_LENGTH), nullable=False),
     # The job each firing copies: channel, category, workflows (JobRecord.payload).
     Column("template", json_type(), nullable=False),
     Column("max_start_delay", Double, nullable=True),
-    Column("overlap", String(8), nullable=False),
-    Column("catch_up", String(8), nullable=False),
+    Column("overlap", String(limits.CHOICE_LENGTH), nullable=False),
+    Column("catch_up", String(limits.CHOICE_LENGTH), nullable=False),
     Column("next_slot", UtcDateTime(), nullable=False),
     Column("last_slot", UtcDateTime(), nullable=True),
-    Column("last_job_id", String(64), nullable=True),
+    Column("last_job_id", String(limits.ID_LENGTH), nullable=True),
     Column("paused", Boolean, nullable=False, default=False),
     Column("version", Integer, nullable=False),
     Column("created", UtcDateTime(), nullable=False),
@@ -157,14 +161,14 @@ recurring = Table(
 links = Table(
     "scheduler_job_links",
     metadata,
-    Column("parent_id", String(64), primary_key=True),
+    Column("parent_id", String(limits.ID_LENGTH), primary_key=True),
     Column(
         "child_id",
-        String(64),
+        String(limits.ID_LENGTH),
         ForeignKey("scheduler_jobs.id", ondelete="CASCADE", name="fk_scheduler_job_links_child"),
         primary_key=True,
     ),
-    Column("kind", String(8), nullable=False),
+    Column("kind", String(limits.CHOICE_LENGTH), nullable=False),
     Index("ix_scheduler_job_links_child", "child_id"),
 )
 
@@ -174,15 +178,15 @@ workers = Table(
     "scheduler_workers",
     metadata,
     # The lease owner id the process writes into the jobs it holds.
-    Column("owner", String(128), primary_key=True),
-    Column("host", String(255), nullable=False),
+    Column("owner", String(limits.LEASE_OWNER_LENGTH), primary_key=True),
+    Column("host", String(limits.HOST_LENGTH), nullable=False),
     Column("pid", Integer, nullable=False),
     Column("started", UtcDateTime(), nullable=False),
     Column("last_seen", UtcDateTime(), nullable=False),
     # Seconds between two heartbeats: a row missing three of them is shown as gone.
     Column("heartbeat", Double, nullable=False),
     Column("channels", json_type(), nullable=True),
-    Column("dramatiq_version", String(32), nullable=True),
+    Column("dramatiq_version", String(limits.VERSION_LENGTH), nullable=True),
     # Its recovery sweep's health (workers.SweepHealth.to_dict): leading, last full
     # pass, failing duties; written with the heartbeat.
     Column("sweep", json_type(), nullable=True),
