@@ -10,6 +10,7 @@ kept. Stored text is never changed: this is applied where text is shown.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 #: Line breaks and tabs a caller may keep (a traceback shown as a block).
@@ -44,3 +45,21 @@ def printable(text: str, *, keep: str = "") -> str:
     return "".join(
         _escape(char) if char not in kept and _interpreted(char) else char for char in text
     )
+
+
+#: A password given as a URL's query parameter (``redis://host?password=...``).
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password written ``***``: in its user info (``user:***@``) and
+    in a ``password=`` query parameter. Made to show a URL in an error, it parses
+    nothing strictly, so a malformed URL (the one an error is about) is masked too."""
+    scheme, found, rest = url.partition("://")
+    if found:
+        at = rest.rfind("@")
+        userinfo = rest[:at] if at >= 0 else ""
+        if ":" in userinfo:
+            rest = f"{userinfo.split(':', 1)[0]}:***{rest[at:]}"
+        url = f"{scheme}://{rest}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)

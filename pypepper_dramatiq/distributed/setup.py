@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
@@ -14,6 +15,7 @@ from dramatiq.middleware import TimeLimit
 from ..channels.broker import set_broker
 from ..channels.channel import manager
 from ..config import config, count, section
+from ..display import masked_url
 from ..errors import ConfigError
 from ..metrics import install_metrics
 from ..settings import YAML_KEYS, Settings
@@ -57,12 +59,16 @@ def _redis_broker(url: str, heartbeat_timeout_ms: int) -> Broker:
         from dramatiq.brokers.redis import RedisBroker
     except ImportError as exc:
         raise ConfigError(
-            f"broker_url {url!r} needs the Redis client, which is not installed ({exc}); "
-            "install it with: pip install 'pypepper-dramatiq[redis]'"
+            f"broker_url {masked_url(url)!r} needs the Redis client, which is not installed "
+            f"({exc}); install it with: pip install 'pypepper-dramatiq[redis]'"
         ) from exc
-    broker: Broker = RedisBroker(  # type: ignore[no-untyped-call]
-        url=url, heartbeat_timeout=heartbeat_timeout_ms
-    )
+    try:
+        _ = urlsplit(url).port  # a bad host or port: told here, naming the option
+        broker: Broker = RedisBroker(  # type: ignore[no-untyped-call]
+            url=url, heartbeat_timeout=heartbeat_timeout_ms
+        )
+    except ValueError as exc:  # the Redis client's parse of the URL
+        raise ConfigError(f"broker_url {masked_url(url)!r} is malformed: {exc}") from None
     return broker
 
 
@@ -171,8 +177,9 @@ def setup(
     if broker is None:
         if broker_url:
             if not isinstance(broker_url, str) or not broker_url.startswith(_REDIS_SCHEMES):
+                shown = masked_url(broker_url) if isinstance(broker_url, str) else broker_url
                 raise ConfigError(
-                    f"broker_url {broker_url!r}: expected a redis://, rediss:// or unix:// URL"
+                    f"broker_url {shown!r}: expected a redis://, rediss:// or unix:// URL"
                 )
             broker = _redis_broker(broker_url, settings.heartbeat_timeout_ms)
         else:
