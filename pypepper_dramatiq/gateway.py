@@ -619,7 +619,8 @@ def schedule_many(jobs: Iterable[Job], **options: object) -> list[Scheduled]:
 
     Raises:
         TypeError: an item is not a :class:`Job`, or an option was given.
-        ValueError: a job is given twice, or was stored before (rebuilt from its row).
+        ValueError: a job is given twice, or was stored before (rebuilt from its row),
+            or holds a value its row cannot hold (named, as ``scheduled()`` names it).
         InvalidTransitionError: a job was scheduled already. Nothing was done.
         StoreError: the insert failed; nothing was sent, every job rolled back.
         RuntimeError: called inside a running event loop.

@@ -88,7 +88,9 @@ class Job:
         id: the job id (a new UUID by default), 1 to 64 characters.
 
     Raises:
-        ValueError: an id that is not 1 to 64 characters, or an empty channel_id.
+        ValueError: an id that is not 1 to 64 characters or holds a NUL or a lone
+            surrogate, or an empty channel_id. (The rest of what the job row must
+            hold is checked when the job is scheduled or saved.)
     """
 
     def __init__(
@@ -215,9 +217,14 @@ class Job:
             ConfigError: ``connection`` is not a SQLAlchemy Connection or Session,
                 reaches another database than the job store's, or the store is
                 not a SQL one.
-            ValueError, TypeError: a bad option (naive eta, negative delay, both
-                delay and eta, an unknown on_conflict...), named; nothing was
-                queued or stored.
+            ValueError, TypeError: a bad option (naive eta, negative delay or one
+                over 100 years, both delay and eta, an unknown on_conflict...), or
+                a value the job row cannot hold (a category or channel_id over
+                128 characters, a NUL or lone surrogate in any string of the job,
+                its task parameters and their keys included, a NaN parameter),
+                named with its limit; nothing was queued or stored, whatever the
+                store (the in-memory store refuses what PostgreSQL and MySQL cannot
+                keep).
         """
         return _through().schedule(
             self,
@@ -265,7 +272,8 @@ class Job:
         changing under every attempt.
 
         Raises:
-            UnknownJobError: no job ``job_id`` is stored.
+            UnknownJobError: no job ``job_id`` is stored (also for an id no job
+                row can hold, such as one with a NUL: the store is not asked).
             InvalidTransitionError: the job already completed or failed.
             StoreError: the store failed.
         """
@@ -298,7 +306,8 @@ class Job:
                 tasks from there on run again), not later.
 
         Raises:
-            UnknownJobError: no job ``job_id`` is stored.
+            UnknownJobError: no job ``job_id`` is stored (also for an id no job
+                row can hold).
             JobNotRetriableError: the job is not Failed or Cancelled (it names
                 the job and its status).
             UnknownTaskError: the job has no task ``from_task`` (it names the
@@ -322,11 +331,14 @@ class Job:
 
         Raises:
             StoreError: the store failed (not a rejection: that answers False).
+            ValueError, TypeError: the row cannot hold a value of the job (named,
+                as ``scheduled()`` names it); nothing was written.
         """
         return _through().save(self)
 
     def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
-        """:meth:`save`, retried; never raises for store failures.
+        """:meth:`save`, retried; never raises for store failures (a value the row
+        cannot hold is not one: that raises at once, as for :meth:`save`).
 
         A write skipped because the row already holds our status (or, for a
         Scheduled write, a later one: a worker healed the row and went on)
@@ -372,7 +384,8 @@ class Job:
 
     @staticmethod
     def get_saved(job_id: str) -> JobRecord | None:
-        """The stored snapshot of job ``job_id``, or None."""
+        """The stored snapshot of job ``job_id``, or None (also for an id no job row
+        can hold, such as one with a NUL: the store is not asked)."""
         return _through().get_saved(job_id)
 
     # -- waiting for the outcome --------------------------------------------
