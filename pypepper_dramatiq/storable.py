@@ -47,6 +47,9 @@ CHOICE_LENGTH = 8
 HOST_LENGTH = 255
 #: The Dramatiq version a worker runs (``scheduler_workers.dramatiq_version``).
 VERSION_LENGTH = 32
+#: The levels of arrays and objects a JSON column's document may nest: MariaDB's
+#: ``JSON_VALID`` check refuses a document 32 levels deep (MySQL allows 100).
+JSON_DEPTH = 31
 
 #: Code points no store keeps: NUL and the surrogates (which a ``str`` can hold alone).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -85,14 +88,21 @@ def check_text(field: str, value: str, limit: int | None = None) -> str:
     return value
 
 
-def check_json(field: str, value: Any) -> Any:
+def check_json(field: str, value: Any, depth: int = 0) -> Any:
     """``value`` if a JSON column can hold it as ``field``; else ``ValueError`` naming
     where in it the culprit sits (``params['a'][0]``).
 
     Refused: a string (a mapping's keys included) holding a code point no store
     keeps, a float that is not finite (JSON has no NaN or infinity: PostgreSQL
-    refuses it), and what JSON cannot hold at all (a set, an object, a key that
-    is not a string, a number, a bool or None).
+    refuses it), a value nested deeper than :data:`JSON_DEPTH`, and what JSON
+    cannot hold at all (a set, an object, a key that is not a string, a number,
+    a bool or None).
+
+    Args:
+        field: the name the user knows the value by.
+        value: the value.
+        depth: how many arrays and objects hold ``value`` in its column's document
+            (0: ``value`` is the document).
     """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
@@ -100,19 +110,35 @@ def check_json(field: str, value: Any) -> Any:
         text = None  # the walk below names the culprit
     # JSON writes a NUL as the escape \u0000 (a literal backslash-u0000 in a string
     # matches too: then the walk finds nothing wrong).
-    if text is not None and "\\u0000" not in text and _UNSTORABLE.search(text) is None:
-        return value  # the common case: one pass over the encoded text
-    _walk(field, value, 0)
+    if (
+        text is not None
+        and "\\u0000" not in text
+        and _UNSTORABLE.search(text) is None
+        and not _nests_deeper(text, JSON_DEPTH - depth)
+    ):
+        return value  # the common case: a pass or two over the encoded text
+    _walk(field, value, depth)
     return value
 
 
-#: How deep :func:`check_json` walks before it calls a value too deeply nested.
-_MAX_DEPTH = 100
+#: A JSON string, escapes included; and what is not an array's or object's bracket.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _nests_deeper(text: str, levels: int) -> bool:
+    """Whether the arrays and objects of the JSON ``text`` nest more than ``levels`` deep."""
+    if text.count("[") + text.count("{") <= levels:
+        return False  # too few brackets to nest that deep, whatever the strings hold
+    depth = 0
+    for bracket in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > levels:
+            return True
+    return False
 
 
 def _walk(where: str, value: Any, depth: int) -> None:
-    if depth > _MAX_DEPTH:
-        raise ValueError(f"{where} is nested more than {_MAX_DEPTH} levels deep")
     if value is None or isinstance(value, (bool, int)):
         return
     if isinstance(value, str):
@@ -120,15 +146,24 @@ def _walk(where: str, value: Any, depth: int) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"{where} is {value!r}, which JSON cannot hold")
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            if isinstance(key, str):
-                check_text(f"the key {key[:40]!r} of {where}", key)
-            elif not (key is None or isinstance(key, (bool, int, float))):
-                raise ValueError(f"{where} has a key of type {type(key).__name__}, not a string")
-            _walk(f"{where}[{key!r:.40}]", item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _walk(f"{where}[{index}]", item, depth + 1)
+    elif isinstance(value, (Mapping, list, tuple)):
+        if depth >= JSON_DEPTH:
+            shown = where if len(where) <= 80 else f"{where[:77]}..."
+            raise ValueError(
+                f"{shown} is nested too deep: a JSON column holds at most {JSON_DEPTH} "
+                "levels of arrays and objects"
+            )
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str):
+                    check_text(f"the key {key[:40]!r} of {where}", key)
+                elif not (key is None or isinstance(key, (bool, int, float))):
+                    raise ValueError(
+                        f"{where} has a key of type {type(key).__name__}, not a string"
+                    )
+                _walk(f"{where}[{key!r:.40}]", item, depth + 1)
+        else:
+            for index, item in enumerate(value):
+                _walk(f"{where}[{index}]", item, depth + 1)
     else:
         raise ValueError(f"{where} holds a {type(value).__name__}, which JSON cannot hold")

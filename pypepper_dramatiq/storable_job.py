@@ -77,5 +77,6 @@ def _check_payload(payload: Mapping[str, Any]) -> None:
             for t, task in enumerate(tasks if isinstance(tasks, list) else ()):
                 name = task.get("name") if isinstance(task, Mapping) else None
                 shown = f"{name!r:.60}" if isinstance(name, str) else f"#{t}"
-                check_json(f"task {shown} (workflow {w}, task {t})", task)
+                # A task sits 4 levels down: workflows, a workflow, its tasks.
+                check_json(f"task {shown} (workflow {w}, task {t})", task, depth=4)
         raise  # not in a task: the payload's own keys

@@ -64,8 +64,24 @@ def test_check_json_names_where_the_culprit_sits(value: object, named: str) -> N
 def test_check_json_lets_json_through_unchanged() -> None:
     value = {"text": "a\\u0000 written out", "n": [1, 2.5, None, True], "k": {"é": "中"}}
     assert check_json("p", value) is value
-    deep: Any = []
-    for _ in range(150):
-        deep = [deep]
-    with pytest.raises(ValueError, match="nested more than 100 levels"):
-        check_json("p", {"d": deep, "x": "\x00"})
+    brackets = {"s": "[[[[{{{{" * 10, "list": [[[1]]]}  # brackets in strings do not nest
+    assert check_json("p", brackets) is brackets
+
+
+def nested(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_check_json_refuses_what_nests_deeper_than_a_json_column_holds() -> None:
+    assert limits.JSON_DEPTH == 31  # MariaDB's JSON_VALID: a document of 32 levels is refused
+    assert check_json("p", nested(31)) is not None
+    assert check_json("p", nested(28), depth=3) is not None
+    for value, depth in ((nested(32), 0), (nested(29), 3), ({"a": nested(31)}, 0)):
+        with pytest.raises(ValueError, match=r"^p.* is nested too deep: .* at most 31 levels"):
+            check_json("p", value, depth=depth)
+    # Far too deep for json.dumps itself (a RecursionError): named all the same.
+    with pytest.raises(ValueError, match="is nested too deep"):
+        check_json("p", nested(5000))

@@ -73,6 +73,14 @@ def store(request: pytest.FixtureRequest) -> Iterator[IJobStore]:
     broker.close()
 
 
+def nested(levels: int) -> Any:
+    """A value of ``levels`` nested lists."""
+    value: Any = "end"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def job(*, params: dict[str, Any] | None = None, task_name: str | None = None, **kw: Any) -> Job:
     made = Job(**kw)
     made.workflows = [Workflow([echo.task(name=task_name, **(params or {"n": 1}))])]
@@ -110,6 +118,12 @@ UNSTORABLE_JOBS: dict[str, tuple[Callable[[], Job], str]] = {
     "NaN param": (lambda: job(params={"x": float("nan")}), "JSON cannot hold"),
     "infinite param": (lambda: job(params={"x": float("inf")}), "JSON cannot hold"),
     "NUL in a task name": (lambda: job(task_name="t\x00"), r"holds U\+0000"),
+    # The payload's document nests workflows, a workflow, its tasks, a task and its
+    # params (5 levels) above the params' values: 26 more are one too many.
+    "params nested too deep": (
+        lambda: job(params={"x": nested(26)}),
+        r"\['params'\]\['x'\]\[0\].* is nested too deep: a JSON column holds at most 31",
+    ),
 }
 
 
@@ -321,6 +335,13 @@ def test_values_at_the_limits_are_stored_and_read_back(
     )
     assert row.payload == at_limit.to_record().payload
     assert Job.get_saved(at_limit.id) == row
+
+
+def test_params_nested_to_the_limit_are_stored_and_read_back(store: IJobStore) -> None:
+    deepest = job(params={"x": nested(25)})  # the payload's document: 31 levels
+    deepest.scheduled()
+    row = store.get(deepest.id)
+    assert row is not None and row.payload == deepest.to_record().payload
 
 
 def test_a_schedule_name_at_the_limit_is_stored(store: IJobStore) -> None:
