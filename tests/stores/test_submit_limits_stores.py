@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ from pypepper_dramatiq import (
     trigger_recurring,
     workflow_task,
 )
+from pypepper_dramatiq.cron import _croniter
 from pypepper_dramatiq.errors import StoreError
 from pypepper_dramatiq.events import INIT, SCHEDULE
 from pypepper_dramatiq.storable import (
@@ -229,10 +231,10 @@ def test_lookups_of_an_id_no_row_can_hold_find_no_job(store: IJobStore) -> None:
 
 # -- recurring schedules ------------------------------------------------------------------------
 
-#: A cron expression croniter reads (every minute and second listed, seconds last),
+#: A cron expression croniter reads (every second and minute listed, seconds first),
 #: longer than the column holds.
 EVERY = ",".join(str(n) for n in range(60))
-LONG_CRON = f"{EVERY} * * * * {EVERY}"
+LONG_CRON = f"{EVERY} {EVERY} * * * *"
 
 
 @pytest.mark.parametrize(
@@ -262,6 +264,7 @@ def test_recurring_refuses_what_its_row_cannot_hold(
     store: IJobStore, arguments: dict[str, Any], named: str
 ) -> None:
     assert len(LONG_CRON) > 255
+    _croniter(LONG_CRON, datetime(2000, 1, 1), second_at_beginning=True)  # a valid expression
     given: dict[str, Any] = {"name": "nightly", "cron": "0 3 * * *", "job": job}
     given.update(arguments)
     given["job"] = given["job"]()
