@@ -208,6 +208,12 @@ def test_scheduling_options_the_row_cannot_hold(
     assert_nothing_done(store)
 
 
+def test_a_category_that_is_not_text_is_refused(store: IJobStore) -> None:
+    with pytest.raises(TypeError, match="category must be a string or None, got 5"):
+        job(category=5).scheduled()
+    assert_nothing_done(store)
+
+
 def test_a_job_id_with_a_nul_is_refused_where_it_is_given(store: IJobStore) -> None:
     with pytest.raises(ValueError, match="job id holds U\\+0000") as error:
         Job(id="a\x00b")
