@@ -257,6 +257,21 @@ class CorruptRecordError(StoreError):
         self.reason = reason
 
 
+class CorruptScheduleError(CorruptRecordError):
+    """A stored recurring schedule's row cannot be read (see :class:`CorruptRecordError`).
+
+    Attributes:
+        name: the schedule's name (also ``job_id``, the row's key).
+    """
+
+    def __init__(self, name: str, column: str, reason: str) -> None:
+        super().__init__(name, column, reason)
+        self.args = (
+            f"recurring schedule {name}: stored row is damaged: column {column!r}: {reason}",
+        )
+        self.name = name
+
+
 class SchemaVersionError(StoreError):
     """The database schema is not at the version this package needs."""
 

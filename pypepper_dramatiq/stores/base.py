@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, DuplicateJobError, StoreError
+from ..errors import ConfigError, CorruptRecordError, DuplicateJobError, StoreError
 from ..events import RUN, transition
 from ..links import Link, parent_order, parents_of
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
@@ -121,6 +121,11 @@ class IJobStore(abc.ABC):
         ``cursor``). The write sets the owner and ``lease_expires``, ``updated``
         to ``now`` and increments ``version``. Returns the row as written, or
         None when it does not qualify (the caller reads it to learn why).
+
+        Raises:
+            CorruptRecordError: the row cannot be read (a column holds what no
+                writer of this package writes). The step is not run; the row is
+                left as it is for a person to mend or delete.
         """
         current = self.get(job_id)
         if current is None or why_not_claimable(current, cursor, now, start) is not None:
@@ -142,7 +147,14 @@ class IJobStore(abc.ABC):
 
     @abc.abstractmethod
     def get(self, job_id: str) -> JobRecord | None:
-        """The stored record, or None."""
+        """The stored record, or None.
+
+        Raises:
+            CorruptRecordError: the row cannot be read; the error names the column.
+                (Listings and batch reads answer a placeholder with
+                :attr:`JobRecord.damaged <pypepper_dramatiq.record.JobRecord.damaged>`
+                set instead, so that one row never fails a page or a batch.)
+        """
 
     @abc.abstractmethod
     def delete(self, job_id: str) -> bool:
@@ -457,18 +469,29 @@ class IJobStore(abc.ABC):
 
     # -- group commit (a worker process's claims and outcomes, batched) ----------------
 
-    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+    def claim_steps(
+        self, requests: Sequence[StepClaim]
+    ) -> builtins.list[JobRecord | CorruptRecordError | None]:
         """:meth:`claim_step` for each of ``requests``; the answers in their order.
 
         Each row is decided alone, exactly as :meth:`claim_step` decides it; of
-        several requests for one job, at most one wins. This default claims them
+        several requests for one job, at most one wins. A row that cannot be read
+        answers its :class:`~pypepper_dramatiq.errors.CorruptRecordError` in its
+        place (the others are claimed all the same). This default claims them
         one by one; the stores of this package take them in one round trip
         (PostgreSQL) or one read and one transaction (MySQL).
         """
-        return [
-            self.claim_step(r.job_id, r.cursor, r.owner, r.now, r.lease_until, start=r.start)
-            for r in requests
-        ]
+        answers: builtins.list[JobRecord | CorruptRecordError | None] = []
+        for r in requests:
+            try:
+                answers.append(
+                    self.claim_step(
+                        r.job_id, r.cursor, r.owner, r.now, r.lease_until, start=r.start
+                    )
+                )
+            except CorruptRecordError as exc:
+                answers.append(exc)
+        return answers
 
     def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
         """:meth:`advance_many`, with each row's error answered in its place instead of

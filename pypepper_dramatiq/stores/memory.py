@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..errors import DuplicateJobError, UnknownJobError
+from ..errors import CorruptRecordError, DuplicateJobError, UnknownJobError
 from ..links import parents_of, required_parents
 from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
@@ -313,7 +313,9 @@ class MemoryJobStore(IJobStore):
             ]
         return sorted(rows, key=lambda r: r.id)
 
-    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+    def claim_steps(
+        self, requests: Sequence[StepClaim]
+    ) -> builtins.list[JobRecord | CorruptRecordError | None]:
         with self._lock:  # the whole batch under one hold of the lock
             return super().claim_steps(requests)
 

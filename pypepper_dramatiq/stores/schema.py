@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -82,9 +82,11 @@ class UtcDateTime(TypeDecorator[datetime]):
         value = value.astimezone(timezone.utc)
         return value.replace(tzinfo=None) if dialect.name in ("mysql", "mariadb") else value
 
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
+        if not isinstance(value, datetime):  # MariaDB's zero date comes back as text:
+            return cast(datetime, value)  # the row's reader names the column (stores.rows)
         if value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
         return value.astimezone(timezone.utc)

@@ -58,6 +58,7 @@ from .. import retention
 from ..engine.group_commit import rounds_of
 from ..errors import (
     ConfigError,
+    CorruptRecordError,
     DuplicateJobError,
     SchemaVersionError,
     StoreError,
@@ -70,8 +71,16 @@ from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
-from ..workers import SweepHealth, WorkerInfo, forget_before, listed
+from ..workers import WorkerInfo, forget_before, listed
 from .base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
+from .rows import (
+    job_record,
+    listed_jobs,
+    listed_schedules,
+    listed_workers,
+    recurring_schedule,
+    status_or_unknown,
+)
 from .schema import ACTIVE_KEY_INDEX, VERSION_TABLE, UtcDateTime, jobs, links, recurring
 from .schema import workers as worker_rows
 
@@ -386,29 +395,6 @@ def _filters(
     return where
 
 
-def _record(row: Any) -> JobRecord:
-    return JobRecord(
-        id=row["id"],
-        channel_id=row["channel_id"],
-        category=row["category"],
-        status=Status(row["status"]),
-        version=row["version"],
-        created=row["created"],
-        updated=row["updated"],
-        payload=row["payload"],
-        state=dict(row["state"] or {}),
-        error=row["error"],
-        lease_owner=row["lease_owner"],
-        lease_expires=row["lease_expires"],
-        not_before=row["not_before"],
-        release_at=row["release_at"],
-        start_deadline=row["start_deadline"],
-        unique_key=row["unique_key"],
-        waits=row["waits"],
-        waiting_since=row["waiting_since"],
-    )
-
-
 _COLUMNS = (
     "id, channel_id, category, status, version, created, updated, payload, state, error, "
     "lease_owner, lease_expires, not_before, release_at, start_deadline, unique_key, waits, "
@@ -447,12 +433,15 @@ WHERE id = %(id)s AND version = %(version)s AND status = ANY(%(allowed)s)
 
 _PG_GET = f"SELECT {_COLUMNS} FROM scheduler_jobs WHERE id = %(id)s"
 
+# The claims below leave a row whose state is not an object (a damaged row) as it
+# is: jsonb_set would fail on it; the caller's read of the row then names it.
+
 _PG_CLAIM = f"""
 UPDATE scheduler_jobs SET
     status = 'InProgress', version = version + 1, updated = %(now)s,
     state = jsonb_set(state, '{{cursor}}', %(cursor)s::jsonb),
     lease_owner = %(owner)s, lease_expires = %(lease_until)s
-WHERE id = %(id)s AND (
+WHERE id = %(id)s AND jsonb_typeof(state) = 'object' AND (
     (status = 'InProgress' AND state -> 'cursor' = %(cursor)s::jsonb
         AND (lease_owner IS NULL OR lease_expires < %(now)s))
     OR (status = 'Scheduled' AND %(start)s
@@ -476,7 +465,7 @@ UPDATE scheduler_jobs AS j SET
 FROM unnest(%(n)s::int[], %(id)s::text[], %(cursor)s::text[], %(owner)s::text[],
             %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[])
     AS c(n, id, cursor, owner, now, lease_until, start)
-WHERE j.id = c.id AND (
+WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND (
     (j.status = 'InProgress' AND j.state -> 'cursor' = c.cursor::jsonb
         AND (j.lease_owner IS NULL OR j.lease_expires < c.now))
     OR (j.status = 'Scheduled' AND c.start
@@ -789,7 +778,7 @@ class SqlJobStore(IJobStore):
 
     def get(self, job_id: str) -> JobRecord | None:
         row = _once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))
-        return None if row is None else _record(row)
+        return None if row is None else job_record(row)
 
     def _get(self, job_id: str) -> Any:
         with self._engine.connect() as connection:
@@ -852,10 +841,7 @@ class SqlJobStore(IJobStore):
         else:
             query = ordered(select(jobs).where(*where))
         with _boundary(self._engine, "listing jobs"), self._engine.connect() as conn:
-            rows: builtins.list[JobRecord] = [
-                _record(row) for row in conn.execute(query).mappings()
-            ]
-        return rows
+            return listed_jobs(conn.execute(query).mappings())
 
     def renew_leases(
         self, owner: str, job_ids: Collection[str], until: datetime
@@ -869,7 +855,7 @@ class SqlJobStore(IJobStore):
         renew = update(jobs).where(held).values(lease_expires=until)
         with _boundary(self._engine, f"renewing {len(ids)} leases of {owner}"):
             rows = self._renew(renew, held)
-        return {job_id: Status(status) for job_id, status in rows}
+        return {job_id: status_or_unknown(status) for job_id, status in rows}
 
     def _renew(self, renew: Any, held: Any) -> Sequence[Any]:
         # No RETURNING on UPDATE: read back in the same transaction. The
@@ -903,7 +889,7 @@ class SqlJobStore(IJobStore):
             conn.execute(update(jobs).where(jobs.c.id.in_(ids)).values(changes))
             rows = conn.execute(select(jobs).where(jobs.c.id.in_(ids))).mappings().all()
         order = {job_id: i for i, job_id in enumerate(ids)}
-        return sorted((_record(row) for row in rows), key=lambda r: order[r.id])
+        return sorted(listed_jobs(rows), key=lambda r: order[r.id])
 
     def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
         query = (
@@ -913,7 +899,7 @@ class SqlJobStore(IJobStore):
             .limit(limit)
         )
         with _boundary(self._engine, "listing jobs due for release"), self._engine.connect() as c:
-            return [_record(row) for row in c.execute(query).mappings()]
+            return listed_jobs(c.execute(query).mappings())
 
     def overdue(self, now: datetime, limit: int = 100) -> builtins.list[JobRecord]:
         query = (
@@ -923,7 +909,7 @@ class SqlJobStore(IJobStore):
             .limit(limit)
         )
         with _boundary(self._engine, "listing overdue jobs"), self._engine.connect() as c:
-            return [_record(row) for row in c.execute(query).mappings()]
+            return listed_jobs(c.execute(query).mappings())
 
     def get_many(self, job_ids: Collection[str]) -> builtins.list[JobRecord]:
         ids = sorted(set(job_ids))
@@ -931,8 +917,17 @@ class SqlJobStore(IJobStore):
         with _boundary(self._engine, f"loading {len(ids)} jobs"), self._engine.connect() as c:
             for start in range(0, len(ids), 500):
                 query = select(jobs).where(jobs.c.id.in_(ids[start : start + 500]))
-                found.extend(_record(row) for row in c.execute(query).mappings())
+                found.extend(listed_jobs(c.execute(query).mappings()))
         return found
+
+    def _corrupt(self, job_id: str) -> CorruptRecordError | None:
+        """The error of a damaged row that a batch read as a placeholder: the single
+        read's, naming the column (None if the row reads whole by now)."""
+        try:
+            self.get(job_id)
+        except CorruptRecordError as exc:
+            return exc
+        return None
 
     def key_holder(self, key: str) -> JobRecord | None:
         # On MySQL the column holds the key's utf8mb4 bytes (see schema.active_key_type).
@@ -940,7 +935,7 @@ class SqlJobStore(IJobStore):
         query = select(jobs).where(jobs.c.active_key == (key.encode() if mysql else key))
         with _boundary(self._engine, f"looking up key {key!r}"), self._engine.connect() as c:
             row = c.execute(query).mappings().first()
-        return None if row is None else _record(row)
+        return None if row is None else job_record(row)
 
     def waiting(
         self, limit: int = 100, after: tuple[datetime, str] | None = None
@@ -954,7 +949,7 @@ class SqlJobStore(IJobStore):
         if after is not None:
             query = query.where(tuple_(jobs.c.waiting_since, jobs.c.id) > (after[0], after[1]))
         with _boundary(self._engine, "listing waiting jobs"), self._engine.connect() as c:
-            return [_record(row) for row in c.execute(query).mappings()]
+            return listed_jobs(c.execute(query).mappings())
 
     # -- recurring schedules ----------------------------------------------------------
 
@@ -1009,12 +1004,12 @@ class SqlJobStore(IJobStore):
         query = select(recurring).where(recurring.c.name == name)
         with _boundary(self._engine, f"loading schedule {name}"), self._engine.connect() as c:
             row = c.execute(query).mappings().first()
-        return None if row is None else _schedule(row)
+        return None if row is None else recurring_schedule(row)
 
     def list_recurring(self) -> builtins.list[RecurringSchedule]:
         query = select(recurring).order_by(recurring.c.name)
         with _boundary(self._engine, "listing schedules"), self._engine.connect() as c:
-            return [_schedule(row) for row in c.execute(query).mappings()]
+            return listed_schedules(c.execute(query).mappings())
 
     def delete_recurring(self, name: str) -> bool:
         stmt = delete(recurring).where(recurring.c.name == name)
@@ -1029,7 +1024,7 @@ class SqlJobStore(IJobStore):
             .limit(limit)
         )
         with _boundary(self._engine, "listing due schedules"), self._engine.connect() as c:
-            return [_schedule(row) for row in c.execute(query).mappings()]
+            return listed_schedules(c.execute(query).mappings())
 
     # -- on_final_failure hooks -------------------------------------------------------
 
@@ -1048,7 +1043,7 @@ class SqlJobStore(IJobStore):
         if after is not None:
             query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
         with _boundary(self._engine, "listing jobs with hooks due"), self._engine.connect() as c:
-            return [_record(row) for row in c.execute(query).mappings()]
+            return listed_jobs(c.execute(query).mappings())
 
     def close(self) -> None:
         self._engine.dispose()
@@ -1195,7 +1190,8 @@ class SqlJobStore(IJobStore):
         counts = dict.fromkeys(Status, 0)
         with _boundary(self._engine, "counting jobs"), self._engine.connect() as conn:
             for status, count in conn.execute(query):
-                counts[Status(status)] = int(count)
+                if status in counts:  # a status no version knows is not counted
+                    counts[Status(status)] = int(count)
         return counts
 
     def links(self, job_id: str, limit: int = 100) -> builtins.list[Link]:
@@ -1250,7 +1246,7 @@ class SqlJobStore(IJobStore):
         # A few rows per worker process: sorted here, as MySQL's collations would not.
         query = select(worker_rows).where(worker_rows.c.last_seen >= forget_before(now))
         with _boundary(self._engine, "listing workers"), self._engine.connect() as c:
-            found = [_worker(row) for row in c.execute(query).mappings()]
+            found = listed_workers(c.execute(query).mappings())
         return listed(found, now)
 
     def prune_workers(self, before: datetime) -> int:
@@ -1268,20 +1264,26 @@ class SqlJobStore(IJobStore):
                     jobs.c.status == Status.IN_PROGRESS.value,
                     jobs.c.lease_owner.in_(wanted[start : start + 500]),
                 )
-                found.extend(_record(row) for row in c.execute(query).mappings())
+                found.extend(listed_jobs(c.execute(query).mappings()))
         return sorted(found, key=lambda r: r.id)
 
     # -- group commit ------------------------------------------------------------------
 
-    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+    def claim_steps(
+        self, requests: Sequence[StepClaim]
+    ) -> builtins.list[JobRecord | CorruptRecordError | None]:
         # MySQL and MariaDB: one read of every row, then the claims that may win
         # in one transaction (one commit), each guarded by its version.
         if len(requests) <= 1:
             return super().claim_steps(requests)
         current = {r.id: r for r in self.get_many({q.job_id for q in requests})}
+        answers: builtins.list[JobRecord | CorruptRecordError | None] = [None] * len(requests)
         chosen: dict[str, tuple[int, JobRecord]] = {}
         for n, request in enumerate(requests):
             row = current.get(request.job_id)
+            if row is not None and row.damaged is not None:
+                answers[n] = self._corrupt(request.job_id)  # None: mended since, read again
+                continue
             if (
                 row is None
                 or request.job_id in chosen  # one claim per job: the others would lose
@@ -1289,7 +1291,6 @@ class SqlJobStore(IJobStore):
             ):
                 continue
             chosen[request.job_id] = (n, claimed_row(row, request))
-        answers: builtins.list[JobRecord | None] = [None] * len(requests)
         tried = list(chosen.values())
         for (n, claimed), won in zip(
             tried, self.advance_each([claimed for _, claimed in tried]), strict=True
@@ -1505,7 +1506,7 @@ class PostgresJobStore(SqlJobStore):
             return self._run(_PG_CLAIM, params)[1]
 
         row = _once_more_if_stale(self._engine, f"claiming a step of job {job_id}", claim)
-        return None if row is None else _record(row)
+        return None if row is None else job_record(row)
 
     def _renew(self, renew: Any, held: Any) -> Sequence[Any]:
         with self._engine.connect() as conn:
@@ -1521,7 +1522,7 @@ class PostgresJobStore(SqlJobStore):
             .returning(*jobs.c)
         )
         with self._engine.connect() as conn:
-            return [_record(row) for row in conn.execute(stmt).mappings()]
+            return listed_jobs(conn.execute(stmt).mappings())
 
     def _delete_purgeable(
         self, ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
@@ -1541,7 +1542,9 @@ class PostgresJobStore(SqlJobStore):
             stmt = delete(jobs).where(jobs.c.id.in_(locked), _unawaited(locked), guard)
             return list(conn.execute(stmt.returning(jobs.c.id)).scalars())
 
-    def claim_steps(self, requests: Sequence[StepClaim]) -> builtins.list[JobRecord | None]:
+    def claim_steps(
+        self, requests: Sequence[StepClaim]
+    ) -> builtins.list[JobRecord | CorruptRecordError | None]:
         # One UPDATE ... FROM unnest(...) RETURNING for the first request of each
         # job; a job asked for again in the same batch is claimed alone after it.
         if len(requests) <= 1:
@@ -1553,9 +1556,13 @@ class PostgresJobStore(SqlJobStore):
             f"claiming {len(first)} steps",
             lambda: self._run_many(_PG_CLAIM_MANY, _pg_claim_arrays(requests, first)),
         )
-        answers: builtins.list[JobRecord | None] = [None] * len(requests)
+        answers: builtins.list[JobRecord | CorruptRecordError | None] = [None] * len(requests)
         for row in rows:
-            answers[row.pop("n")] = _record(row)
+            n = row.pop("n")
+            try:
+                answers[n] = job_record(row)
+            except CorruptRecordError as exc:  # this row's own answer
+                answers[n] = exc
         for n in (n for later in again for n in later):
             r = requests[n]
             answers[n] = self.claim_step(
@@ -1686,12 +1693,6 @@ def _schedule_values(schedule: RecurringSchedule) -> dict[str, Any]:
     return {field.name: getattr(schedule, field.name) for field in dataclasses.fields(schedule)}
 
 
-def _schedule(row: Any) -> RecurringSchedule:
-    values = {field.name: row[field.name] for field in dataclasses.fields(RecurringSchedule)}
-    values.update(template=dict(values["template"]), paused=bool(values["paused"]))
-    return RecurringSchedule(**values)
-
-
 def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
     args: tuple[Any, ...] = getattr(exc.orig, "args", ())
     return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY
@@ -1710,17 +1711,3 @@ def _worker_values(worker: WorkerInfo) -> dict[str, Any]:
         "dramatiq_version": worker.dramatiq_version,
         "sweep": None if worker.sweep is None else worker.sweep.to_dict(),
     }
-
-
-def _worker(row: Any) -> WorkerInfo:
-    return WorkerInfo(
-        owner=row["owner"],
-        host=row["host"],
-        pid=int(row["pid"]),
-        started=row["started"],
-        last_seen=row["last_seen"],
-        heartbeat=float(row["heartbeat"]),
-        channels=tuple(str(name) for name in row["channels"] or ()),
-        dramatiq_version=row["dramatiq_version"],
-        sweep=SweepHealth.from_dict(row["sweep"]),
-    )

@@ -41,7 +41,9 @@ class TestClaimSteps:
         stale = running(store, "stale")
         held = running(store, "held", lease_owner="other", lease_expires=UNTIL)
         assert store.put(job("cancelled", status=Status.CANCELLED))
-        assert store.put(job("fresh", status=Status.SCHEDULED, payload={"workflows": [1]}))
+        assert store.put(
+            job("fresh", status=Status.SCHEDULED, payload={"workflows": [{"tasks": []}]})
+        )
         answers = store.claim_steps(
             [
                 ask("stale", [0, 0, 0, 0]),  # a message for a step already done
@@ -61,7 +63,9 @@ class TestClaimSteps:
         started = answers[5]
         assert started == stored(store, "fresh")
         assert started is not None and started.status is Status.IN_PROGRESS
-        assert started.state["cursor"] == [0, 0, 0, 0] and started.payload == {"workflows": [1]}
+        assert started.state["cursor"] == [0, 0, 0, 0] and started.payload == {
+            "workflows": [{"tasks": []}]
+        }
         assert stored(store, "stale") == stale and stored(store, "held") == held
         assert stored(store, "cancelled").status is Status.CANCELLED
         assert store.get("missing") is None

@@ -119,7 +119,7 @@ class TestJobStoreContract:
             category="cat",
             updated=later,
             payload={"workflows": []},
-            state={"cursor": 1},
+            state={"cursor": [0, 0, 0, 1]},
             error="Boom: once",
         )
         assert store.put(update)
@@ -382,7 +382,7 @@ class TestJobStoreContract:
             "flags": {"on": True, "off": False},
             "big": 2**53,
         }
-        state = {"cursor": [0, 1], "results": {"t1": {"ok": 1}}, "attempts": {"t1": 2}}
+        state = {"cursor": [0, 1, 0, 0], "results": {"t1": {"ok": 1}}, "attempts": {"t1": 2}}
         assert store.put(job(payload=payload, state=state))
         record = stored(store)
         assert record.payload == payload
@@ -597,7 +597,7 @@ class TestAdvanceContract:
     """``advance``: the guarded update of a running job's row, payload left alone."""
 
     def test_advance_updates_state_and_keeps_payload_and_created(self, store: IJobStore) -> None:
-        assert store.put(job(status=Status.SCHEDULED, payload={"workflows": [1]}))
+        assert store.put(job(status=Status.SCHEDULED, payload={"workflows": [{"tasks": []}]}))
         row = stored(store)
         later = T0 + timedelta(minutes=5)
         moved = row.evolve(
@@ -613,7 +613,7 @@ class TestAdvanceContract:
         after = stored(store)
         assert after.version == row.version + 1
         assert after.status is Status.IN_PROGRESS and after.state == {"cursor": [0, 1, 0, 0]}
-        assert after.payload == {"workflows": [1]}  # not part of an advance
+        assert after.payload == {"workflows": [{"tasks": []}]}  # not part of an advance
         assert after.created == T0 and after.updated == later
         assert after.lease_owner == "w" and after.lease_expires == later
 
@@ -633,7 +633,9 @@ class TestAdvanceContract:
         self, store: IJobStore
     ) -> None:
         for job_id in ("b", "a", "c"):
-            assert store.put(job(job_id, status=Status.SCHEDULED, payload={"workflows": [1]}))
+            assert store.put(
+                job(job_id, status=Status.SCHEDULED, payload={"workflows": [{"tasks": []}]})
+            )
         b, a, c = (stored(store, job_id) for job_id in ("b", "a", "c"))
         later = T0 + timedelta(minutes=1)
         answers = store.advance_many(
@@ -649,7 +651,7 @@ class TestAdvanceContract:
         assert stored(store, "b").version == b.version + 1
         assert stored(store, "a") == a  # the refused row is untouched...
         assert stored(store, "c").status is Status.IN_PROGRESS  # ...and did not stop the next
-        assert stored(store, "c").payload == {"workflows": [1]}
+        assert stored(store, "c").payload == {"workflows": [{"tasks": []}]}
         assert store.get("nobody") is None
         assert store.advance_many([]) == []
 
@@ -669,12 +671,12 @@ class TestClaimStepContract:
         return store.claim_step("job-1", cursor, "me", self.NOW, self.UNTIL, start=start)
 
     def test_starts_a_scheduled_job(self, store: IJobStore) -> None:
-        assert store.put(job(status=Status.SCHEDULED, payload={"workflows": [1]}))
+        assert store.put(job(status=Status.SCHEDULED, payload={"workflows": [{"tasks": []}]}))
         claimed = self.claim(store, [0, 0, 0, 0], start=True)
         row = stored(store)
         assert claimed == row
         assert row.status is Status.IN_PROGRESS and row.version == 2
-        assert row.state["cursor"] == [0, 0, 0, 0] and row.payload == {"workflows": [1]}
+        assert row.state["cursor"] == [0, 0, 0, 0] and row.payload == {"workflows": [{"tasks": []}]}
         assert row.lease_owner == "me" and row.lease_expires == self.UNTIL
         assert row.updated == self.NOW
 

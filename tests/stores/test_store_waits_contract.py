@@ -201,7 +201,7 @@ class TestUniqueKeys:
         assert store.key_holder(KEY) is None
         assert store.put(keyed("old", Status.FAILED))
         assert store.key_holder(KEY) is None, "an ended job holds no key"
-        assert store.put(keyed("new", payload={"workflows": [1]}))
+        assert store.put(keyed("new", payload={"workflows": [{"tasks": []}]}))
         assert store.key_holder(KEY) == stored(store, "new")
         assert store.key_holder("another") is None
         assert store.advance(stored(store, "new").evolve(status=Status.IN_PROGRESS))
@@ -322,7 +322,9 @@ class TestWaits:
     def test_a_waiting_job_is_not_claimed_until_its_waits_are_cleared(
         self, store: IJobStore
     ) -> None:
-        assert store.put(job(status=Status.SCHEDULED, waits=WAITS, payload={"workflows": [1]}))
+        assert store.put(
+            job(status=Status.SCHEDULED, waits=WAITS, payload={"workflows": [{"tasks": []}]})
+        )
         before = stored(store)
         assert store.claim_step("job-1", [0, 0, 0, 0], "me", NOW, LEASE_UNTIL, start=True) is None
         assert stored(store) == before
@@ -335,7 +337,7 @@ class TestWaits:
             "me",
             3,
         )
-        assert claimed.payload == {"workflows": [1]}
+        assert claimed.payload == {"workflows": [{"tasks": []}]}
 
 
 class TestGetMany:
