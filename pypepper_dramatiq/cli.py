@@ -18,7 +18,8 @@ Commands:
   forms' secret from ``--secret-key-file`` or ``PYPEPPER_DASHBOARD_SECRET_KEY``).
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
-ended), 2 bad usage or a store or Redis that cannot be used.
+ended, or its stored row cannot be read: ``show`` names the column), 2 bad usage
+or a store or Redis that cannot be used.
 
 Every table cell and line of words goes through :func:`_print_table` or :func:`_say`,
 which show stored and typed text with :func:`~pypepper_dramatiq.display.printable`: a
@@ -46,6 +47,7 @@ from .display import printable
 from .errors import (
     AmbiguousTaskNameError,
     ConfigError,
+    CorruptRecordError,
     InvalidTransitionError,
     PypepperError,
     RetryError,
@@ -81,6 +83,8 @@ PROG = "pypepper-dramatiq"
 
 #: Longest error shown in a row of the ``jobs`` table (``show`` has it whole).
 ERROR_WIDTH = 40
+#: The same for why a damaged row could not be read (the column and what it holds).
+DAMAGE_WIDTH = 100
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -499,7 +503,15 @@ def _error(message: str) -> None:
 
 
 def _show(store: IJobStore, job_id: str, *, one_line: bool) -> int:
-    record = store.get(job_id)
+    try:
+        record = store.get(job_id)
+    except CorruptRecordError as exc:
+        _error(
+            f"{exc} (the row was changed by something other than "
+            "pypepper-dramatiq; mend or delete it: no worker runs it meanwhile, and "
+            "'jobs' lists it as damaged)"
+        )
+        return 1
     if record is None:
         _error(str(UnknownJobError(job_id)))  # the words of 'cancel' for the same case
         return 1
@@ -525,7 +537,10 @@ def _jobs(store: IJobStore, args: argparse.Namespace) -> int:
     page = list(found[: args.limit])
     if args.json:
         for record in page:
-            print(json.dumps(record.to_dict()))
+            shown = record.to_dict()
+            if record.damaged is not None:
+                shown["damaged"] = record.damaged
+            print(json.dumps(shown))
     elif page:
         _print_table(
             ("ID", "STATUS", "CHANNEL", "CATEGORY", "CREATED", "UPDATED", "ERROR"),
@@ -540,13 +555,16 @@ def _jobs(store: IJobStore, args: argparse.Namespace) -> int:
 
 
 def _job_row(record: JobRecord) -> tuple[str, ...]:
-    error = (record.error or "").strip().splitlines()
+    # A row that could not be read: "damaged" for its status, why in place of the error.
+    told = (record.error if record.damaged is None else record.damaged) or ""
+    error = told.strip().splitlines()
+    width = ERROR_WIDTH if record.damaged is None else DAMAGE_WIDTH
     shown = error[0] if error else ""
-    if len(shown) > ERROR_WIDTH or len(error) > 1:
-        shown = shown[: ERROR_WIDTH - 3] + "..."
+    if len(shown) > width or len(error) > 1:
+        shown = shown[: width - 3] + "..."
     return (
         record.id,
-        record.status.value,
+        record.status.value if record.damaged is None else "damaged",
         record.channel_id,
         record.category or "-",
         _when(record.created),

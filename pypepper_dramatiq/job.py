@@ -385,7 +385,14 @@ class Job:
     @staticmethod
     def get_saved(job_id: str) -> JobRecord | None:
         """The stored snapshot of job ``job_id``, or None (also for an id no job row
-        can hold, such as one with a NUL: the store is not asked)."""
+        can hold, such as one with a NUL: the store is not asked).
+
+        Raises:
+            CorruptRecordError: (a ``StoreError``) the stored row cannot be read: a
+                column holds what no writer of this package writes (changed by hand
+                or by another program); the error names the job and the column.
+            StoreError: the store failed.
+        """
         return _through().get_saved(job_id)
 
     # -- waiting for the outcome --------------------------------------------
