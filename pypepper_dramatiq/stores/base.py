@@ -61,6 +61,18 @@ class IJobStore(abc.ABC):
     :class:`~pypepper_dramatiq.errors.DuplicateJobError` naming the holder.
 
     Failures to reach the backend raise :class:`~pypepper_dramatiq.errors.StoreError`.
+
+    A stored row that cannot be read (a column changed by hand or by another
+    program to what no writer of this package writes) raises
+    :class:`~pypepper_dramatiq.errors.CorruptRecordError` from a single read
+    (``get``, ``claim_step``, ``key_holder``); every read of several rows
+    (``list``, ``get_many``, ``waiting``, ``due_releases``, ``overdue``,
+    ``recover_expired``, ``pending_hooks``, ``held_by``) answers a placeholder in
+    its place instead, :attr:`JobRecord.damaged
+    <pypepper_dramatiq.record.JobRecord.damaged>` set, so that one row never
+    fails a page or a batch. Nothing acts on a placeholder but to show or skip
+    it. (The SQL stores check rows as they read them, :mod:`.rows`; the memory
+    store keeps records, which nothing can damage so.)
     """
 
     @abc.abstractmethod

@@ -23,8 +23,10 @@ from werkzeug.wrappers import Request, Response
 
 from ..channels.broker import get_broker
 from ..channels.channel import manager
+from ..display import printable
 from ..errors import (
     ChannelEnqueueError,
+    CorruptRecordError,
     InvalidTransitionError,
     RetryError,
     StoreError,
@@ -79,6 +81,9 @@ NOTICES = {
     "retried": "This job retries the one it was made from, where that one stopped: the "
     "tasks before it kept their results.",
 }
+
+#: What a page that failed unexpectedly says (the log has the traceback).
+SERVER_ERROR = "The dashboard failed on this page; the server's log says why."
 
 #: Sent with every page: no script or style from elsewhere, no framing, no caching.
 SECURITY_HEADERS = {
@@ -188,7 +193,12 @@ class Dashboard:
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         request = Request(environ)
-        response = self._respond(request)
+        try:
+            response = self._respond(request)
+        except Exception:  # the error page itself failed (a template, the auth callable)
+            logger.exception("dashboard: %s %s failed", request.method, printable(request.path))
+            response = Response(f"500 {SERVER_ERROR}\n", 500, mimetype="text/plain")
+            response.headers.extend(SECURITY_HEADERS)
         return response(environ, start_response)
 
     @property
@@ -223,9 +233,15 @@ class Dashboard:
             response.headers["Allow"] = ", ".join(exc.valid_methods or ())
         except HTTPException as exc:
             response = self._error(call, exc.code or 500, exc.description or "")
+        except CorruptRecordError as exc:
+            # An action on a row that cannot be read (its page shows what can be).
+            response = self._error(call, 409, f"{exc}. Nothing was changed.")
         except StoreError as exc:
             logger.warning("dashboard: the job store cannot be used: %s", exc)
             response = self._error(call, 503, f"The job store cannot be used: {exc}")
+        except Exception:
+            logger.exception("dashboard: %s %s failed", request.method, printable(request.path))
+            response = self._error(call, 500, SERVER_ERROR)
         for name, header in SECURITY_HEADERS.items():
             response.headers.setdefault(name, header)
         if call.new_csrf_value:
@@ -258,6 +274,7 @@ class Dashboard:
     def _error(self, call: _Call, code: int, message: str) -> Response:
         titles = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found"}
         titles |= {405: "Method not allowed", 409: "Conflict", 503: "Store unavailable"}
+        titles |= {500: "Server error"}
         return self._render(
             call, "error.html", code, code=code, title=titles.get(code, "Error"), message=message
         )
@@ -335,9 +352,15 @@ class Dashboard:
         )
 
     def _job(self, call: _Call, job_id: str) -> Response:
-        record = self.store.get(job_id) if _plausible_id(job_id) else None
+        try:
+            record = self.store.get(job_id) if _plausible_id(job_id) else None
+        except CorruptRecordError:
+            # The listing's read answers what could be read of the row.
+            record = next(iter(self.store.get_many([job_id])), None)
         if record is None:
             raise Refused(404, f"No job {job_id!r} is stored.")
+        if record.damaged is not None:
+            return self._render(call, "damaged.html", job=views.damaged_view(record))
         return self._render(call, "job.html", job=views.job_view(record, self.store))
 
     def _linked(self, call: _Call, kind: str, job_id: str) -> Response:

@@ -6,6 +6,7 @@ Nothing here writes; the templates only lay it out (Jinja2 escapes every value).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -101,17 +102,61 @@ class JobRow:
     created: str
     updated: str
     error: str
+    #: Why the stored row could not be read (the list shows it in the error's place).
+    damaged: str | None = None
 
 
 def job_row(record: JobRecord) -> JobRow:
     return JobRow(
         id=record.id,
-        status=record.status.value,
+        status=record.status.value if record.damaged is None else DAMAGED,
         channel_id=record.channel_id,
         category=record.category or "-",
         created=when(record.created),
         updated=when(record.updated),
-        error=first_line(record.error),
+        error=first_line(record.error if record.damaged is None else record.damaged, 200),
+        damaged=record.damaged,
+    )
+
+
+# -- a row that cannot be read -----------------------------------------------------------------
+
+#: What the pages call a job whose stored row cannot be read, in place of its status.
+DAMAGED = "Damaged"
+
+
+@dataclass(frozen=True)
+class DamagedView:
+    """What a job's page shows of a row that cannot be read: why, and what could be."""
+
+    id: str
+    reason: str
+    facts: list[tuple[str, str]]
+
+
+def damaged_view(record: JobRecord) -> DamagedView:
+    """The page of a listing's placeholder (``record.damaged`` set): the columns named
+    in the reason are shown as unreadable, the others as read."""
+    reason = record.damaged or ""
+    unreadable = set(re.findall(r"column '(\w+)':", reason))
+
+    def read(column: str, shown: str) -> str:
+        return "(cannot be read)" if column in unreadable else shown
+
+    return DamagedView(
+        id=record.id,
+        reason=reason,
+        facts=[
+            ("Stored status", read("status", record.status.value)),
+            ("Channel", read("channel_id", record.channel_id)),
+            ("Category", read("category", record.category or "-")),
+            ("Created", read("created", when(record.created))),
+            ("Updated", read("updated", when(record.updated))),
+            ("Version", read("version", str(record.version))),
+            ("Error", read("error", first_line(record.error, 200) or "-")),
+            ("Lease owner", read("lease_owner", record.lease_owner or "-")),
+            ("Unique key", read("unique_key", record.unique_key or "-")),
+        ],
     )
 
 
