@@ -46,6 +46,7 @@ __all__ = [
     "listed_jobs",
     "listed_schedules",
     "listed_workers",
+    "readable_waits",
     "recurring_schedule",
     "status_or_unknown",
 ]
@@ -343,6 +344,12 @@ def listed_job(row: Row) -> JobRecord | None:
         return None
     _report(row["id"], damaged, "listed as damaged, never run")
     return JobRecord(**_job_fields(row, (column for column, _ in problems)), damaged=damaged)
+
+
+def readable_waits(values: Iterable[Any]) -> list[Any]:
+    """The ``waits`` column values that can be read: a damaged one names no parent
+    that can be trusted, so a batch reading many (the purge) leaves it out."""
+    return [value for value in values if _waits(value) is None]
 
 
 def listed_jobs(rows: Iterable[Row]) -> list[JobRecord]:

@@ -78,6 +78,7 @@ from .rows import (
     listed_jobs,
     listed_schedules,
     listed_workers,
+    readable_waits,
     recurring_schedule,
     status_or_unknown,
 )
@@ -314,6 +315,16 @@ def _check_schema(engine: Engine) -> None:
 
 
 def _row_values(record: JobRecord) -> dict[str, Any]:
+    """The columns of ``record``'s row (every write goes through here).
+
+    Raises:
+        CorruptRecordError: ``record`` is a listing's placeholder for a damaged row
+            (or made from one): writing it would replace what could not be read.
+    """
+    if record.damaged is not None:
+        raise CorruptRecordError(
+            record.id, "-", f"a placeholder is never written back ({record.damaged})"
+        )
     return {
         "id": record.id,
         "channel_id": record.channel_id,
@@ -1090,7 +1101,7 @@ class SqlJobStore(IJobStore):
                     jobs.c.waiting_since.is_not(None), jobs.c.status == Status.SCHEDULED.value
                 )
             ).scalars()
-            waited_for = retention.awaited(waits)
+            waited_for = retention.awaited(readable_waits(waits))
             while len(chosen) < limit:
                 query = (
                     select(jobs.c.id, jobs.c.version, jobs.c.created, hooks)

@@ -291,3 +291,46 @@ def test_a_damaged_worker_row_is_left_out_of_the_listing(store: SqlJobStore) -> 
     value = json_value(store, '"default"')
     corrupt(store, f"UPDATE scheduler_workers SET channels = {value} WHERE owner = 'w-bad'")
     assert [w.owner for w in store.workers(NOW)] == ["w-good"]
+
+
+def test_a_placeholder_is_never_written_back(store: SqlJobStore) -> None:
+    put_pair(store, status=Status.SCHEDULED)
+    damage(store, "bad", "state", "json:[1,2,3]")
+    (placeholder,) = store.get_many(["bad"])
+    changed = placeholder.evolve(status=Status.CANCELLED, error="cancelled by the sweep")
+    for write in (store.put, store.advance, lambda r: store.advance_many([r])):
+        with pytest.raises(CorruptRecordError, match="a placeholder is never written back"):
+            write(changed)
+    with store.engine.connect() as conn:
+        status, state = conn.execute(
+            text("SELECT status, state FROM scheduler_jobs WHERE id = 'bad'")
+        ).one()
+    assert status == "Scheduled" and state in ([1, 2, 3], "[1,2,3]", "[1, 2, 3]")
+
+
+def test_the_other_batch_reads_answer_placeholders(store: SqlJobStore) -> None:
+    hooks = {"hooks": {"0.0": {"status": "pending", "owner": "w", "since": "x", "until": None}}}
+    for n, job_id in enumerate(("good", "bad")):
+        assert store.put(
+            job(
+                job_id,
+                created=T0 + timedelta(seconds=n),
+                status=Status.IN_PROGRESS,
+                lease_owner="w",
+                payload=PAYLOAD,
+                state=hooks,
+            )
+        )
+    damage(store, "bad", "payload", "json:[1]")
+    for found in (store.pending_hooks(), store.held_by(["w"])):
+        assert sorted((r.id, r.damaged) for r in found) == [
+            ("bad", "column 'payload': expected an object or null, found a list"),
+            ("good", None),
+        ]
+
+
+def test_a_purge_goes_on_past_a_waiting_row_whose_waits_are_damaged(store: SqlJobStore) -> None:
+    assert store.put(job("ended", status=Status.COMPLETED))
+    assert store.put(job("child", status=Status.SCHEDULED, waits={"parents": ["other"]}))
+    damage(store, "child", "waits", "json:[1]")
+    assert store.purge(Status.COMPLETED, NOW, 10) == ["ended"]
