@@ -20,6 +20,7 @@ from ..context import PROGRESS_REPORTER_KEY
 from ..engine import ledger, waiting
 from ..engine.running import running_here
 from ..errors import (
+    CorruptRecordError,
     InvalidTransitionError,
     JobRedeliveryError,
     JobRequeuedError,
@@ -334,6 +335,11 @@ class Worker:
                 return False
             elif durable.version != job.version:
                 job.version = durable.version
+        except CorruptRecordError as exc:
+            # Retrying cannot mend the row, and writing this job over it would
+            # hide what a person must see: the job is dropped, the row left as is.
+            logger.error("job %s: not run, its stored row cannot be read: %s", job.id, exc)
+            return False
         except StoreError as exc:
             logger.warning("job %s: store failed before RUN: %s", job.id, exc)
             return self._start_failed(job, before)
