@@ -74,7 +74,7 @@ class _Damaged(Exception):
 # -- what a value is, in the words of JSON ----------------------------------------------
 
 
-def kind_of(value: object) -> str:
+def _kind_of(value: object) -> str:
     """What ``value`` is, as a person reading the row would say it."""
     if value is None:
         return "null"
@@ -100,7 +100,7 @@ def _shown(value: object, limit: int = 40) -> str:
 
 
 def _expected(what: str, value: object) -> str:
-    return f"expected {what}, found {kind_of(value)}"
+    return f"expected {what}, found {_kind_of(value)}"
 
 
 def _is_whole(value: object) -> bool:
@@ -135,7 +135,7 @@ def _time(*, optional: bool = False) -> Check:
             return None
         if not isinstance(value, datetime):
             shown = f" {_shown(value)}" if isinstance(value, str) else ""
-            return f"expected a time, found {kind_of(value)}{shown}"
+            return f"expected a time, found {_kind_of(value)}{shown}"
         return None
 
     return check
