@@ -215,6 +215,28 @@ def _is_object(value: Any) -> bool:
     return isinstance(value, dict)
 
 
+def _is_attempt_list(value: Any) -> bool:
+    """A task's attempt history: a list of objects (the pages read each one's keys)."""
+    return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _is_hold(value: Any) -> bool:
+    """A hook's hold: an object whose ``until`` is null or an ISO time (the sweep
+    compares it with the clock to take the hook over)."""
+    if not isinstance(value, dict):
+        return False
+    until = value.get("until")
+    if until is None:
+        return True
+    if not isinstance(until, str):
+        return False
+    try:
+        datetime.fromisoformat(until)
+    except ValueError:
+        return False
+    return True
+
+
 #: The state's keys the engine reads, and what each must hold when present and not
 #: empty (:meth:`JobState.from_dict <pypepper_dramatiq.state.JobState.from_dict>`
 #: takes a missing, null or empty one as empty).
@@ -224,11 +246,11 @@ _STATE_KEYS: dict[str, Check] = {
     "errors": _any_object,
     "attempts": _entries("a whole number", _is_whole),
     "skipped": _any_list,
-    "history": _entries("a list", lambda entry: isinstance(entry, list)),
+    "history": _entries("a list of objects", _is_attempt_list),
     "history_dropped": _entries("a whole number", _is_whole),
     DISPATCH_KEY: _any_object,
     PARENT_RESULTS_KEY: _any_object,
-    HOOKS_KEY: _entries("an object", _is_object),
+    HOOKS_KEY: _entries("an object whose 'until' is null or an ISO time", _is_hold),
     HOOKS_DONE_KEY: _entries("an object", _is_object),
     PROGRESS_KEY: _entries("an object", _is_object),
 }

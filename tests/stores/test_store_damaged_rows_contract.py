@@ -64,6 +64,8 @@ DAMAGE = [
     ("state", 'json:{"attempts": [1]}', "key 'attempts': expected an object"),
     ("state", 'json:{"cursor": "x"}', "key 'cursor'"),
     ("state", 'json:{"hooks": {"0.0": 3}}', "key 'hooks'"),
+    ("state", 'json:{"hooks": {"0.0": {"until": "soon"}}}', "'until' is null or an ISO time"),
+    ("state", 'json:{"history": {"0.0": [1]}}', "expected a list of objects, found a list"),
     ("payload", 'json:"text"', "expected an object or null, found a string"),
     ("payload", 'json:{"workflows": {}}', "key 'workflows': expected a list"),
     ("payload", 'json:{"workflows": [{"tasks": [7]}]}', "task 0.0"),
