@@ -23,7 +23,6 @@ workflows and tasks as lists of objects). They cost microseconds a row.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
@@ -33,6 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..cron import CATCH_UP, OVERLAP
 from ..display import printable
 from ..errors import CorruptRecordError, CorruptScheduleError
+from ..logs import get_logger
 from ..progress import PROGRESS_KEY
 from ..record import MAX_ID_LENGTH, JobRecord
 from ..recurring import RecurringSchedule
@@ -51,7 +51,7 @@ __all__ = [
     "status_or_unknown",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 #: What a placeholder shows for a time that could not be read.
 UNREADABLE_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -592,6 +592,4 @@ def _report(key: str, damaged: str, outcome: str, *, what: str = "job") -> None:
         if len(_reported) >= _REPORTED_MOST:
             _reported.clear()
         _reported.add(seen)
-    logger.warning(
-        "%s %s: stored row is damaged (%s); %s", what, printable(key), printable(damaged), outcome
-    )
+    logger.warning("%s %s: stored row is damaged (%s); %s", what, key, damaged, outcome)

@@ -23,7 +23,6 @@ from werkzeug.wrappers import Request, Response
 
 from ..channels.broker import get_broker
 from ..channels.channel import manager
-from ..display import printable
 from ..errors import (
     ChannelEnqueueError,
     CorruptRecordError,
@@ -196,7 +195,7 @@ class Dashboard:
         try:
             response = self._respond(request)
         except Exception:  # the error page itself failed (a template, the auth callable)
-            logger.exception("dashboard: %s %s failed", request.method, printable(request.path))
+            logger.exception("dashboard: %s %s failed", request.method, request.path)
             response = Response(f"500 {SERVER_ERROR}\n", 500, mimetype="text/plain")
             response.headers.extend(SECURITY_HEADERS)
         return response(environ, start_response)
@@ -240,7 +239,7 @@ class Dashboard:
             logger.warning("dashboard: the job store cannot be used: %s", exc)
             response = self._error(call, 503, f"The job store cannot be used: {exc}")
         except Exception:
-            logger.exception("dashboard: %s %s failed", request.method, printable(request.path))
+            logger.exception("dashboard: %s %s failed", request.method, request.path)
             response = self._error(call, 500, SERVER_ERROR)
         for name, header in SECURITY_HEADERS.items():
             response.headers.setdefault(name, header)
