@@ -670,7 +670,7 @@ def _recurring(store: IJobStore, args: argparse.Namespace) -> int:
                         _when(s.next_slot),
                         _when(s.last_slot) if s.last_slot else "-",
                         s.last_job_id or "-",
-                        "yes" if s.paused else "no",
+                        "damaged" if s.damaged else "yes" if s.paused else "no",
                     )
                     for s in schedules
                 ],
@@ -721,6 +721,7 @@ def _schedule_dict(schedule: Any) -> dict[str, Any]:
         "max_start_delay": schedule.max_start_delay,
         "channel_id": schedule.template.get("channel_id"),
         "category": schedule.template.get("category"),
+        **({"damaged": schedule.damaged} if schedule.damaged else {}),
     }
 
 

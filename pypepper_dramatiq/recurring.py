@@ -38,6 +38,10 @@ class RecurringSchedule:
     version: int = 0
     created: datetime = field(default_factory=utcnow)
     updated: datetime = field(default_factory=utcnow)
+    #: Why the stored row could not be read (a listing's placeholder: the columns and
+    #: what is wrong; the other fields hold what could be read, text as stored). None
+    #: for every row a store reads whole. Never stored; never fired.
+    damaged: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("next_slot", "last_slot", "created", "updated"):

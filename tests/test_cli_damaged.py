@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from pypepper_dramatiq import Job
 from pypepper_dramatiq.errors import CorruptRecordError
+from pypepper_dramatiq.recurring import RecurringSchedule
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.registry import set_job_store
@@ -82,3 +83,19 @@ def test_job_get_saved_raises_the_typed_error(damaged: SqlJobStore) -> None:
         assert (caught.value.job_id, caught.value.column) == ("broken", "state")
         saved = Job.get_saved("whole")
         assert saved is not None and saved.status is Status.COMPLETED
+
+
+def test_recurring_lists_a_damaged_schedule_marked(
+    pg_store: SqlJobStore, postgres_uri: str
+) -> None:
+    template = {"channel_id": "c", "category": None, "payload": {"workflows": []}}
+    pg_store.save_recurring(RecurringSchedule("nightly", "0 6 * * *", "UTC", template, T0))
+    with pg_store.engine.begin() as conn:
+        conn.execute(text("UPDATE scheduler_recurring SET template = '[1]' WHERE name = 'nightly'"))
+    done = cli("recurring", "--uri", postgres_uri)
+    assert done.returncode == 0, done.stderr
+    (row,) = done.stdout.splitlines()[1:]
+    assert row.split()[0] == "nightly" and row.split()[-1] == "damaged"
+    listed = cli("recurring", "--json", "--uri", postgres_uri).stdout.splitlines()
+    (shown,) = [json.loads(line) for line in listed]
+    assert shown["damaged"] == "column 'template': expected an object, found a list"

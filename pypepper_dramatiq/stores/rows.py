@@ -14,7 +14,8 @@ second. So each column is checked here, where a row becomes a
 * a listing or a batch read of jobs gets a placeholder instead: a record with
   :attr:`~pypepper_dramatiq.record.JobRecord.damaged` set and what could be read, so
   that one row never fails a page or a batch. A damaged schedule or worker row is
-  left out of its listing. Either is logged once per row per process.
+  left out of its listing, logged once per row per process (a placeholder is not
+  logged here: the pages and the CLI show it, the recovery sweep logs its skips).
 
 The checks are of what the code relies on: each column's type, the status a known
 one, the top-level shapes of the JSON columns (the state's keys, the payload's
@@ -23,8 +24,7 @@ workflows and tasks as lists of objects). They cost microseconds a row.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -32,6 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from ..cron import CATCH_UP, OVERLAP
 from ..display import printable
 from ..errors import CorruptRecordError, CorruptScheduleError
+from ..isolation import OnceEach
 from ..logs import get_logger
 from ..progress import PROGRESS_KEY
 from ..record import MAX_ID_LENGTH, JobRecord
@@ -46,6 +47,7 @@ __all__ = [
     "listed_jobs",
     "listed_schedules",
     "listed_workers",
+    "due_schedules",
     "readable_waits",
     "recurring_schedule",
     "status_or_unknown",
@@ -355,8 +357,8 @@ def job_record(row: Row) -> JobRecord:
 
 def listed_job(row: Row) -> JobRecord | None:
     """The record of a row in a listing or batch read: :func:`job_record`, or for a
-    damaged row a placeholder with ``damaged`` set (logged once per process); None
-    when not even its id can be read (logged, left out)."""
+    damaged row a placeholder with ``damaged`` set; None when not even its id can be
+    read (left out, logged once per process)."""
     problems = _job_problems(row)
     if not problems:
         return JobRecord(**_job_fields(row))
@@ -364,7 +366,6 @@ def listed_job(row: Row) -> JobRecord | None:
     if any(column == "id" for column, _ in problems):
         _report(_id_of(row), damaged, "left out of listings")
         return None
-    _report(row["id"], damaged, "listed as damaged, never run")
     return JobRecord(**_job_fields(row, (column for column, _ in problems)), damaged=damaged)
 
 
@@ -472,14 +473,54 @@ _SCHEDULE_COLUMNS: dict[str, Check] = {
 }
 
 
-def _schedule(row: Row) -> RecurringSchedule:
+#: What a schedule's placeholder holds in place of a column that could not be read,
+#: when what it holds is not even of the column's type (text is kept as stored).
+_SCHEDULE_DEFAULTS: dict[str, Any] = {
+    "name": "?",
+    "cron": "?",
+    "timezone": "?",
+    "template": {},
+    "next_slot": UNREADABLE_TIME,
+    "max_start_delay": None,
+    "overlap": "?",
+    "catch_up": "?",
+    "last_slot": None,
+    "last_job_id": None,
+    "paused": False,
+    "version": 0,
+    "created": UNREADABLE_TIME,
+    "updated": UNREADABLE_TIME,
+}
+
+
+def _schedule_problems(row: Row) -> list[tuple[str, str]]:
+    problems = []
     for column, check in _SCHEDULE_COLUMNS.items():
         reason = check(row[column])
         if reason is not None:
-            raise _Damaged(column, reason)
+            problems.append((column, reason))
+    return problems
+
+
+def _shown_as_read(column: str, value: Any) -> bool:
+    """Whether a placeholder may show ``value`` of a damaged ``column`` as stored: text
+    that is not a valid cron or zone is still text to show; a wrong type is not."""
+    default = _SCHEDULE_DEFAULTS[column]
+    if isinstance(default, str):
+        return isinstance(value, str)
+    if isinstance(default, dict):
+        return isinstance(value, dict)
+    return False
+
+
+def _schedule(row: Row, problems: Sequence[tuple[str, str]] = ()) -> RecurringSchedule:
     values = {column: row[column] for column in _SCHEDULE_COLUMNS}
+    for column, _ in problems:
+        if not _shown_as_read(column, values[column]):
+            values[column] = _SCHEDULE_DEFAULTS[column]
     values.update(template=dict(values["template"]), paused=bool(values["paused"]))
-    return RecurringSchedule(**values)
+    damaged = "; ".join(f"column {column!r}: {reason}" for column, reason in problems)
+    return RecurringSchedule(**values, damaged=damaged or None)
 
 
 def recurring_schedule(row: Row) -> RecurringSchedule:
@@ -488,22 +529,29 @@ def recurring_schedule(row: Row) -> RecurringSchedule:
     Raises:
         CorruptScheduleError: a column holds what no writer of this package writes.
     """
-    try:
-        return _schedule(row)
-    except _Damaged as exc:
-        raise CorruptScheduleError(_name_of(row), exc.column, exc.reason) from None
+    problems = _schedule_problems(row)
+    if problems:
+        column, reason = problems[0]
+        raise CorruptScheduleError(_name_of(row), column, reason)
+    return _schedule(row)
 
 
 def listed_schedules(rows: Iterable[Row]) -> list[RecurringSchedule]:
-    """The schedules of ``rows``; a damaged row is left out (logged once per process),
-    so that it never fires nor fails the listing of the others."""
+    """The schedules of ``rows``, a damaged one as a placeholder (``damaged`` set)."""
+    return [_schedule(row, _schedule_problems(row)) for row in rows]
+
+
+def due_schedules(rows: Iterable[Row]) -> list[RecurringSchedule]:
+    """The schedules of ``rows`` that may fire: a damaged row is left out (logged once
+    per process), so that it never fires nor stops the others."""
     found = []
     for row in rows:
-        try:
+        problems = _schedule_problems(row)
+        if not problems:
             found.append(_schedule(row))
-        except _Damaged as exc:
-            damaged = f"column {exc.column!r}: {exc.reason}"
-            _report(_name_of(row), damaged, "left out: it does not fire", what="schedule")
+            continue
+        damaged = "; ".join(f"column {column!r}: {reason}" for column, reason in problems)
+        _report(_name_of(row), damaged, "left out: it does not fire", what="schedule")
     return found
 
 
@@ -574,22 +622,14 @@ def listed_workers(rows: Iterable[Row]) -> list[WorkerInfo]:
     return found
 
 
-# -- once per row per process ---------------------------------------------------------
+# -- rows left out ---------------------------------------------------------------------
 
-#: The (what, key, damage) reported by this process; emptied when it gets this big,
-#: so that the memory stays bounded (the rows then are reported once more).
-_REPORTED_MOST = 10_000
-_reported: set[tuple[str, str, str]] = set()
-_reported_lock = threading.Lock()
+#: The rows left out of a listing that this process has logged (a damaged job row
+#: is not: it is listed as a placeholder, which the pages show and the sweep logs).
+_logged = OnceEach()
 
 
 def _report(key: str, damaged: str, outcome: str, *, what: str = "job") -> None:
-    """Log a damaged row the first time this process reads it so."""
-    with _reported_lock:
-        seen = (what, key, damaged)
-        if seen in _reported:
-            return
-        if len(_reported) >= _REPORTED_MOST:
-            _reported.clear()
-        _reported.add(seen)
-    logger.warning("%s %s: stored row is damaged (%s); %s", what, key, damaged, outcome)
+    """Log a row left out of a listing, the first time this process reads it so."""
+    if _logged.first((what, key, damaged)):
+        logger.warning("%s %s: stored row is damaged (%s); %s", what, key, damaged, outcome)

@@ -59,6 +59,7 @@ from ..engine.group_commit import rounds_of
 from ..errors import (
     ConfigError,
     CorruptRecordError,
+    CorruptScheduleError,
     DuplicateJobError,
     SchemaVersionError,
     StoreError,
@@ -74,6 +75,7 @@ from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
 from .base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
 from .rows import (
+    due_schedules,
     job_record,
     listed_jobs,
     listed_schedules,
@@ -1035,7 +1037,7 @@ class SqlJobStore(IJobStore):
             .limit(limit)
         )
         with _boundary(self._engine, "listing due schedules"), self._engine.connect() as c:
-            return listed_schedules(c.execute(query).mappings())
+            return due_schedules(c.execute(query).mappings())
 
     # -- on_final_failure hooks -------------------------------------------------------
 
@@ -1700,8 +1702,20 @@ def _refused_by_key_index(exc: BaseException | None) -> bool:
 
 
 def _schedule_values(schedule: RecurringSchedule) -> dict[str, Any]:
-    """The row of ``schedule``: its fields are the table's columns, by name."""
-    return {field.name: getattr(schedule, field.name) for field in dataclasses.fields(schedule)}
+    """The row of ``schedule``: its fields are the table's columns, by name.
+
+    Raises:
+        CorruptScheduleError: ``schedule`` is a listing's placeholder for a damaged row.
+    """
+    if schedule.damaged is not None:
+        raise CorruptScheduleError(
+            schedule.name, "-", f"a placeholder is never written back ({schedule.damaged})"
+        )
+    return {
+        field.name: getattr(schedule, field.name)
+        for field in dataclasses.fields(schedule)
+        if field.name != "damaged"
+    }
 
 
 def _is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:

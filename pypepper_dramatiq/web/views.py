@@ -590,6 +590,8 @@ class ScheduleRow:
     paused: bool
     channel_id: str
     category: str
+    #: Why the stored row could not be read (it does not fire; no action applies).
+    damaged: str | None = None
 
 
 def schedule_row(schedule: RecurringSchedule) -> ScheduleRow:
@@ -603,6 +605,7 @@ def schedule_row(schedule: RecurringSchedule) -> ScheduleRow:
         paused=schedule.paused,
         channel_id=str(schedule.template.get("channel_id") or "-"),
         category=str(schedule.template.get("category") or "-"),
+        damaged=schedule.damaged,
     )
 
 

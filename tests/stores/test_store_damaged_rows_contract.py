@@ -165,6 +165,7 @@ def test_the_sweeps_batch_reads_answer_placeholders(store: SqlJobStore) -> None:
         "overdue": {"status": Status.SCHEDULED, "start_deadline": T0},
         "lapsed": {"status": Status.IN_PROGRESS, "lease_owner": "w", "lease_expires": T0},
     }
+    assert store.put(job("p", status=Status.IN_PROGRESS))  # the waiting rows' parent
     for name, fields in rows.items():
         for n, kind in enumerate(("good", "bad")):
             assert store.put(
@@ -186,21 +187,30 @@ def test_the_sweeps_batch_reads_answer_placeholders(store: SqlJobStore) -> None:
     assert sum(record.damaged is not None for record in scheduled) == 3
 
 
-def test_a_damaged_row_is_logged_once_per_process(
+def test_a_row_left_out_is_logged_once_per_process(
     store: SqlJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    job_id = f"logged-{uuid.uuid4().hex[:8]}"  # not logged by this process before
-    assert store.put(job(job_id, status=Status.SCHEDULED, release_at=T0))
-    damage(store, job_id, "waits", "json:[7]")
+    name = f"logged-{uuid.uuid4().hex[:8]}"  # not logged by this process before
+    store.save_recurring(schedule(name))
+    corrupt(store, f"UPDATE scheduler_recurring SET cron = 'x' WHERE name = '{name}'")
     with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.stores.rows"):
         for _ in range(3):
-            store.due_releases(NOW)
-            store.list()
-    lines = [r.getMessage() for r in caplog.records if job_id in r.getMessage()]
+            assert name not in [s.name for s in store.due_recurring(NOW)]
+    lines = [r.getMessage() for r in caplog.records if name in r.getMessage()]
     assert lines == [
-        f"job {job_id}: stored row is damaged (column 'waits': expected an object or null, "
-        "found a list); listed as damaged, never run"
+        f"schedule {name}: stored row is damaged (column 'cron': expected a cron expression "
+        "of 5 or 6 fields, found 'x'); left out: it does not fire"
     ]
+
+
+def test_a_placeholder_is_not_logged_by_the_store(
+    store: SqlJobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    put_pair(store, status=Status.SCHEDULED)
+    damage(store, "bad", "waits", "json:[7]")
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.stores.rows"):
+        assert {r.id for r in store.list()} == {"good", "bad"}
+    assert not [r for r in caplog.records if "bad" in r.getMessage()]
 
 
 # -- claims ------------------------------------------------------------------------------
@@ -271,7 +281,7 @@ SCHEDULE_DAMAGE = [
 
 
 @pytest.mark.parametrize(("column", "value", "words"), SCHEDULE_DAMAGE)
-def test_a_damaged_schedule_raises_alone_and_is_left_out_of_listings(
+def test_a_damaged_schedule_raises_alone_is_listed_marked_and_never_fires(
     store: SqlJobStore, column: str, value: str, words: str
 ) -> None:
     for name in ("good", "bad"):
@@ -283,8 +293,15 @@ def test_a_damaged_schedule_raises_alone_and_is_left_out_of_listings(
     assert (caught.value.name, caught.value.column) == ("bad", column)
     assert words in caught.value.reason
     assert str(caught.value).startswith("recurring schedule bad: stored row is damaged")
-    assert [s.name for s in store.list_recurring()] == ["good"]
-    assert [s.name for s in store.due_recurring(NOW)] == ["good"]
+    listed = {s.name: s for s in store.list_recurring()}
+    assert listed["good"].damaged is None
+    damaged = listed["bad"].damaged
+    assert damaged is not None and damaged.startswith(f"column {column!r}: ")
+    if value.startswith("'"):  # text that is not valid is shown as stored
+        assert getattr(listed["bad"], column) == value.strip("'")
+    assert [s.name for s in store.due_recurring(NOW)] == ["good"]  # it never fires
+    with pytest.raises(CorruptScheduleError, match="a placeholder is never written back"):
+        store.advance_recurring(listed["bad"].evolve(paused=True))
 
 
 def test_a_damaged_worker_row_is_left_out_of_the_listing(store: SqlJobStore) -> None:
@@ -333,6 +350,7 @@ def test_the_other_batch_reads_answer_placeholders(store: SqlJobStore) -> None:
 
 def test_a_purge_goes_on_past_a_waiting_row_whose_waits_are_damaged(store: SqlJobStore) -> None:
     assert store.put(job("ended", status=Status.COMPLETED))
+    assert store.put(job("other", status=Status.IN_PROGRESS))
     assert store.put(job("child", status=Status.SCHEDULED, waits={"parents": ["other"]}))
     damage(store, "child", "waits", "json:[1]")
     assert store.purge(Status.COMPLETED, NOW, 10) == ["ended"]

@@ -12,6 +12,7 @@ from process_state import clean_process_state
 from sqlalchemy import text as sql
 from werkzeug.test import Client
 
+from pypepper_dramatiq.recurring import RecurringSchedule
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
@@ -19,7 +20,7 @@ from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.web import make_app
 from pypepper_dramatiq.web.app import SECURITY_HEADERS
 
-from .conftest import csrf_token, put, text
+from .conftest import T0, csrf_token, put, text
 
 REASON = "column 'state': expected an object, found a list"
 
@@ -120,3 +121,30 @@ def test_an_error_page_that_cannot_be_rendered_still_has_the_headers() -> None:
     assert response.status_code == 500
     secured(response.headers)
     assert response.mimetype == "text/plain"
+
+
+@pytest.mark.postgres
+def test_the_schedules_page_marks_a_damaged_schedule_and_offers_no_action(
+    damaged: SqlJobStore,
+) -> None:
+    template = {"channel_id": "web", "category": None, "payload": {"workflows": []}}
+    for name in ("good", "bad"):
+        damaged.save_recurring(RecurringSchedule(name, "0 6 * * *", "UTC", template, T0))
+    with damaged.engine.begin() as conn:
+        conn.execute(
+            sql("UPDATE scheduler_recurring SET timezone = 'Mars/Base' WHERE name = 'bad'")
+        )
+    client = Client(make_app(allow_anonymous_actions=True))
+    response = client.get("/schedules")
+    assert response.status_code == 200
+    page = html.unescape(text(response))
+    bad = page.split("<td>bad</td>")[1].split("</tr>")[0]
+    assert ">Damaged</span>" in bad and "Mars/Base" in bad
+    assert "column 'timezone': expected an IANA time zone" in bad
+    assert "Trigger now" not in bad and "Pause" not in bad
+    assert "Trigger now" in page.split("<td>good</td>")[1].split("</tr>")[0]
+    token = csrf_token(client, "/schedules")
+    refused = client.post("/actions/pause/bad", data={"csrf_token": token})
+    assert refused.status_code == 409
+    secured(refused.headers)
+    assert "recurring schedule bad: stored row is damaged" in html.unescape(text(refused))
