@@ -8,7 +8,13 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from ..errors import ConfigError, CorruptRecordError, DuplicateJobError, StoreError
+from ..errors import (
+    ConfigError,
+    CorruptRecordError,
+    DuplicateJobError,
+    StoreDataError,
+    StoreError,
+)
 from ..events import RUN, transition
 from ..links import Link, parent_order, parents_of
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
@@ -511,7 +517,8 @@ class IJobStore(abc.ABC):
         :class:`~pypepper_dramatiq.errors.DuplicateJobError` of a row refused by the
         unique key index (:meth:`advance` would raise it), or the
         :class:`~pypepper_dramatiq.errors.StoreError` of a row whose write may or
-        may not have happened.
+        may not have happened, or the :class:`~pypepper_dramatiq.errors.StoreDataError`
+        of a row whose content the store refused (not written).
 
         A StoreError is raised when the store failed before any row's fate was
         known. This default advances the rows one by one; the stores of this
@@ -523,6 +530,8 @@ class IJobStore(abc.ABC):
             try:
                 answers.append(self.advance(record))
             except DuplicateJobError as exc:
+                answers.append(exc)
+            except StoreDataError as exc:  # this row's content refused: its own answer
                 answers.append(exc)
         return answers
 

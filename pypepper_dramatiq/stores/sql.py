@@ -62,9 +62,11 @@ from ..errors import (
     CorruptScheduleError,
     DuplicateJobError,
     SchemaVersionError,
+    StoreDataError,
     StoreError,
     StoreUnavailableError,
     UnknownJobError,
+    retry_may_cure,
 )
 from ..links import AFTER, Link, parent_order, parents_of, required_parents
 from ..logs import get_logger
@@ -116,39 +118,96 @@ def _masked(engine: Engine) -> str:
 
 
 def _reason(engine: Engine, exc: BaseException) -> str:
+    if isinstance(exc, UnicodeEncodeError):  # its position is in the statement, not the value
+        code = ord(exc.object[exc.start]) if exc.start < len(exc.object) else 0
+        return f"text holds U+{code:04X}, which {exc.encoding} cannot encode"
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     first = text[0] if text else type(exc).__name__
     password = engine.url.password
     return first.replace(password, "***") if password else first
 
 
-def _is_unavailable(exc: sa_exc.SQLAlchemyError) -> bool:
+def _is_unavailable(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return True
-    return isinstance(
-        exc,
-        sa_exc.OperationalError
-        | sa_exc.InterfaceError
-        | sa_exc.DisconnectionError
-        | sa_exc.TimeoutError,
+    outages = (
+        sa_exc.OperationalError,
+        sa_exc.InterfaceError,
+        sa_exc.DisconnectionError,
+        sa_exc.TimeoutError,
+        *_DRIVER_DISCONNECTS,  # from the hot statements sent straight to psycopg
     )
+    return isinstance(exc, outages)
+
+
+#: PostgreSQL's SQLSTATE classes of a statement refused for what it holds: data
+#: exceptions (a NUL or lone surrogate in JSON, a value too long...) and program
+#: limits (a row or value larger than the server takes). Class 23 (integrity)
+#: counts too, but for the unique-key refusal the store answers itself.
+_PG_DATA_CLASSES = ("22", "54")
+_PG_INTEGRITY_CLASS = "23"
+_PG_UNIQUE_VIOLATION = "23505"
+#: MySQL/MariaDB error numbers of a statement refused for what it holds that
+#: PyMySQL raises as neither DataError nor IntegrityError (a CHECK constraint,
+#: MariaDB's JSON check among them, is an OperationalError there): row too large,
+#: packet too large, wrong value, invalid characters, value out of range, invalid
+#: JSON (MySQL), CHECK constraint (MySQL 8, MariaDB).
+_MYSQL_DATA_ERRORS = frozenset(
+    {1118, 1153, 1292, 1300, 1366, 1367, 1406, 1690, 3140, 3141, 3144, 3819, 4025}
+)
+#: MySQL's duplicate-key refusals (the store answers them itself, as PostgreSQL's 23505).
+_MYSQL_DUPLICATE_KEYS = frozenset({1022, 1062, 1586})
+
+
+def _is_data_error(exc: BaseException) -> bool:
+    """Whether the database (or its driver) refused what the statement holds, so that
+    sending the same statement again cannot succeed: a data error, an integrity
+    error on a row's content (not a duplicate key), text the driver cannot
+    encode. The one classification of :class:`StoreDataError` for SQL stores."""
+    if isinstance(exc, UnicodeEncodeError):
+        return True
+    cause = getattr(exc, "orig", None) or exc
+    sqlstate = getattr(cause, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:  # psycopg: the server's SQLSTATE
+        kind = sqlstate[:2]
+        return kind in _PG_DATA_CLASSES or (
+            kind == _PG_INTEGRITY_CLASS and sqlstate != _PG_UNIQUE_VIOLATION
+        )
+    if isinstance(cause, _DRIVER_DATA_ERRORS):  # psycopg's own refusal (a NUL in text)
+        return True
+    args: tuple[Any, ...] = getattr(cause, "args", ())
+    if args and isinstance(args[0], int) and type(cause).__module__.startswith("pymysql"):
+        number = args[0]
+        if number in _MYSQL_DUPLICATE_KEYS:
+            return False
+        return number in _MYSQL_DATA_ERRORS or isinstance(
+            exc, sa_exc.DataError | sa_exc.IntegrityError
+        )
+    return isinstance(exc, sa_exc.DataError)
+
+
+def _store_error(engine: Engine, doing: str, exc: BaseException) -> StoreError:
+    """Ours for a SQLAlchemy or driver error: refused data, an outage, or another failure."""
+    where = f"{doing} on {_masked(engine)}: {_reason(engine, exc)}"
+    if _is_data_error(exc):
+        return StoreDataError(f"job store refused the data of {where}")
+    if _is_unavailable(exc):
+        return StoreUnavailableError(f"job store unavailable, {where}")
+    return StoreError(f"job store failed {where}")
 
 
 @contextmanager
 def _boundary(engine: Engine, doing: str) -> Iterator[None]:
-    """Turn SQLAlchemy and driver errors into ours, naming the (masked) backend."""
+    """Turn SQLAlchemy and driver errors into ours, naming the (masked) backend.
+
+    What retrying cannot cure (the statement's content refused) becomes
+    :class:`StoreDataError`, an outage :class:`StoreUnavailableError`. Errors of
+    the hot statements sent straight to psycopg are classified the same way.
+    """
     try:
         yield
-    except sa_exc.SQLAlchemyError as exc:
-        where = f"{doing} on {_masked(engine)}: {_reason(engine, exc)}"
-        if _is_unavailable(exc):
-            raise StoreUnavailableError(f"job store unavailable, {where}") from exc
-        raise StoreError(f"job store failed {where}") from exc
-    except _DRIVER_ERRORS as exc:  # from the hot statements sent straight to psycopg
-        where = f"{doing} on {_masked(engine)}: {_reason(engine, exc)}"
-        if isinstance(exc, _DRIVER_DISCONNECTS):
-            raise StoreUnavailableError(f"job store unavailable, {where}") from exc
-        raise StoreError(f"job store failed {where}") from exc
+    except _CLASSIFIED as exc:
+        raise _store_error(engine, doing, exc) from exc
 
 
 T = TypeVar("T")
@@ -162,9 +221,18 @@ try:  # the PostgreSQL driver is an extra
         psycopg.OperationalError,
         psycopg.InterfaceError,
     )
+    _DRIVER_DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError,)
 except ImportError:  # pragma: no cover - MySQL-only installs
     dict_row = None  # type: ignore[assignment]
-    _DRIVER_ERRORS = _DRIVER_DISCONNECTS = ()
+    _DRIVER_ERRORS = _DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = ()
+
+#: What ``_boundary`` turns into our errors: SQLAlchemy's, the driver's (the hot
+#: statements), and text the driver cannot encode (a lone surrogate).
+_CLASSIFIED: tuple[type[BaseException], ...] = (
+    sa_exc.SQLAlchemyError,
+    UnicodeEncodeError,
+    *_DRIVER_ERRORS,
+)
 
 
 def _once_more_if_stale(engine: Engine, doing: str, call: Callable[[], T]) -> T:
@@ -769,15 +837,20 @@ class SqlJobStore(IJobStore):
         records: Sequence[JobRecord],
         whole: Callable[[Sequence[JobRecord]], builtins.list[T]],
         row_by_row: Callable[[], builtins.list[T]],
+        *,
+        after_data_error: bool = False,
     ) -> builtins.list[T]:
         """``whole(records)``, all rows at once; ``row_by_row()`` instead when the
-        unique index of active keys refused one of them (and so undid them all)."""
+        unique index of active keys refused one of them (and so undid them all),
+        or, with ``after_data_error``, when the database refused one row's content
+        (:class:`StoreDataError`): then only that row gets the refusal."""
         try:
             return _once_more_if_stale(
                 self._engine, f"updating {len(records)} jobs", lambda: whole(records)
             )
         except StoreError as exc:
-            if not _refused_by_key_index(exc.__cause__):
+            refused_row = after_data_error and not retry_may_cure(exc)
+            if not refused_row and not _refused_by_key_index(exc.__cause__):
                 raise
         return row_by_row()
 
@@ -1316,12 +1389,16 @@ class SqlJobStore(IJobStore):
 
     def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
         # One round trip (PostgreSQL) or one transaction (MySQL) for all rows. A
-        # row refused by the unique index of active keys undoes it: then row by
-        # row, so that the refusal is answered in its own row's place.
+        # row refused by the unique index of active keys, or for its content (a
+        # data error), undoes it: then row by row, so that the refusal is answered
+        # in its own row's place and the other rows are written.
         if len(records) <= 1:
             return super().advance_each(records)
         return self._whole_or_row_by_row(
-            records, self._advance_each, lambda: super(SqlJobStore, self).advance_each(records)
+            records,
+            self._advance_each,
+            lambda: super(SqlJobStore, self).advance_each(records),
+            after_data_error=True,
         )
 
     def _advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
