@@ -35,6 +35,7 @@ from .errors import (
     StoreError,
     UnknownExecutorError,
     UnknownJobError,
+    retry_may_cure,
 )
 from .events import CANCEL, INIT, SCHEDULE, transition
 from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, use_gateway
@@ -456,6 +457,8 @@ class Gateway:
                     continue
             except StoreError as exc:
                 logger.warning("job %s: snapshot write failed: %s", job.id, exc)
+                if not retry_may_cure(exc):
+                    return False  # the store refused the row's content: so would it again
             if attempt + 1 < attempts:
                 time.sleep(0.01 * 2**attempt)
         return False

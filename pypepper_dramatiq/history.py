@@ -15,6 +15,7 @@ from typing import Any
 
 from .errors import TaskCancelledError, TaskTimeoutError, cancels_job
 from .state import JobState
+from .storable import storable_text
 
 #: Entries kept per task: the first attempt and the latest ``HISTORY_LIMIT - 1``.
 HISTORY_LIMIT = 10
@@ -61,7 +62,12 @@ def entry(
     traceback: str | None = None,
     position: list[int] | None = None,
 ) -> dict[str, Any]:
-    """One attempt as stored (JSON-ready)."""
+    """One attempt as stored (JSON-ready).
+
+    The error's type, message and traceback are text the task chose (an
+    exception's message, a frame's source line): what no store keeps in them
+    is escaped visibly here (``storable.storable_text``), for every entry.
+    """
     item: dict[str, Any] = {
         "started": started.isoformat(),
         "ended": ended.isoformat(),
@@ -71,11 +77,11 @@ def entry(
     if position is not None:
         item["round"], item["attempt"] = position[2], position[3]
     if error_type is not None:
-        item["error_type"] = error_type
+        item["error_type"] = storable_text(error_type)
     if message is not None:
-        item["message"] = _clip(message, MESSAGE_LIMIT)
+        item["message"] = _clip(storable_text(message), MESSAGE_LIMIT)
     if traceback is not None:
-        item["traceback"] = _clip(traceback, TRACEBACK_LIMIT, keep_end=True)
+        item["traceback"] = _clip(storable_text(traceback), TRACEBACK_LIMIT, keep_end=True)
     return item
 
 

@@ -12,6 +12,9 @@ key ``"workflow.task"``)::
 
     {"task": <name>, "done": <number>, "total": <number> | null,
      "failed": <number>, "note": <str> | null, "updated": <ISO time>}
+
+The note is stored as ``storable.storable_text`` makes it (NUL and lone
+surrogates escaped).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .logs import get_logger
+from .storable import storable_text
 
 logger = get_logger(__name__)
 
@@ -76,14 +80,19 @@ def entry(
     note: str | None = None,
     updated: float | None = None,
 ) -> dict[str, Any]:
-    """The stored form of one task's progress (``updated``: a POSIX time; default now)."""
+    """The stored form of one task's progress (``updated``: a POSIX time; default now).
+
+    The note is the task's own text: what no store keeps in it (NUL, a lone
+    surrogate) is escaped visibly here, so that the progress write and the
+    outcome write that carries the last entry never fail on it.
+    """
     when = datetime.fromtimestamp(time.time() if updated is None else updated, timezone.utc)
     return {
         "task": task,
         "done": done,
         "total": total,
         "failed": failed,
-        "note": note,
+        "note": None if note is None else storable_text(note),
         "updated": when.isoformat(),
     }
 

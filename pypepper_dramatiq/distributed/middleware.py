@@ -37,7 +37,7 @@ from ..channels.channel import ChannelConnector, manager
 from ..channels.messages import STEP_ACTOR, StepMessage
 from ..engine.ledger import Claim, Outcome, StepBook, StepSkipped
 from ..engine.running import running_here
-from ..errors import MessageError, StoreError
+from ..errors import MessageError, StoreError, retry_may_cure
 from ..logs import get_logger
 from ..outage import JOB_STORE, REDIS, shared_outage
 from ..record import utcnow
@@ -251,6 +251,21 @@ class WorkflowMiddleware(Middleware):
                     self.logger.debug("acknowledging message unrun: %s", exc)
                 return None
             except StoreError as exc:
+                if not retry_may_cure(exc):
+                    # The store answered, refusing what the claim (or the heal of
+                    # the row from this message) holds: deferring would only send
+                    # the same write again, forever.
+                    self._store_outage.ok()
+                    self._left_channel(message, step)
+                    self.logger.error(
+                        "dead-lettering message %s: the job store refused job %s's step: %s",
+                        message.message_id,
+                        step.job_id,
+                        exc,
+                        extra={"action": "claim_refused", "job_id": step.job_id},
+                    )
+                    message.fail()
+                    return None
                 self._store_outage.failed(exc)
                 # The message may be the only copy of its job (its row could not
                 # be written either): it is acknowledged only once a copy is back
@@ -390,6 +405,9 @@ class WorkflowMiddleware(Middleware):
         try:
             recorded = self.book.record_outcome(claim, outcome, hold_next=here)
         except StoreError as exc:
+            # An outage; or the store refused even the failure recorded in place of
+            # a refused outcome (StepBook.record_outcome): then the row itself is
+            # what it cannot take, and the lease's recovery is all that is left.
             self.logger.error(
                 "job %s: outcome of %s not recorded (%s); the step runs again after its lease",
                 claim.record.id,

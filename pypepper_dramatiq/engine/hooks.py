@@ -38,7 +38,7 @@ from ..context import (
     RESULTS_KEY,
     Context,
 )
-from ..errors import StoreError, UnknownExecutorError, describe
+from ..errors import StoreError, UnknownExecutorError, describe, retry_may_cure
 from ..executor import FinalFailureHook, run_awaitable
 from ..isolation import RowGuard
 from ..logs import get_logger
@@ -46,6 +46,7 @@ from ..record import JobRecord, utcnow
 from ..rules import Position
 from ..spec import TaskSpec
 from ..state import HOOK_RUNNING, JobState
+from ..storable import storable_text
 from ..stores.base import IJobStore
 from ..task import Task
 
@@ -147,7 +148,8 @@ class HookRunner:
         return self._done(record.id, key, owner, error)
 
     def call(self, job_id: str, key: str, found: Found) -> str | None:
-        """Call the hook (no bookkeeping); what it raised, as stored (None: it returned)."""
+        """Call the hook (no bookkeeping); what it raised, as stored (None: it returned):
+        storable (``storable.storable_text``), at most :data:`ERROR_LIMIT` characters."""
         try:
             # An async hook runs to its end here, as an async task does.
             run_awaitable(found.hook(found.task, found.context, found.error), None, found.context)
@@ -158,7 +160,7 @@ class HookRunner:
                 found.task.name,
                 extra={"action": "hook_failed", "job_id": job_id, "task": key},
             )
-            return describe(exc)[:ERROR_LIMIT]
+            return storable_text(describe(exc))[:ERROR_LIMIT]
         logger.info(
             "job %s: on_final_failure hook of task %s ran",
             job_id,
@@ -241,6 +243,9 @@ class HookRunner:
                 if self._store().advance(changed):
                     return changed.evolve(version=changed.version + 1), True
             except StoreError as exc:
+                if not retry_may_cure(exc):  # the row's content refused: so it would be again
+                    logger.error("job %s: hook bookkeeping refused by the store (%s)", job_id, exc)
+                    return None, False
                 logger.warning("job %s: hook bookkeeping failed (%s); retrying", job_id, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)

@@ -22,7 +22,7 @@ from typing import Any, overload
 
 from .. import history, observers, rules
 from ..channels.messages import StepMessage
-from ..errors import ResultNotStorableError, StoreError, cancels_job, describe
+from ..errors import ResultNotStorableError, StoreError, cancels_job, describe, retry_may_cure
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
 from ..gateway import publish_cancel
 from ..logs import get_logger
@@ -36,6 +36,7 @@ from ..spec import TaskSpec
 from ..start_times import missed_deadline
 from ..state import HOOK_PENDING, HOOKS_DONE_KEY, HOOKS_KEY, JobState
 from ..status import Status
+from ..storable import storable_text
 from ..stores.base import IJobStore, StepClaim, why_not_claimable
 from ..task import Task
 from . import hooks
@@ -78,7 +79,7 @@ class Outcome:
 
     succeeded: bool
     result: Any = None
-    #: ``Type: message`` of a failure.
+    #: ``Type: message`` of a failure (storable: see ``__post_init__``).
     error: str | None = None
     #: False when another attempt cannot help (see ``errors.is_retriable``).
     retriable: bool = True
@@ -97,6 +98,18 @@ class Outcome:
     #: What the task reported last (:mod:`~pypepper_dramatiq.progress`), stored by
     #: the write that records the attempt; None: it reported nothing.
     progress: dict[str, Any] | None = None
+    #: This failure stands for an outcome the job store refused for its content
+    #: (:meth:`refused_by_store`): its write is not replaced again.
+    refused: bool = False
+
+    def __post_init__(self) -> None:
+        # The error is the task's text (an exception's message): made storable
+        # here, the one place every attempt's error passes, so that the write
+        # recording the attempt (the row's errors, the job's error, what the
+        # hook is given) never fails on a NUL or a lone surrogate in it. The
+        # history entry's text is made storable by history.entry.
+        if self.error is not None:
+            object.__setattr__(self, "error", storable_text(self.error))
 
     @classmethod
     def failure(
@@ -118,6 +131,37 @@ class Outcome:
             started=started,
             ended=utcnow(),
             cancels_job=cancels_job(exc),
+        )
+
+    def refused_by_store(self, exc: StoreError) -> Outcome:
+        """The failure recorded instead of this outcome when the store refused its
+        write for what it holds (``exc``: a data error): the same attempt, without
+        its result, progress, error text or traceback, and an error naming what
+        could not be stored and why.
+
+        Retried by the task's retry table unless this outcome was a failure that
+        another attempt cannot fix; a task that cancelled its job still does.
+        """
+        carried = [
+            name
+            for name, present in (
+                ("result", self.succeeded),
+                ("error text", not self.succeeded and self.error is not None),
+                ("traceback", self.traceback is not None),
+                ("progress", self.progress is not None),
+            )
+            if present
+        ]
+        what = ", ".join(carried) or "outcome"
+        return Outcome(
+            False,
+            error=f"{type(exc).__name__}: the job store refused this attempt's {what} ({exc})",
+            retriable=self.succeeded or self.retriable,
+            kind=history.FAILED,
+            started=self.started,
+            ended=self.ended,
+            cancels_job=self.cancels_job,
+            refused=True,
         )
 
     def history_entry(self, position: Position, worker: str, claimed: datetime) -> dict[str, Any]:
@@ -579,6 +623,22 @@ class StepBook:
                 seen, updated = current, rebased
                 written = self._write(updated)
         except StoreError as exc:
+            if not retry_may_cure(exc) and not outcome.refused:
+                # The store refused what this write holds (sending it again cannot
+                # help): record the attempt as a failure that names the refusal,
+                # without the content it carried, so the job goes on by its retry
+                # table and ends instead of leaving the step to its lease.
+                logger.error(
+                    "job %s: the job store refused the outcome of task %s (%s); "
+                    "recording the attempt as failed without it",
+                    claim.record.id,
+                    claim.spec.name,
+                    exc,
+                    extra={"action": "outcome_refused", "job_id": claim.record.id},
+                )
+                return self.record_outcome(
+                    claim, outcome.refused_by_store(exc), task=task, hold_next=hold_next
+                )
             if hook_due and self.holds_steps:
                 # The caller carries this row to its next write (never re-running
                 # the step): the hook is called now, and that write says it ran.
@@ -696,7 +756,7 @@ class StepBook:
             try:
                 return self.outcomes.submit(record)
             except StoreError as exc:
-                if attempt + 1 == self.write_attempts:
+                if attempt + 1 == self.write_attempts or not retry_may_cure(exc):
                     raise
                 logger.warning("job %s: outcome write failed (%s); retrying", record.id, exc)
                 time.sleep(delay)
@@ -705,8 +765,22 @@ class StepBook:
 
     def _claim_batch(self, requests: list[StepClaim]) -> list[JobRecord | BaseException | None]:
         """The claims pending in this process, in one store call (per round: a job
-        asked for twice is decided in a second one, which sees the first)."""
-        return in_rounds(requests, _job_of_claim, self._store().claim_steps)
+        asked for twice is decided in a second one, which sees the first).
+
+        A batch statement the store refused for its content (a data error: one
+        row's) is refused whole: its claims are then tried one by one, so that
+        only the claim that holds the refused content meets the refusal (and its
+        message alone is dead-lettered)."""
+        store = self._store()
+        answers = in_rounds(requests, _job_of_claim, store.claim_steps)
+        if len(requests) > 1:
+            for n, answer in enumerate(answers):
+                if isinstance(answer, StoreError) and not retry_may_cure(answer):
+                    try:
+                        answers[n] = store.claim_steps([requests[n]])[0]
+                    except StoreError as exc:
+                        answers[n] = exc
+        return answers
 
     def _outcome_batch(self, records: list[JobRecord]) -> list[bool | BaseException]:
         """The outcome writes pending in this process, in one store call (per round,

@@ -27,6 +27,7 @@ from ..errors import (
     StoreError,
     describe,
     is_retriable,
+    retry_may_cure,
 )
 from ..events import CANCEL, COMPLETE, FAIL, RUN
 from ..job import Job
@@ -36,6 +37,7 @@ from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
 from ..start_times import missed_deadline
 from ..status import Status
+from ..storable import storable_text
 from ..stores.registry import get_job_store
 from ..task import Task
 from ..workflow import Workflow
@@ -341,6 +343,8 @@ class Worker:
             logger.error("job %s: not run, its stored row cannot be read: %s", job.id, exc)
             return False
         except StoreError as exc:
+            if not retry_may_cure(exc):
+                return self._refused(job, exc)
             logger.warning("job %s: store failed before RUN: %s", job.id, exc)
             return self._start_failed(job, before)
 
@@ -352,6 +356,8 @@ class Worker:
                 return True
             durable = store.get(job.id)
         except StoreError as exc:
+            if not retry_may_cure(exc):
+                return self._refused(job, exc)
             logger.warning("job %s: RUN snapshot failed: %s", job.id, exc)
             return self._start_failed(job, before)
         if durable is not None and durable.status in (
@@ -364,6 +370,25 @@ class Worker:
             job.adopt(durable)
             return False
         return self._start_failed(job, before)
+
+    def _refused(self, job: Job, exc: StoreError) -> bool:
+        """The store refused the job's row for its content (a data error, a damaged
+        row): another try, or the channel again, would meet the same refusal. The
+        job fails unstarted, its error naming the refusal; False (no work)."""
+        logger.error(
+            "job %s: the job store refused its row (%s); it fails unstarted",
+            job.id,
+            exc,
+            extra={"action": "start_refused", "job_id": job.id},
+        )
+        if _status(job) is Status.CANCELLED:
+            job.persist()
+            return False
+        job.apply_event(FAIL)
+        job.error = storable_text(f"the job store refused the job's row: {exc}")
+        if job.persist():
+            _observe_end(job)
+        return False
 
     def _start_failed(self, job: Job, before: Status) -> bool:
         """The seed's RUN persist-failure path. Returns False or raises."""
@@ -405,7 +430,8 @@ class Worker:
         if not job.is_cancelled:
             try:
                 job.apply_event(FAIL if error else COMPLETE)
-                job.error = error
+                # The job's error column: an exception's text (a bug's), made storable.
+                job.error = None if error is None else storable_text(error)
             except InvalidTransitionError:
                 if not _cancelled(job):
                     raise

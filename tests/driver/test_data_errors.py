@@ -1,0 +1,199 @@
+"""Poison text and refused writes, on both drivers and every store.
+
+A task's exception text and progress note are the task's own: a NUL or a lone
+surrogate in them is stored escaped, and the job runs its retry table to the
+end (PostgreSQL once refused the outcome write, and the step ran again after
+each lapsed lease, forever). A write the store refuses for its content is
+recorded as a failed attempt naming the refusal; a claim or heal refused so
+dead-letters its message instead of deferring it forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+from refusals import HALVES, POISON, refusing
+
+from pypepper_dramatiq import (
+    Context,
+    IJobStore,
+    Job,
+    Status,
+    Task,
+    Worker,
+    Workflow,
+    get_job_store,
+    manager,
+    set_job_store,
+    workflow_task,
+)
+from pypepper_dramatiq.channels.messages import StepMessage
+from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+from .conftest import CHANNEL
+from .drivers import Driver, make_job, run
+
+#: Runs of each job's task body, by job id.
+RUNS: collections.Counter[str] = collections.Counter()
+_lock = threading.Lock()
+
+#: The fixtures of each SQL store: the store, and its database's URI.
+SQL = {"postgres": ("pg_store", "postgres_uri"), "mysql": ("mysql_store", "mysql_uri")}
+#: retry_count=2: three attempts, then the job fails.
+ATTEMPTS = 3
+
+
+def _ran(context: Context) -> None:
+    with _lock:
+        RUNS[context.job_id] += 1
+
+
+@workflow_task(name="data-errors.poison-text", retry_count=ATTEMPTS - 1)
+def poison_text(task: Task, context: Context, *, in_note: bool = False) -> None:
+    """Fails every attempt; a NUL and a lone surrogate in its error (or its note)."""
+    _ran(context)
+    if in_note:
+        context.progress(1, 2, note="half\x00way \udc80")
+        raise RuntimeError("planned failure")
+    raise RuntimeError("bad\x00byte, lone \udc80")
+
+
+@workflow_task(name="data-errors.refused-result", retry_count=ATTEMPTS - 1)
+def refused_result(task: Task, context: Context, *, first: str, second: str) -> str:
+    """Returns text the database refuses (while ``refusing`` is in force)."""
+    _ran(context)
+    return first + second
+
+
+@pytest.fixture(
+    params=[
+        "memory",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def store(request: pytest.FixtureRequest, driver: Driver) -> IJobStore:
+    """The job store the driver's workers use (installed after ``setup()``)."""
+    if request.param == "memory":
+        return set_job_store(MemoryJobStore())
+    found: IJobStore = request.getfixturevalue(SQL[request.param][0])
+    return set_job_store(found)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mysql", marks=pytest.mark.mysql),
+    ]
+)
+def refusing_store(request: pytest.FixtureRequest, driver: Driver) -> Iterator[IJobStore]:
+    """A SQL store whose database refuses rows holding ``POISON`` during the test."""
+    store_fixture, uri_fixture = SQL[request.param]
+    found: IJobStore = request.getfixturevalue(store_fixture)
+    set_job_store(found)
+    with refusing(str(request.getfixturevalue(uri_fixture))):
+        yield found
+
+
+@pytest.mark.parametrize("where", ["error", "note"])
+def test_poison_text_is_stored_escaped_and_the_job_ends_after_its_retries(
+    driver: Driver, store: IJobStore, where: str
+) -> None:
+    job = make_job([poison_text.task(name="poison", in_note=where == "note")])
+
+    [record] = run(driver, job)
+
+    assert record.status is Status.FAILED
+    assert RUNS[job.id] == ATTEMPTS
+    assert record.state["attempts"]["0.0"] == ATTEMPTS
+    entries = record.state["history"]["0.0"]
+    assert len(entries) == ATTEMPTS
+    if where == "error":
+        assert record.error == "task poison failed: RuntimeError: bad\\x00byte, lone \\udc80"
+        assert entries[-1]["message"] == "bad\\x00byte, lone \\udc80"
+        assert "bad\\x00byte" in entries[-1]["traceback"]
+    else:
+        assert record.progress["0.0"]["note"] == "half\\x00way \\udc80"
+
+
+def test_an_outcome_the_store_refuses_is_recorded_as_a_failed_attempt(
+    driver: Driver, refusing_store: IJobStore
+) -> None:
+    job = make_job([refused_result.task(name="refused", first=HALVES[0], second=HALVES[1])])
+
+    [record] = run(driver, job)
+
+    # Each attempt's result was refused: each is a failure naming the refusal,
+    # the retry table ran out, and nothing waited for a lease.
+    assert record.status is Status.FAILED
+    assert RUNS[job.id] == ATTEMPTS
+    assert record.state["attempts"]["0.0"] == ATTEMPTS
+    assert "0.0" not in record.state.get("results", {})
+    assert record.error is not None
+    assert "the job store refused this attempt's result" in record.error
+    assert POISON not in str(record.state)
+    assert [e["error_type"] for e in record.state["history"]["0.0"]] == [
+        "StoreDataError"
+    ] * ATTEMPTS
+
+
+def _poisoned_job() -> Job:
+    """A job whose row the refusing database cannot take (never stored)."""
+    job = Job(category="data-errors", channel_id=CHANNEL)
+    job.workflows.append(Workflow([refused_result.task(name="t", first=POISON, second="")]))
+    return job
+
+
+@pytest.mark.postgres
+def test_a_refused_heal_dead_letters_the_message(
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+    pg_store: IJobStore,
+    postgres_uri: str,
+) -> None:
+    # A first message whose row could not be stored by its producer: the worker
+    # heals the row from the message, and the store refuses it for its content.
+    set_job_store(pg_store)
+    job = _poisoned_job()
+    with refusing(postgres_uri):
+        message = StepMessage(job.id, Position(), job.to_record()).to_message(CHANNEL)
+        stub_broker.enqueue(message)
+        start_worker()
+        deadline = time.monotonic() + 30
+        while not stub_broker.dead_letters:
+            assert time.monotonic() < deadline, "the message was never dead-lettered"
+            time.sleep(0.02)
+        stub_broker.join(CHANNEL, timeout=30_000, fail_fast=False)
+    [dead] = stub_broker.dead_letters
+    assert dead.message_id == message.message_id
+    assert stub_broker.queues[CHANNEL].qsize() == 0  # not deferred: not sent again
+    assert RUNS[job.id] == 0
+    assert pg_store.get(job.id) is None
+
+
+@pytest.mark.postgres
+def test_a_refused_start_fails_the_job_in_process_instead_of_requeuing_it(
+    stub_broker: StubBroker, pg_store: IJobStore, postgres_uri: str
+) -> None:
+    set_job_store(pg_store)
+    job = _poisoned_job()
+    channel = manager.available(CHANNEL)
+    job.scheduled()
+    # Its row gone (purged, a restored database): the worker heals it from the job.
+    assert pg_store.delete(job.id)
+    with refusing(postgres_uri):
+        channel.request_stop()
+        # Drains and returns: no JobRequeuedError, no endless re-offer.
+        asyncio.run(Worker(channel).run_forever())
+    assert job.status is Status.FAILED
+    assert job.error is not None and "refused" in job.error
+    assert RUNS[job.id] == 0
+    assert get_job_store().get(job.id) is None
