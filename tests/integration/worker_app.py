@@ -386,3 +386,22 @@ def fragile(task: Task, context: Context, *, flag: str, message: str = "broken")
     if not counters().exists(f"fixed:{flag}"):
         raise RuntimeError(message)
     return "fixed"
+
+
+@workflow_task(name="it.poison-text", retry_count=2)
+def poison_text(task: Task, context: Context, *, in_note: bool = False) -> None:
+    """Fails every attempt (its runs counted in ``runs:J:N``) with a NUL and a lone
+    surrogate in its error or, with ``in_note``, in a progress note it reports first."""
+    counters().incr(trace_key("runs", context.job_id, task.name))
+    if in_note:
+        context.progress(1, 2, note="half\x00way \udc80")
+        raise RuntimeError("planned failure")
+    raise RuntimeError("bad\x00byte, lone \udc80")
+
+
+@workflow_task(name="it.joined", retry_count=2)
+def joined(task: Task, context: Context, *, first: str, second: str) -> str:
+    """Returns ``first + second`` (its runs counted in ``runs:J:N``): a result a test
+    can make the database refuse while the parameters are stored."""
+    counters().incr(trace_key("runs", context.job_id, task.name))
+    return first + second
