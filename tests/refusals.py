@@ -24,8 +24,12 @@ _NAME = "test_no_poison"
 
 
 @contextmanager
-def refusing(uri: str) -> Iterator[None]:
-    """While in force, the database at ``uri`` refuses rows holding :data:`POISON`."""
+def refusing(uri: str, *, existing: bool = False) -> Iterator[None]:
+    """While in force, the database at ``uri`` refuses rows holding :data:`POISON`.
+
+    ``existing`` (PostgreSQL only): rows stored before may hold it (the check is
+    ``NOT VALID``), but any write of them is refused.
+    """
     engine = create_engine(uri)
     postgres = engine.dialect.name == "postgresql"
     content = (
@@ -38,7 +42,7 @@ def refusing(uri: str) -> Iterator[None]:
             connection.execute(
                 text(
                     f"ALTER TABLE scheduler_jobs ADD CONSTRAINT {_NAME} "
-                    f"CHECK ({content} NOT LIKE '%{POISON}%')"
+                    f"CHECK ({content} NOT LIKE '%{POISON}%')" + (" NOT VALID" if existing else "")
                 )
             )
         yield

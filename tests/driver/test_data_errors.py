@@ -14,7 +14,9 @@ import asyncio
 import collections
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import dramatiq
 import pytest
@@ -25,6 +27,7 @@ from pypepper_dramatiq import (
     Context,
     IJobStore,
     Job,
+    JobRecord,
     Status,
     Task,
     Worker,
@@ -35,7 +38,10 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import StepMessage
+from pypepper_dramatiq.engine.ledger import StepBook
+from pypepper_dramatiq.errors import StoreDataError
 from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.stores.base import StepClaim, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .conftest import CHANNEL
@@ -64,6 +70,17 @@ def poison_text(task: Task, context: Context, *, in_note: bool = False) -> None:
         context.progress(1, 2, note="half\x00way \udc80")
         raise RuntimeError("planned failure")
     raise RuntimeError("bad\x00byte, lone \udc80")
+
+
+def poison_hook(task: Task, context: Context, error: str) -> None:
+    """An ``on_final_failure`` hook whose own error holds a NUL."""
+    raise RuntimeError("hook\x00failed")
+
+
+@workflow_task(name="data-errors.fails-with-hook", on_final_failure=poison_hook)
+def fails_with_hook(task: Task, context: Context) -> None:
+    _ran(context)
+    raise RuntimeError("task failed")
 
 
 @workflow_task(name="data-errors.refused-result", retry_count=ATTEMPTS - 1)
@@ -124,6 +141,17 @@ def test_poison_text_is_stored_escaped_and_the_job_ends_after_its_retries(
         assert record.progress["0.0"]["note"] == "half\\x00way \\udc80"
 
 
+def test_a_hook_error_with_a_nul_is_stored_escaped(driver: Driver, store: IJobStore) -> None:
+    job = make_job([fails_with_hook.task(name="hooked")])
+
+    [record] = run(driver, job)
+
+    assert record.status is Status.FAILED
+    done = record.state["hooks_done"]["0.0"]
+    assert done["error"] == "RuntimeError: hook\\x00failed"
+    assert not record.state.get("hooks")  # marked done: it does not run again
+
+
 def test_an_outcome_the_store_refuses_is_recorded_as_a_failed_attempt(
     driver: Driver, refusing_store: IJobStore
 ) -> None:
@@ -150,6 +178,36 @@ def _poisoned_job() -> Job:
     job = Job(category="data-errors", channel_id=CHANNEL)
     job.workflows.append(Workflow([refused_result.task(name="t", first=POISON, second="")]))
     return job
+
+
+@pytest.mark.postgres
+def test_a_claim_batch_refused_for_one_row_still_claims_the_others(
+    pg_store: IJobStore, postgres_uri: str
+) -> None:
+    # One multi-row UPDATE claims a batch of steps (group commit): a row the
+    # database refuses fails it whole. Only that row's claim may meet the refusal.
+    payload = {"workflows": [{"tasks": [{"name": "t", "executor_id": "x", "params": {}}]}]}
+    good, bad = (
+        JobRecord(
+            id=uuid.uuid4().hex,
+            channel_id=CHANNEL,
+            status=Status.SCHEDULED,
+            payload=payload,
+            state=state,
+        )
+        for state in ({}, {"note": POISON})
+    )
+    assert pg_store.put(good) and pg_store.put(bad)
+    now = utcnow()
+    lease = now + timedelta(seconds=30)
+    book = StepBook(lambda: pg_store, "worker-a", 30.0)
+    with refusing(postgres_uri, existing=True):  # the poisoned row may no longer be written
+        answers = book._claim_batch(
+            [StepClaim(r.id, [0, 0, 0, 0], "worker-a", now, lease, True) for r in (good, bad)]
+        )
+    claimed, refused = answers
+    assert isinstance(claimed, JobRecord) and claimed.lease_owner == "worker-a"
+    assert isinstance(refused, StoreDataError)
 
 
 @pytest.mark.postgres
