@@ -237,7 +237,15 @@ class StoreDataError(StoreError):
 
     Not an outage: the caller records the failure (or dead-letters the message)
     instead of leaving the step to its lease or deferring the message.
+
+    Attributes:
+        reason: what the store said, without where it is (fit to store in a job's
+            error, which should not name the database); the message by default.
     """
+
+    def __init__(self, message: str | None = None, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or str(self)
 
 
 class CorruptRecordError(StoreError):

@@ -22,7 +22,14 @@ from typing import Any, overload
 
 from .. import history, observers, rules
 from ..channels.messages import StepMessage
-from ..errors import ResultNotStorableError, StoreError, cancels_job, describe, retry_may_cure
+from ..errors import (
+    ResultNotStorableError,
+    StoreDataError,
+    StoreError,
+    cancels_job,
+    describe,
+    retry_may_cure,
+)
 from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
 from ..gateway import publish_cancel
 from ..logs import get_logger
@@ -133,7 +140,7 @@ class Outcome:
             cancels_job=cancels_job(exc),
         )
 
-    def refused_by_store(self, exc: StoreError) -> Outcome:
+    def refused_by_store(self, exc: StoreDataError) -> Outcome:
         """The failure recorded instead of this outcome when the store refused its
         write for what it holds (``exc``: a data error): the same attempt, without
         its result, progress, error text or traceback, and an error naming what
@@ -155,7 +162,8 @@ class Outcome:
         what = ", ".join(carried) or "outcome"
         return Outcome(
             False,
-            error=f"{type(exc).__name__}: the job store refused this attempt's {what} ({exc})",
+            error=f"{type(exc).__name__}: the job store refused this attempt's {what}"
+            f" ({exc.reason})",
             retriable=self.succeeded or self.retriable,
             kind=history.FAILED,
             started=self.started,
@@ -623,7 +631,7 @@ class StepBook:
                 seen, updated = current, rebased
                 written = self._write(updated)
         except StoreError as exc:
-            if not retry_may_cure(exc) and not outcome.refused:
+            if isinstance(exc, StoreDataError) and not outcome.refused:
                 # The store refused what this write holds (sending it again cannot
                 # help): record the attempt as a failure that names the refusal,
                 # without the content it carried, so the job goes on by its retry

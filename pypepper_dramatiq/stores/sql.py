@@ -188,9 +188,10 @@ def _is_data_error(exc: BaseException) -> bool:
 
 def _store_error(engine: Engine, doing: str, exc: BaseException) -> StoreError:
     """Ours for a SQLAlchemy or driver error: refused data, an outage, or another failure."""
-    where = f"{doing} on {_masked(engine)}: {_reason(engine, exc)}"
+    reason = _reason(engine, exc)
+    where = f"{doing} on {_masked(engine)}: {reason}"
     if _is_data_error(exc):
-        return StoreDataError(f"job store refused the data of {where}")
+        return StoreDataError(f"job store refused the data of {where}", reason=reason)
     if _is_unavailable(exc):
         return StoreUnavailableError(f"job store unavailable, {where}")
     return StoreError(f"job store failed {where}")

@@ -97,11 +97,18 @@ def refused_result(task: Task, context: Context, *, first: str, second: str) -> 
         pytest.param("mysql", marks=pytest.mark.mysql),
     ]
 )
-def store(request: pytest.FixtureRequest, driver: Driver) -> IJobStore:
-    """The job store the driver's workers use (installed after ``setup()``)."""
-    if request.param == "memory":
-        return set_job_store(MemoryJobStore())
-    found: IJobStore = request.getfixturevalue(SQL[request.param][0])
+def store(request: pytest.FixtureRequest) -> IJobStore:
+    """The job store the driver's workers use, installed after ``setup()``.
+
+    A SQL store is set up before the driver, so that it is closed only after the
+    driver's worker and background threads stopped using it.
+    """
+    found: IJobStore = (
+        MemoryJobStore()
+        if request.param == "memory"
+        else request.getfixturevalue(SQL[request.param][0])
+    )
+    request.getfixturevalue("driver")
     return set_job_store(found)
 
 
@@ -111,18 +118,21 @@ def store(request: pytest.FixtureRequest, driver: Driver) -> IJobStore:
         pytest.param("mysql", marks=pytest.mark.mysql),
     ]
 )
-def refusing_store(request: pytest.FixtureRequest, driver: Driver) -> Iterator[IJobStore]:
-    """A SQL store whose database refuses rows holding ``POISON`` during the test."""
+def refusing_store(request: pytest.FixtureRequest) -> Iterator[IJobStore]:
+    """A SQL store whose database refuses rows holding ``POISON`` during the test
+    (set up before the driver, as ``store``)."""
     store_fixture, uri_fixture = SQL[request.param]
     found: IJobStore = request.getfixturevalue(store_fixture)
+    uri = str(request.getfixturevalue(uri_fixture))
+    request.getfixturevalue("driver")
     set_job_store(found)
-    with refusing(str(request.getfixturevalue(uri_fixture))):
+    with refusing(uri):
         yield found
 
 
 @pytest.mark.parametrize("where", ["error", "note"])
 def test_poison_text_is_stored_escaped_and_the_job_ends_after_its_retries(
-    driver: Driver, store: IJobStore, where: str
+    store: IJobStore, driver: Driver, where: str
 ) -> None:
     job = make_job([poison_text.task(name="poison", in_note=where == "note")])
 
@@ -141,7 +151,7 @@ def test_poison_text_is_stored_escaped_and_the_job_ends_after_its_retries(
         assert record.progress["0.0"]["note"] == "half\\x00way \\udc80"
 
 
-def test_a_hook_error_with_a_nul_is_stored_escaped(driver: Driver, store: IJobStore) -> None:
+def test_a_hook_error_with_a_nul_is_stored_escaped(store: IJobStore, driver: Driver) -> None:
     job = make_job([fails_with_hook.task(name="hooked")])
 
     [record] = run(driver, job)
@@ -153,7 +163,7 @@ def test_a_hook_error_with_a_nul_is_stored_escaped(driver: Driver, store: IJobSt
 
 
 def test_an_outcome_the_store_refuses_is_recorded_as_a_failed_attempt(
-    driver: Driver, refusing_store: IJobStore
+    refusing_store: IJobStore, driver: Driver
 ) -> None:
     job = make_job([refused_result.task(name="refused", first=HALVES[0], second=HALVES[1])])
 
@@ -167,6 +177,7 @@ def test_an_outcome_the_store_refuses_is_recorded_as_a_failed_attempt(
     assert "0.0" not in record.state.get("results", {})
     assert record.error is not None
     assert "the job store refused this attempt's result" in record.error
+    assert "://" not in record.error  # the database's words, not where it is
     assert POISON not in str(record.state)
     assert [e["error_type"] for e in record.state["history"]["0.0"]] == [
         "StoreDataError"
@@ -208,14 +219,15 @@ def test_a_claim_batch_refused_for_one_row_still_claims_the_others(
     claimed, refused = answers
     assert isinstance(claimed, JobRecord) and claimed.lease_owner == "worker-a"
     assert isinstance(refused, StoreDataError)
+    assert pg_store.delete(bad.id)  # no later CHECK may meet it
 
 
 @pytest.mark.postgres
 def test_a_refused_heal_dead_letters_the_message(
-    stub_broker: StubBroker,
-    start_worker: Callable[[], dramatiq.Worker],
     pg_store: IJobStore,
     postgres_uri: str,
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
 ) -> None:
     # A first message whose row could not be stored by its producer: the worker
     # heals the row from the message, and the store refuses it for its content.
@@ -239,7 +251,7 @@ def test_a_refused_heal_dead_letters_the_message(
 
 @pytest.mark.postgres
 def test_a_refused_start_fails_the_job_in_process_instead_of_requeuing_it(
-    stub_broker: StubBroker, pg_store: IJobStore, postgres_uri: str
+    pg_store: IJobStore, postgres_uri: str, stub_broker: StubBroker
 ) -> None:
     set_job_store(pg_store)
     job = _poisoned_job()

@@ -57,6 +57,7 @@ def test_a_result_the_database_refuses_is_a_failed_attempt(cluster: Cluster) -> 
     assert [e["error_type"] for e in entries] == ["StoreDataError"] * ATTEMPTS
     assert record.error is not None
     assert "the job store refused this attempt's result" in record.error
+    assert "://" not in record.error  # the database's words, not where it is
 
 
 def test_a_refused_heal_dead_letters_the_message_instead_of_deferring_it(
