@@ -156,7 +156,7 @@ _MYSQL_DATA_ERRORS = frozenset(
     {1118, 1153, 1292, 1300, 1366, 1367, 1406, 1690, 3140, 3141, 3144, 3819, 4025}
 )
 #: MySQL's duplicate-key refusals (the store answers them itself, as PostgreSQL's 23505).
-_MYSQL_DUPLICATE_KEYS = frozenset({1022, 1062, 1586})
+_MYSQL_DUPLICATE_KEYS = frozenset({1022, _MYSQL_DUPLICATE_KEY, 1586})
 
 
 def _is_data_error(exc: BaseException) -> bool:
