@@ -146,8 +146,9 @@ class Outcome:
         its result, progress, error text or traceback, and an error naming what
         could not be stored and why.
 
-        Retried by the task's retry table unless this outcome was a failure that
-        another attempt cannot fix; a task that cancelled its job still does.
+        Retried as the task's retry table says, unless this outcome was a failure
+        another attempt cannot fix; an attempt that cancelled its job still
+        cancels it.
         """
         carried = [
             name

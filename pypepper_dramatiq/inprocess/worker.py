@@ -24,6 +24,7 @@ from ..errors import (
     InvalidTransitionError,
     JobRedeliveryError,
     JobRequeuedError,
+    StoreDataError,
     StoreError,
     describe,
     is_retriable,
@@ -372,21 +373,28 @@ class Worker:
         return self._start_failed(job, before)
 
     def _refused(self, job: Job, exc: StoreError) -> bool:
-        """The store refused the job's row for its content (a data error, a damaged
-        row): another try, or the channel again, would meet the same refusal. The
-        job fails unstarted, its error naming the refusal; False (no work)."""
+        """The store refused the job's row for its content (a data error), or the
+        row cannot be read (damaged): another try, or the channel again, would meet
+        the same. The job fails unstarted, its error naming why; False (no work).
+
+        The end is written only over a refused write (a damaged row is left as it
+        is, for whoever looks at it)."""
         logger.error(
             "job %s: the job store refused its row (%s); it fails unstarted",
             job.id,
             exc,
             extra={"action": "start_refused", "job_id": job.id},
         )
+        refused = exc if isinstance(exc, StoreDataError) else None  # else damaged
         if _status(job) is Status.CANCELLED:
-            job.persist()
+            if refused is not None:
+                job.persist()
             return False
         job.apply_event(FAIL)
-        job.error = storable_text(f"the job store refused the job's row: {exc}")
-        if job.persist():
+        # The database's words, not its URL.
+        reason = str(exc) if refused is None else refused.reason
+        job.error = storable_text(f"the job store refused the job's row: {reason}")
+        if refused is not None and job.persist():
             _observe_end(job)
         return False
 

@@ -265,5 +265,6 @@ def test_a_refused_start_fails_the_job_in_process_instead_of_requeuing_it(
         asyncio.run(Worker(channel).run_forever())
     assert job.status is Status.FAILED
     assert job.error is not None and "refused" in job.error
+    assert "://" not in job.error  # the database's words, not where it is
     assert RUNS[job.id] == 0
     assert get_job_store().get(job.id) is None
