@@ -1,4 +1,5 @@
-"""Poison text and refused writes with a real ``dramatiq`` worker, Redis and PostgreSQL.
+"""Poison text and refused writes with a real ``dramatiq`` worker, Redis and PostgreSQL
+(and MariaDB, which keeps a NUL but refuses a lone surrogate).
 
 Found by probing with real workers: a NUL in a task's exception text (or in a
 progress note) made PostgreSQL refuse the write recording the attempt; the step
@@ -18,6 +19,7 @@ from pypepper_dramatiq import Job, Status, Workflow
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.rules import Position
 
+from .conftest import BOTH_STORES
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, joined, poison_text
 
@@ -27,6 +29,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 ATTEMPTS = 3
 
 
+@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
 @pytest.mark.parametrize("where", ["error", "note"])
 def test_poison_text_ends_the_job_after_its_retries_with_the_text_escaped(
     cluster: Cluster, where: str
@@ -46,6 +49,7 @@ def test_poison_text_ends_the_job_after_its_retries_with_the_text_escaped(
         assert record.progress["0.0"]["note"] == "half\\x00way \\udc80"
 
 
+@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
 def test_a_result_the_database_refuses_is_a_failed_attempt(cluster: Cluster) -> None:
     cluster.start_worker()
     with refusing(cluster.store_uri):
