@@ -219,9 +219,10 @@ class Worker:
                 recorded = ledger.Recorded(exc.decision, exc.record)
             if recorded is None:
                 return None
-            if outcome.succeeded:
-                job.context.results[task.name] = outcome.result
             step, record = recorded.decision, recorded.record
+            # As recorded: a result the store refused was recorded as a failure.
+            if outcome.succeeded and position.key() in (record.state.get("results") or {}):
+                job.context.results[task.name] = outcome.result
             if step.action is not rules.Action.RUN:
                 return record
 

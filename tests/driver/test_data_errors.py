@@ -175,6 +175,7 @@ def test_an_outcome_the_store_refuses_is_recorded_as_a_failed_attempt(
     assert RUNS[job.id] == ATTEMPTS
     assert record.state["attempts"]["0.0"] == ATTEMPTS
     assert "0.0" not in record.state.get("results", {})
+    assert "refused" not in job.context.results  # the job as its worker knows it
     assert record.error is not None
     assert "the job store refused this attempt's result" in record.error
     assert "://" not in record.error  # the database's words, not where it is
