@@ -79,6 +79,7 @@ def poison_hook(task: Task, context: Context, error: str) -> None:
 
 @workflow_task(name="data-errors.fails-with-hook", on_final_failure=poison_hook)
 def fails_with_hook(task: Task, context: Context) -> None:
+    """Fails its one attempt; its hook is :func:`poison_hook`."""
     _ran(context)
     raise RuntimeError("task failed")
 
