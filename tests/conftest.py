@@ -145,6 +145,19 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
     store.close()
 
 
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster for this test alone (it gets stopped and restarted)."""
+    workdir = tmp_path / "own-postgres"
+    workdir.mkdir()
+    server = PostgresServer(workdir)
+    if server.external:
+        pytest.skip("restarting PostgreSQL needs a local cluster, not the PGHOST server")
+    started(server, "PostgreSQL")
+    yield server
+    server.cleanup()
+
+
 # -- Redis ----------------------------------------------------------------------------------
 
 

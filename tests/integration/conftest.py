@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import restartable_redis, started  # tests/conftest.py
-from services import PostgresServer, RedisServer
+from services import RedisServer
 from sqlalchemy import delete
 
 from pypepper_dramatiq.stores.schema import jobs
@@ -67,16 +67,3 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = started(restartable_redis(tmp_path / "own-redis", appendonly=True), "Redis")
     yield server
     server.stop(kill=True)
-
-
-@pytest.fixture
-def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
-    """A PostgreSQL cluster for this test alone (it gets stopped and restarted)."""
-    workdir = tmp_path / "own-postgres"
-    workdir.mkdir()
-    server = PostgresServer(workdir)
-    if server.external:
-        pytest.skip("restarting PostgreSQL needs a local cluster, not the PGHOST server")
-    started(server, "PostgreSQL")
-    yield server
-    server.cleanup()

@@ -9,13 +9,10 @@ Found with real workers: a NUL refused by PostgreSQL was a plain ``StoreError``
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import started
 from refusals import POISON, refusing
 from services import PostgresServer
 
@@ -93,18 +90,6 @@ def test_a_check_refusal_is_a_data_error_and_a_taken_key_stays_a_duplicate(
     assert pg_store.put(new_record(unique_key="k"))
     with pytest.raises(DuplicateJobError):
         pg_store.put(new_record(unique_key="k"))
-
-
-@pytest.fixture
-def own_postgres(tmp_path: Path) -> Iterator[PostgresServer]:
-    workdir = tmp_path / "own-postgres"
-    workdir.mkdir()
-    server = PostgresServer(workdir)
-    if server.external:
-        pytest.skip("stopping PostgreSQL needs a local cluster, not the PGHOST server")
-    started(server, "PostgreSQL")
-    yield server
-    server.cleanup()
 
 
 @pytest.mark.postgres
