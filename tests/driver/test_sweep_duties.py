@@ -334,7 +334,7 @@ def test_one_schedule_that_cannot_be_evaluated_leaves_the_others_to_fire(
 ) -> None:  # fmt: skip
     now = utcnow()
     slots = {name: due_schedule(store, name, now) for name in ("a-good", "c-good")}
-    due_schedule(store, "b-bad", now, cron="not a cron")
+    due_schedule(store, "b-bad", now, cron="61 * * * *")  # read whole, not evaluable
     before = store.get_recurring("b-bad")
     sweep = sweeper(broker)
     with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):

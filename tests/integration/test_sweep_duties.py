@@ -39,7 +39,7 @@ def test_a_failing_duty_leaves_waits_and_releases_going_and_shows_on_the_worker_
     for name in (BAD, GOOD):
         stored = recurring(name, "* * * * * *", template())  # every second
         store.save_recurring(
-            stored.evolve(cron="not a cron" if name == BAD else stored.cron, next_slot=now)
+            stored.evolve(cron="61 * * * *" if name == BAD else stored.cron, next_slot=now)
         )
     worker = cluster.start_worker(sweep_interval=0.5)
     try:
