@@ -9,7 +9,10 @@ namespace (``dramatiq`` by default):
   ``.DQ`` queue and an ``eta`` option for a delayed message, then the id pushed
   on the list and the encoded message set in the hash (:func:`enqueue_options`);
 * ``<ns>:__acks__.<broker id>.<queue>``: the ids a worker fetched and has not
-  acknowledged yet;
+  acknowledged yet (the broker id is a UUID: no dot);
+* ``<ns>:__heartbeats__``: broker id -> the time (ms) of its last command; one
+  older than the heartbeat timeout is a dead worker, whose ack sets the
+  maintenance pass puts back on their queues (then drops its heartbeat);
 * its ``dispatch`` Lua script, called with the arguments in
   :func:`requeue_dead_workers`'s order.
 
@@ -20,6 +23,7 @@ one module keeps that dependency in one place.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from uuid import uuid4
 
@@ -59,6 +63,63 @@ def messages_key(broker: Any, queue_name: str) -> str:
 def acks_key(broker: Any, queue_name: str) -> str:
     """The set of ids this broker (worker process) fetched from ``queue_name``, unacknowledged."""
     return f"{broker.namespace}:__acks__.{broker.broker_id}.{queue_name}"
+
+
+def heartbeats_key(broker: Any) -> str:
+    """The sorted set of broker ids by the time (ms) of their last command."""
+    return f"{broker.namespace}:__heartbeats__"
+
+
+def ack_sets_prefix(broker: Any) -> str:
+    """What every ack set's key starts with: ``<prefix><broker id>.<queue>``."""
+    return f"{broker.namespace}:__acks__."
+
+
+#: Keys one SCAN call of :func:`queues_held_by_dead_workers` asks Redis to look at.
+SCAN_COUNT = 1000
+
+
+def queues_held_by_dead_workers(broker: Any) -> set[str]:
+    """The queues whose messages a dead worker (heartbeat older than the broker's
+    ``heartbeat_timeout``) fetched and never acknowledged, read from its ack sets.
+
+    The ack sets are what a worker holds, whatever channels it served and whether
+    or not it ever wrote a worker row: the truth for what must come back. Nothing
+    dead, nothing scanned (one ZRANGEBYSCORE); else one SCAN of the ack set keys
+    (bounded by the keyspace, :data:`SCAN_COUNT` keys a call). Empty on a broker
+    without Redis.
+    """
+    client = redis_client_of(broker)
+    if client is None:
+        return set()
+    stale_before = current_millis() - int(broker.heartbeat_timeout)
+    dead = {_text(i) for i in client.zrangebyscore(heartbeats_key(broker), 0, stale_before)}
+    if not dead:
+        return set()
+    prefix = ack_sets_prefix(broker)
+    dotted = [i for i in dead if "." in i]  # not Dramatiq's UUIDs: matched by prefix
+    queues: set[str] = set()
+    for key in client.scan_iter(match=_glob_escaped(prefix) + "*", count=SCAN_COUNT):
+        rest = _text(key)[len(prefix) :]
+        worker, _, queue = rest.partition(".")
+        if worker in dead and queue:
+            queues.add(queue)
+            continue
+        for worker in dotted:
+            if rest.startswith(worker + ".") and len(rest) > len(worker) + 1:
+                queues.add(rest[len(worker) + 1 :])
+    return queues
+
+
+def _text(value: bytes | str) -> str:
+    """A key or member as text; bytes that are no UTF-8 are kept (surrogate escapes), so
+    that the call naming them fails alone, not the whole scan."""
+    return value if isinstance(value, str) else value.decode("utf-8", "surrogateescape")
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally in a Redis glob pattern."""
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 def requeue_dead_workers(broker: Any, queue_name: str) -> None:

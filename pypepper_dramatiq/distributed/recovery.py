@@ -7,7 +7,9 @@ Two ways a step can be stranded when a worker dies:
   fresh message for its cursor;
 * its message sat unacknowledged in the dead worker's prefetch: Dramatiq's
   Redis broker returns such messages only in a random maintenance pass, so
-  the sweeper runs that pass itself for each queue, every interval.
+  the sweeper runs that pass itself every interval, for each queue it
+  declared and each queue a dead worker's ack set names (whatever channels
+  the leader serves).
 
 One process at a time sweeps (a Redis lock with a TTL; always this process
 on a broker without Redis).
@@ -46,7 +48,13 @@ from ..isolation import RowGuard
 from ..logs import get_logger
 from ..outage import JOB_STORE, REDIS, OutageLog, is_outage, shared_outage
 from ..record import JobRecord, utcnow
-from ..redis_layout import LEADER_KEY, messages_key, redis_client_of, requeue_dead_workers
+from ..redis_layout import (
+    LEADER_KEY,
+    messages_key,
+    queues_held_by_dead_workers,
+    redis_client_of,
+    requeue_dead_workers,
+)
 from ..retention import BATCH
 from ..rules import Position
 from ..schedules import fire_due
@@ -262,10 +270,20 @@ class RecoverySweeper(threading.Thread):
             )
 
     def requeue_dead_prefetch(self, now: datetime) -> int:
-        """Put back the messages held in the prefetch of dead workers, queue by queue."""
-        for queue_name in sorted(self.broker.get_declared_queues()):
-            requeue_dead_workers(self.broker, queue_name)
-            requeue_dead_workers(self.broker, dq_name(queue_name))
+        """Put back the messages held in the prefetch of dead workers, queue by queue.
+
+        The queues are those this process declared and every queue a dead worker's
+        ack set names: the leader may serve other channels than the worker that
+        died, and what that worker held is only known from its ack sets. Each
+        queue fails alone (logged once per cause, counted), and so does the
+        look-up of the dead workers' queues: the others go on.
+        """
+        queues = {q for name in self.broker.get_declared_queues() for q in (name, dq_name(name))}
+        with self.rows.row("requeue_prefetch", "held by dead workers", what="queues"):
+            queues.update(queues_held_by_dead_workers(self.broker))
+        for queue_name in sorted(queues):
+            with self.rows.row("requeue_prefetch", queue_name, what="queue"):
+                requeue_dead_workers(self.broker, queue_name)
         return 0
 
     def recover_lapsed(self, now: datetime) -> int:
