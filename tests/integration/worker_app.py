@@ -62,6 +62,8 @@ ENV = {
     #: unset: the defaults.
     "continue_steps": "PYPEPPER_IT_CONTINUE_STEPS",
     "continue_seconds": "PYPEPPER_IT_CONTINUE_SECONDS",
+    #: the channels this worker serves, comma-separated (unset: :data:`CHANNEL`).
+    "channels": "PYPEPPER_IT_CHANNELS",
 }
 
 #: The channel every test job goes to.
@@ -77,7 +79,7 @@ if REDIS_URL and STORE_URI:
     broker = setup(
         REDIS_URL,
         STORE_URI,
-        channels={CHANNEL: 0},
+        channels={c: 0 for c in os.environ.get(ENV["channels"], CHANNEL).split(",")},
         migrate=True,
         lease_seconds=float(os.environ.get(ENV["lease_seconds"], "5")),
         sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),
