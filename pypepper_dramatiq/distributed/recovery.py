@@ -272,19 +272,24 @@ class RecoverySweeper(threading.Thread):
     def requeue_dead_prefetch(self, now: datetime) -> int:
         """Put back the messages held in the prefetch of dead workers, queue by queue.
 
-        The queues are those this process declared and every queue a dead worker's
-        ack set names: the leader may serve other channels than the worker that
-        died, and what that worker held is only known from its ack sets. Each
-        queue fails alone (logged once per cause, counted), and so does the
-        look-up of the dead workers' queues: the others go on.
+        First the queues this process declared, then every other queue a dead
+        worker's ack set still names: the leader may serve other channels than the
+        worker that died, and what that worker held is only known from its ack
+        sets. Those are looked up only while a dead worker holds messages the
+        first queues did not take back (the maintenance drops a dead worker once
+        it holds nothing). Each queue fails alone (logged once per cause,
+        counted); the others go on.
         """
-        queues = {q for name in self.broker.get_declared_queues() for q in (name, dq_name(name))}
-        with self.rows.row("requeue_prefetch", "held by dead workers", what="queues"):
-            queues.update(queues_held_by_dead_workers(self.broker))
+        declared = {q for name in self.broker.get_declared_queues() for q in (name, dq_name(name))}
+        self._requeue(declared)
+        self._requeue(queues_held_by_dead_workers(self.broker) - declared)
+        return 0
+
+    def _requeue(self, queues: set[str]) -> None:
+        """Run the broker's dead-worker maintenance for each of ``queues``, each alone."""
         for queue_name in sorted(queues):
             with self.rows.row("requeue_prefetch", queue_name, what="queue"):
                 requeue_dead_workers(self.broker, queue_name)
-        return 0
 
     def recover_lapsed(self, now: datetime) -> int:
         """Hand back the steps whose lease lapsed and send each again; returns how many

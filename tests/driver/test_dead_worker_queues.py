@@ -141,3 +141,20 @@ def test_the_ack_sets_are_matched_literally_in_the_namespace(globbed: RedisBroke
     beat(globbed, dead, ago_ms=60_000)
     hold(globbed, dead, "a.DQ", "d1")
     assert queues_held_by_dead_workers(globbed) == {"a.DQ"}
+
+
+def test_what_a_dead_worker_held_in_the_sweepers_own_queues_comes_back_first(
+    broker: RedisBroker,
+) -> None:
+    dead = str(uuid.uuid4())
+    beat(broker, dead, ago_ms=60_000)
+    hold(broker, dead, f"{OWN}.DQ", "d1")
+    idle = str(uuid.uuid4())  # a producer that sent nothing lately: no ack set
+    beat(broker, idle, ago_ms=60_000)
+
+    sweeper(broker).requeue_dead_prefetch(utcnow())
+
+    assert queued(broker, f"{OWN}.DQ") == ["d1"]
+    # Both are dropped from the heartbeats: the next pass has nothing to look up.
+    assert broker.client.zscore(heartbeats_key(broker), dead) is None
+    assert broker.client.zscore(heartbeats_key(broker), idle) is None
