@@ -10,6 +10,12 @@ the entry due; once its hold has lapsed, the recovery sweep
 (:class:`HookSweep`) takes the hook over by compare-and-set (``running``, held
 by the sweeping process, renewed the same way) and calls it.
 
+When the job goes on (an optional task's hook), the same write claims the
+job's next step for that worker, under a lease renewed with the hold: the
+step waits for the hook, and yet, if the worker dies, its lease lapses after
+``lease_seconds`` like any claimed step's and the recovery sweep sends it
+(the recovered hook and the next step may then overlap).
+
 So a hook runs exactly once when no process dies, and when its worker dies
 after recording the failure and before calling the hook. A process that dies
 *while* its hook runs (or before it marks it done) leaves it to run again:
@@ -134,16 +140,26 @@ class HookRunner:
         self._store = store
 
     def run(
-        self, record: JobRecord, key: str, found: Found, owner: str, lease_seconds: float | None
+        self,
+        record: JobRecord,
+        key: str,
+        found: Found,
+        owner: str,
+        lease_seconds: float | None,
+        *,
+        step_lease: bool = False,
     ) -> JobRecord | None:
         """Call the hook of task ``key`` (held by ``owner``), then mark it done.
 
         ``lease_seconds`` is how long each renewal of the hold lasts (None: the
-        hold has no expiry to renew). Returns the row as the done mark wrote it,
-        or None when it was not written (the hold then lapses, and the hook
-        runs again: at least once).
+        hold has no expiry to renew). With ``step_lease``, ``owner`` also holds
+        the row's next step meanwhile (the worker that recorded the failure):
+        its lease is renewed with the hold, so that it lapses, and recovery
+        sends the step, only once ``owner`` stops renewing (dies). Returns the
+        row as the done mark wrote it, or None when it was not written (the
+        hold then lapses, and the hook runs again: at least once).
         """
-        with self._held(record.id, key, owner, lease_seconds):
+        with self._held(record.id, key, owner, lease_seconds, step_lease=step_lease):
             error = self.call(record.id, key, found)
         return self._done(record.id, key, owner, error)
 
@@ -189,10 +205,19 @@ class HookRunner:
 
     @contextmanager
     def _held(
-        self, job_id: str, key: str, owner: str, lease_seconds: float | None
+        self,
+        job_id: str,
+        key: str,
+        owner: str,
+        lease_seconds: float | None,
+        *,
+        step_lease: bool = False,
     ) -> Iterator[None]:
         """Renew ``owner``'s hold on the hook every third of ``lease_seconds`` while
-        the block runs, so that recovery does not take over a hook still running."""
+        the block runs, so that recovery does not take over a hook still running;
+        with ``step_lease``, also the lease ``owner`` holds on the row's step (a
+        statement of its own, after the hold's write: that write puts back the
+        lease expiry it read)."""
         if lease_seconds is None:
             yield
             return
@@ -209,6 +234,9 @@ class HookRunner:
             while not stop.wait(max(0.1, lease_seconds / 3)):
                 try:
                     self.update(job_id, extend)
+                    if step_lease:  # only while the row's lease is still owner's
+                        until = utcnow() + timedelta(seconds=lease_seconds)
+                        self._store().renew_leases(owner, [job_id], until)
                 except Exception:  # the next renewal tries again
                     logger.exception("job %s: renewing the hold on hook %s failed", job_id, key)
 

@@ -524,8 +524,7 @@ class StepBook:
         in this thread (continuation): the same write then claims it for this
         worker (owner and a lease of ``lease_seconds``, which the caller renews
         while the attempt runs), so that no message is needed and a worker that
-        dies meanwhile leaves it to the recovery sweep as any claimed step. Not
-        when a hook is due (the hook runs first and might outlast the lease).
+        dies meanwhile leaves it to the recovery sweep as any claimed step.
         The written row's ``lease_owner`` tells the caller whether it holds it.
 
         When the task failed for good and has an ``on_final_failure`` hook, the
@@ -533,7 +532,14 @@ class StepBook:
         called here after the write, before the caller goes on to the next
         step (see :mod:`.hooks`). ``task`` is the task object when the driver
         holds it (in process: its hook and context); otherwise the hook is
-        found through the executor registry.
+        found through the executor registry. A next step to run is then held by
+        this worker while the hook runs, as a claimed step (a lease of
+        ``lease_seconds``, renewed with the hook's hold), so that a worker that
+        dies in the hook leaves it to the recovery sweep after its lease, not
+        after ``dispatch_seconds``; after the hook, ``hold_next`` is asked (the
+        step is kept to run here) or the step is released for the caller's
+        message (:meth:`_hand_on`). None then also when the step is no longer
+        this worker's (the job was cancelled, or recovery took the step over).
         """
         position = claim.position
         key = position.key()
@@ -595,12 +601,18 @@ class StepBook:
             hold = None if self.holds_steps else now + timedelta(seconds=self.lease_seconds)
             state.hold_hook(key, HOOK_PENDING, self.owner, now, hold)
         changes: dict[str, Any] = {"updated": now, "lease_owner": None, "lease_expires": None}
+        #: The next step, held by this worker while the hook runs (see _hand_on).
+        held_for_hook = False
         if decision.action is rules.Action.RUN:
             assert decision.position is not None
             state.cursor = decision.position
             if self.holds_steps:
                 changes["lease_owner"] = self.owner
-            elif hold_next is not None and not hook_due and hold_next(decision):
+            elif hook_due or (hold_next is not None and hold_next(decision)):
+                # Held as a claim holds it: a lease, renewed while this worker
+                # lives (by the hook's renewer while the hook runs), so that a
+                # worker dying now leaves the step to recovery after its lease.
+                held_for_hook = bool(hook_due)
                 changes["lease_owner"] = self.owner
                 changes["lease_expires"] = now + timedelta(seconds=self.lease_seconds)
             else:
@@ -676,7 +688,10 @@ class StepBook:
         record = updated.evolve(version=updated.version + 1)
         if hook_due:
             try:
-                record = self._call_hook(record, position, outcome, task) or record
+                record = (
+                    self._call_hook(record, position, outcome, task, holds_next=held_for_hook)
+                    or record
+                )
             except Exception:  # the outcome is recorded: the job goes on regardless
                 logger.exception(
                     "job %s: the on_final_failure hook of task %s could not be run here; "
@@ -685,7 +700,67 @@ class StepBook:
                     key,
                     extra={"action": "hook_not_run", "job_id": record.id, "task": key},
                 )
+        if held_for_hook:
+            return self._hand_on(record.id, decision, hold_next)
         return Recorded(decision, record)
+
+    def _hand_on(
+        self,
+        job_id: str,
+        decision: rules.Step,
+        hold_next: Callable[[rules.Step], bool] | None,
+    ) -> Recorded | None:
+        """The next step this worker held while a hook ran: kept to run here (when
+        ``hold_next`` says so, with a fresh lease) or released for its message
+        (a lease expiry of delay + ``dispatch_seconds``, as the outcome write
+        would have written it), by compare-and-set on the row as it is now (the
+        hook's bookkeeping moved its version).
+
+        None when the step is no longer this worker's (cancelled, or recovered
+        after its lease lapsed: someone else sends it) or the store fails: the
+        lease, no longer renewed, then lapses and recovery sends the step.
+        """
+        assert decision.position is not None
+        for _ in range(REBASE_ATTEMPTS):
+            try:
+                store = self._store()
+                current = store.get(job_id)
+                if (
+                    current is None
+                    or current.status is not Status.IN_PROGRESS
+                    or current.lease_owner != self.owner
+                    or cursor_of(current) != decision.position
+                ):
+                    status = current.status.value if current else "gone"
+                    cancelled = current is not None and current.status is Status.CANCELLED
+                    action = "lost_to_cancel" if cancelled else "lost"
+                    _log(action, job_id, decision.position, f"{status} after the hook")
+                    return None
+                now = utcnow()
+                if hold_next is not None and hold_next(decision):
+                    lease = now + timedelta(seconds=self.lease_seconds)
+                    handed = current.evolve(updated=now, lease_expires=lease)
+                else:
+                    until = now + timedelta(seconds=decision.delay + self.dispatch_seconds)
+                    handed = current.evolve(updated=now, lease_owner=None, lease_expires=until)
+                if store.advance(handed):
+                    return Recorded(decision, handed.evolve(version=handed.version + 1))
+            except StoreError as exc:
+                logger.warning(
+                    "job %s: step %s not handed on after the hook (%s); recovery sends it "
+                    "after its lease",
+                    job_id,
+                    decision.position.key(),
+                    exc,
+                )
+                return None
+        logger.warning(
+            "job %s: step %s not handed on after the hook (the row kept moving); recovery "
+            "sends it after its lease",
+            job_id,
+            decision.position.key(),
+        )
+        return None
 
     def _call_hook_unrecorded(
         self, record: JobRecord, position: Position, outcome: Outcome, task: Task | None
@@ -701,9 +776,18 @@ class StepBook:
         return record.evolve(state=state.to_dict())
 
     def _call_hook(
-        self, record: JobRecord, position: Position, outcome: Outcome, task: Task | None
+        self,
+        record: JobRecord,
+        position: Position,
+        outcome: Outcome,
+        task: Task | None,
+        *,
+        holds_next: bool = False,
     ) -> JobRecord | None:
-        """Call the hook this worker just marked due; the row after its done mark."""
+        """Call the hook this worker just marked due; the row after its done mark.
+
+        ``holds_next``: the row's next step is held by this worker meanwhile; its
+        lease is renewed with the hook's hold."""
         error = outcome.error or ""
         found: hooks.Found | None = None
         if task is not None and task.on_final_failure is not None:
@@ -720,7 +804,9 @@ class StepBook:
             )
             return None
         hold = None if self.holds_steps else self.lease_seconds
-        return self.hooks.run(record, position.key(), found, self.owner, hold)
+        return self.hooks.run(
+            record, position.key(), found, self.owner, hold, step_lease=holds_next
+        )
 
     def release(self, claim: Claim, until: datetime) -> bool:
         """Give up the claimed step unrun (no attempt counted); False if the row moved.
