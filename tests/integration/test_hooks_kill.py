@@ -111,7 +111,7 @@ def test_a_hook_left_due_by_a_sigkilled_worker_runs_once_on_another(
     assert recovered_in < LEASE_SECONDS + 20
 
 
-def test_a_worker_sigkilled_inside_an_optional_tasks_hook_stalls_its_job_one_lease(
+def test_a_worker_sigkilled_inside_an_optional_tasks_hook_delays_the_next_task_one_lease(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     # The job goes on past the optional task: its next step is held by the
