@@ -333,7 +333,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         type=_older_than,
         metavar="DURATION",
-        help="seconds, or a number and a unit: 90s, 15m, 12h, 7d, 2w",
+        help='seconds, or a number and a unit: 90s, 15m, 12h, 7d, 2w, "1 week", "2 days"',
     )
     purge.add_argument(
         "--dry-run", action="store_true", help="count the jobs it would delete; delete none"

@@ -113,21 +113,52 @@ def _as_float(number: float) -> float:
 #: Seconds per unit of a duration string (``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``).
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
-#: A duration string: a number, then at most one unit (none: seconds).
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*")
+#: The spelled-out units people type (``"1 week"``, ``"90 minutes"``), each as the one-letter
+#: unit of :data:`DURATION_UNITS` it means; matched in any letter case.
+DURATION_WORDS = {
+    **dict.fromkeys(("sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), "m"),
+    **dict.fromkeys(("hr", "hrs", "hour", "hours"), "h"),
+    **dict.fromkeys(("day", "days"), "d"),
+    **dict.fromkeys(("week", "weeks"), "w"),
+}
+
+#: The accepted forms, as the refusal of a bad duration lists them.
+DURATION_FORMS = (
+    "seconds as a number, or a number and one unit: '90s', '15m', '12h', '7d', '2w', "
+    "or spelled out: '30 seconds', '90 minutes', '12 hours', '2 days', '1 week'"
+)
+
+#: A duration string: a number, then at most one unit (none: seconds), a space between or not.
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*")
+
+
+def _unit_seconds(unit: str) -> int | None:
+    """Seconds in ``unit`` (``""`` is seconds), or None for a unit that is not one.
+
+    The one-letter units are lower case only (``"M"`` might be read as months), the
+    words in any case."""
+    if unit in DURATION_UNITS or not unit:
+        return DURATION_UNITS[unit or "s"]
+    letter = DURATION_WORDS.get(unit.lower())
+    return None if letter is None else DURATION_UNITS[letter]
 
 
 def duration(name: str, value: object) -> float:
     """``value`` as seconds > 0: a number of seconds, a :class:`~datetime.timedelta`,
-    or a string of a number and one unit of :data:`DURATION_UNITS` (``"90s"``,
-    ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``; a bare number is seconds). A
-    ConfigError naming ``name`` otherwise."""
+    or a string of a number and one unit: a letter of :data:`DURATION_UNITS` (``"90s"``,
+    ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``) or a word of :data:`DURATION_WORDS`
+    (``"30 seconds"``, ``"90 minutes"``, ``"12 hours"``, ``"2 days"``, ``"1 week"``,
+    singular or plural, a space before it or not); a bare number is seconds. The one
+    parser of durations given as text: the CLI, ``setup(retention=...)`` and YAML. A
+    ConfigError naming ``name`` and listing :data:`DURATION_FORMS` otherwise."""
     number: object = value
     if isinstance(value, timedelta):
         number = value.total_seconds()
     elif isinstance(value, str):
         match = _DURATION.fullmatch(value)
-        number = float(match.group(1)) * DURATION_UNITS[match.group(2) or "s"] if match else None
+        unit = _unit_seconds(match.group(2)) if match else None
+        number = None if match is None or unit is None else float(match.group(1)) * unit
     numeric = isinstance(number, (int, float)) and not isinstance(number, bool)
     finite = numeric and math.isfinite(_as_float(number))  # type: ignore[arg-type]
     if finite and _as_float(number) > MAX_SECONDS:  # type: ignore[arg-type]
@@ -138,8 +169,7 @@ def duration(name: str, value: object) -> float:
         return seconds(name, number)
     except ConfigError:
         raise ConfigError(
-            f"{name} must be a duration > 0: seconds, or a number and a unit as in "
-            f"'90s', '15m', '12h', '7d', '2w'; got {value!r}"
+            f"{name} must be a duration > 0: {DURATION_FORMS}; got {value!r}"
         ) from None
 
 

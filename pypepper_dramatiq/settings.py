@@ -46,7 +46,7 @@ class Settings:
         retention: how long ended jobs are kept, by final status:
             ``{"Completed": "7d", "Failed": "30d", "Cancelled": "7d"}`` (each a
             duration: seconds, or ``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``,
-            ``"2w"``; see :func:`~pypepper_dramatiq.config.duration`). The sweep
+            ``"2w"``, ``"1 week"``; see :func:`~pypepper_dramatiq.config.duration`). The sweep
             leader deletes the jobs that ended with that status longer ago (by
             their ``updated`` time), a bounded batch per ``sweep_interval``,
             except those another job still needs. A status not named is kept.

@@ -93,7 +93,16 @@ def test_more_than_a_batch_is_deleted_a_batch_per_statement(
     assert _ids(pg_store) == set()
 
 
-@pytest.mark.parametrize("bad", ["7x", "7 days", "0", "-1d", "d"])
+@pytest.mark.parametrize("older_than", ["1 week", "7 days", "168 hours", "1week"])
+def test_a_spelled_out_duration_is_accepted_as_people_type_it(
+    seeded: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str], older_than: str
+) -> None:
+    argv = ["purge", "--uri", postgres_uri, "--status", "Completed", "--older-than", older_than]
+    assert main([*argv, "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("would delete 3 Completed jobs that ended before")
+
+
+@pytest.mark.parametrize("bad", ["7x", "7 fortnights", "0", "-1d", "d"])
 def test_a_bad_duration_is_exit_2_naming_it(
     pg_store: SqlJobStore, postgres_uri: str, capsys: pytest.CaptureFixture[str], bad: str
 ) -> None:

@@ -41,6 +41,23 @@ RETENTION = {"Completed": "7d", "Failed": "30d", "Cancelled": 3600}
         ("0.5h", 1800.0),
         (" 7d ", 7 * DAY),
         (timedelta(days=1, hours=1), DAY + 3600),
+        ("1 week", 7 * DAY),
+        ("2 weeks", 14 * DAY),
+        ("1week", 7 * DAY),
+        ("2 days", 2 * DAY),
+        ("1 day", DAY),
+        ("12 hours", 43_200.0),
+        ("1 hour", 3600.0),
+        ("2 hrs", 7200.0),
+        ("90 minutes", 5400.0),
+        ("90 mins", 5400.0),
+        ("1 minute", 60.0),
+        ("30 seconds", 30.0),
+        ("1 second", 1.0),
+        ("30 secs", 30.0),
+        ("1.5 days", 1.5 * DAY),
+        ("7 s", 7.0),
+        (" 1 Week ", 7 * DAY),
     ],
 )
 def test_a_duration_is_seconds_or_a_number_and_a_unit(given: object, seconds: float) -> None:
@@ -56,7 +73,11 @@ def test_a_duration_is_seconds_or_a_number_and_a_unit(given: object, seconds: fl
         "-1d",
         "7x",
         "7D",
-        "7 days",
+        "90 M",
+        "7 fortnights",
+        "1 week 2 days",
+        "1 year",
+        "days",
         "1d12h",
         "d",
         "",
@@ -73,6 +94,13 @@ def test_a_bad_duration_is_a_config_error_naming_the_option_and_the_value(given:
     with pytest.raises(ConfigError, match=r"^ttl must be a duration > 0") as caught:
         duration("ttl", given)
     assert repr(given) in str(caught.value)
+    assert "'2w'" in str(caught.value) and "'1 week'" in str(caught.value)  # the forms accepted
+
+
+@pytest.mark.parametrize("given", ["5218 weeks", "36526 days", "876601 hours", "52000 weeks"])
+def test_a_spelled_out_duration_has_the_same_100_year_bound(given: str) -> None:
+    with pytest.raises(ConfigError, match=r"^ttl must be at most .* \(100 years\)"):
+        duration("ttl", given)
 
 
 # -- the retention mapping ---------------------------------------------------------------------
@@ -95,6 +123,11 @@ def test_no_retention_keeps_every_job_by_default() -> None:
     assert Settings(retention={}).purge_after == {}
 
 
+def test_a_spelled_out_retention_is_the_same_duration() -> None:
+    kept = Settings(retention={"Completed": "1 week", "Failed": "30 days"}).purge_after
+    assert kept == {Status.COMPLETED: 7 * DAY, Status.FAILED: 30 * DAY}
+
+
 @pytest.mark.parametrize(
     ("retention", "named"),
     [
@@ -103,7 +136,7 @@ def test_no_retention_keeps_every_job_by_default() -> None:
         ({"Scheduled": "7d"}, r"'Scheduled' is not a final status"),
         ({"InProgress": "7d"}, r"'InProgress' is not a final status"),
         ({1: "7d"}, r"1 is not a final status"),
-        ({"Completed": "7 days"}, r"retention\.Completed must be a duration > 0.*'7 days'"),
+        ({"Completed": "7 fortnights"}, r"retention\.Completed must be a duration > 0.*'7 f"),
         ({"Failed": 0}, r"retention\.Failed must be a duration > 0.*got 0"),
         (["Completed"], r"retention must be a mapping.*\['Completed'\]"),
         ("7d", r"retention must be a mapping.*'7d'"),
@@ -147,7 +180,11 @@ def test_yaml_scheduler_retention_is_read_and_a_bad_one_named_by_its_key(tmp_pat
         Status.FAILED: 14 * DAY,
         Status.CANCELLED: 3600.0,
     }
-    path.write_text("scheduler:\n  retention:\n    Completed: 7 days\n")
+    path.write_text("scheduler:\n  retention:\n    Completed: 1 week\n    Failed: 2 days\n")
+    broker = setup(broker=StubBroker(), config_path=path)
+    middleware = next(m for m in broker.middleware if isinstance(m, WorkflowMiddleware))
+    assert middleware.settings.purge_after == {Status.COMPLETED: 7 * DAY, Status.FAILED: 2 * DAY}
+    path.write_text("scheduler:\n  retention:\n    Completed: 7 fortnights\n")
     with pytest.raises(ConfigError, match=r"scheduler\.retention\.Completed must be a duration"):
         setup(broker=StubBroker(), config_path=path)
     path.write_text("scheduler:\n  retention:\n    Done: 7d\n")
