@@ -19,7 +19,9 @@ Commands:
 
 Exit status: 0 done, 1 the job or channel named is not there (or the job has
 ended, or its stored row cannot be read: ``show`` names the column), 2 bad usage
-or a store or Redis that cannot be used.
+or a store or Redis that cannot be used, 141 (128 + SIGPIPE, as ``git`` and the
+coreutils give) the reader of the output went away first (``jobs | head``): the
+command stops writing, quietly.
 
 Every table cell and line of words goes through :func:`_print_table` or :func:`_say`,
 which show stored and typed text with :func:`~pypepper_dramatiq.display.printable`: a
@@ -440,7 +442,35 @@ def _check_channel_arguments(parser: argparse.ArgumentParser, args: argparse.Nam
         args.size = size
 
 
+#: The exit status when the output's reader went away (``jobs --json | head``): 128 +
+#: SIGPIPE, what a shell shows for ``git log | head`` or ``yes | head``. Not 0: the output
+#: was cut short, and a script under ``set -o pipefail`` may want to know.
+PIPE_CLOSED = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status (see the module's docstring)."""
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would be a traceback
+    except BrokenPipeError:
+        _drop_stdout()
+        return PIPE_CLOSED
+    return status
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's flush at exit (of what
+    is still buffered for the reader that went away) writes nowhere instead of failing."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's capture)
+        pass
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if hasattr(args, "uri") and not args.uri:
