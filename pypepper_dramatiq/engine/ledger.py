@@ -376,10 +376,11 @@ class StepBook:
                 record = self._heal(store, step)
             claimed, position, tasks = self._claimable(record, step)
             if store.advance(claimed):
-                _log("start" if record.status is Status.SCHEDULED else "claim", record.id, position)
+                claim = Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
+                _log_claim(claim, started=record.status is Status.SCHEDULED)
                 if record.status is Status.SCHEDULED:
                     observers.job_started(claimed, claimed.updated)
-                return Claim(claimed.evolve(version=claimed.version + 1), position, tasks)
+                return claim
             if record.status is not Status.SCHEDULED:
                 break
         raise StepSkipped(step.job_id, "another worker claimed the step first")
@@ -408,10 +409,11 @@ class StepBook:
         if record is None or record.payload is None:
             return None
         tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
-        _log("start" if start else "claim", record.id, cursor)
+        claim = Claim(record, cursor, tasks)
+        _log_claim(claim, started=start)
         if start:
             observers.job_started(record, now)
-        return Claim(record, cursor, tasks)
+        return claim
 
     def _claimable(
         self, record: JobRecord, step: StepMessage
@@ -485,7 +487,13 @@ class StepBook:
         if step.record is None:
             raise StepSkipped(step.job_id, "no such job in the store", dead=True)
         record = heal(store, step.record)
-        _log("heal", step.job_id, step.position)
+        _log(
+            "heal",
+            step.job_id,
+            step.position,
+            ": its row was not stored yet (the worker was faster than its producer); "
+            "stored it as the message carries it",
+        )
         return record
 
     # -- after the attempt -------------------------------------------------------
@@ -562,11 +570,10 @@ class StepBook:
             state.errors[key] = outcome.error
         if not outcome.succeeded and not outcome.cancels_job:
             logger.info(
-                "job %s: task %s attempt %d (round %d) failed: %s",
+                "job %s: task %s failed (%s): %s",
                 claim.record.id,
                 claim.spec.name,
-                position.attempt + 1,
-                position.round + 1,
+                _attempt_of(position, claim.spec.policy),
                 outcome.error,
                 extra={
                     "action": "attempt_failed",
@@ -670,14 +677,18 @@ class StepBook:
             status = current.status.value if current else "gone"
             # Losing to a cancel is the cancel working; anything else is worth a line.
             expected = current is not None and current.status is Status.CANCELLED
-            _log("lost_to_cancel" if expected else "lost", claim.record.id, position, status)
+            _log(
+                "lost_to_cancel" if expected else "lost",
+                claim.record.id,
+                position,
+                ": the outcome of task %s was not recorded: %s",
+                claim.spec.name,
+                "the job was cancelled meanwhile"
+                if expected
+                else f"its row changed meanwhile (now {status})",
+            )
             return None
-        _log(
-            decision.action.value,
-            claim.record.id,
-            decision.position or position,
-            changes.get("error"),
-        )
+        _log_decision(claim, decision, outcome, state.attempts[key])
         if observers.observing():
             _observe_recorded(claim, outcome, decision, updated)
         if decision.action is rules.Action.CANCEL:
@@ -958,16 +969,78 @@ def _cancelled_by_task(job_id: str, task_name: str, error: str) -> None:
 _LEVELS = {"fail": logging.WARNING, "lost": logging.INFO}
 
 
-def _log(action: str, job_id: str, position: Position, detail: str | None = None) -> None:
-    level = _LEVELS.get(action, logging.DEBUG)
-    if not logger.isEnabledFor(level):
+def _logged(action: str) -> bool:
+    """Whether the line of ``action`` would be logged (its words are worth composing)."""
+    return logger.isEnabledFor(_LEVELS.get(action, logging.DEBUG))
+
+
+def _log(action: str, job_id: str, position: Position, words: str, *args: object) -> None:
+    """Log a step's line: "job <id>" then ``words`` (a %-format of ``args``), a sentence a
+    reader understands; ``action``, ``job_id`` and ``position`` (from 0, as stored) go in
+    the record's fields for programs."""
+    if not _logged(action):
         return
     logger.log(
-        level,
-        "job %s %s at %s%s",
+        _LEVELS.get(action, logging.DEBUG),
+        "job %s" + words,
         job_id,
-        action,
-        position.key(),
-        f" ({detail})" if detail else "",
+        *args,
         extra={"action": action, "job_id": job_id, "position": position.to_list()},
     )
+
+
+def _attempt_of(position: Position, policy: RetryPolicy) -> str:
+    """``"attempt 2 of 3"`` (and ``", round 2 of 2"`` when the task has rounds): counted
+    from 1, as people count, where the stored position counts from 0."""
+    words = f"attempt {position.attempt + 1} of {policy.attempts_per_round}"
+    if policy.round_times > 1:
+        words += f", round {position.round + 1} of {policy.round_times}"
+    return words
+
+
+def _log_claim(claim: Claim, *, started: bool) -> None:
+    """The line of a claimed step: the job started, or its next attempt runs."""
+    action = "start" if started else "claim"
+    if _logged(action):
+        _log(
+            action,
+            claim.record.id,
+            claim.position,
+            " started: task %s runs (%s)" if started else ": task %s runs (%s)",
+            claim.spec.name,
+            _attempt_of(claim.position, claim.spec.policy),
+        )
+
+
+def _log_decision(claim: Claim, decision: rules.Step, outcome: Outcome, attempts: int) -> None:
+    """The line of what the rules decided after an attempt, as a sentence: the job
+    failed (after how many attempts, with the error), was cancelled by its task,
+    completed, or goes on (the task retried, when, which attempt; or the next task)."""
+    action = decision.action.value
+    if not _logged(action):
+        return
+    job_id, name = claim.record.id, claim.spec.name
+    at = decision.position or claim.position
+    skipped = f"; optional task {name} failed for good and was skipped" * decision.skipped_optional
+    if decision.action is rules.Action.FAIL:
+        why = "" if outcome.retriable else " (another attempt cannot help)"
+        tries = f"{attempts} attempt{'s' * (attempts != 1)}"
+        words = " failed: task %s failed for good after %s%s: %s"
+        _log(action, job_id, at, words, name, tries, why, outcome.error)
+    elif decision.action is rules.Action.CANCEL:
+        _log(action, job_id, at, " cancelled by its task %s: %s", name, outcome.error)
+    elif decision.action is rules.Action.COMPLETE:
+        _log(action, job_id, at, " completed%s", skipped)
+    elif at.key() == claim.position.key():  # the same task again: a retry or a new round
+        when = f"in {decision.delay:g} s" if decision.delay > 0 else "now"
+        again = "retried" if at.round == claim.position.round else "run again in a new round"
+        words = ": task %s will be %s %s (%s)"
+        _log(action, job_id, at, words, name, again, when, _attempt_of(at, claim.spec.policy))
+    else:
+        following = TaskSpec.from_dict(claim.tasks[at.workflow][at.task]).name
+        done = (
+            f"optional task {name} failed for good and was skipped"
+            if skipped
+            else f"task {name} done"
+        )
+        _log(action, job_id, at, ": %s; next: task %s", done, following)

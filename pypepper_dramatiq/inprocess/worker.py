@@ -487,12 +487,35 @@ def _attempt(workflow: Workflow, task: Task, reporter: ProgressReporter) -> ledg
     return outcome if progress is None else replace(outcome, progress=progress)
 
 
+#: What each of this worker's lines says after "job <id>", as a sentence; ``{detail}`` is
+#: the call's detail (a status, a channel's answer).
+_WORDS = {
+    "start": " started",
+    "follow_durable": ": its stored row says {detail}; this worker follows it",
+    "parent_failed": ": its wait ended without a release; its stored row says {detail}",
+    "deadline_cancel": " cancelled: {error}",
+    "skip_cancelled": " was cancelled before it ran: skipped",
+    "heal": ": its row was not stored yet; stored it as scheduled",
+    "fail_unpersisted_run": " failed: {error}",
+    "requeue": " was put back in its channel's queue",
+    "redelivery_failed": " failed: {error}",
+}
+
+
 def _log(job: Job, action: str, detail: object = None) -> None:
+    """One line of this worker about ``job``: a sentence for people (see :data:`_WORDS`;
+    an ``end`` says how the job ended, with its error), ``action``, ``job_id`` and
+    ``status`` in the record's fields for programs."""
+    if action == "end":
+        status = str(detail if detail is not None else job.status.value)
+        why = f": {job.error}" if job.error and job.status is not Status.COMPLETED else ""
+        words = f" {status.lower()}{why}"
+    else:
+        words = _WORDS.get(action, f" {action}").format(detail=detail, error=job.error)
     logger.info(
-        "job %s %s%s",
+        "job %s%s",
         job.id,
-        action,
-        "" if detail is None else f" ({detail})",
+        words,
         extra={"action": action, "job_id": job.id, "status": job.status.value},
     )
 

@@ -349,7 +349,7 @@ def test_a_failing_job_logs_one_warning_with_its_error(
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert record.id in warnings[0].getMessage()
-    assert "task a failed: RuntimeError: boom" in warnings[0].getMessage()
+    assert "task a failed for good after 1 attempt: RuntimeError: boom" in warnings[0].getMessage()
 
 
 def test_optional_task_out_of_attempts_is_skipped(store: IJobStore) -> None:

@@ -161,7 +161,12 @@ def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     assert latency < 1.0
     # The task returned normally: recording its outcome must lose to the cancel.
     wait_for(
-        lambda: f"job {job.id} lost_to_cancel at 0.0" in cluster.logs(), 10, "the outcome write"
+        lambda: (
+            f"job {job.id}: the outcome of task poll was not recorded: the job was cancelled"
+            in cluster.logs()
+        ),
+        10,
+        "the outcome write",
     )
     record = cluster.saved(job)
     assert record.status is Status.CANCELLED, record
