@@ -187,7 +187,13 @@ def _parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="upgrade the database schema to this version")
     _add_uri(migrate)
 
-    show = commands.add_parser("show", help="print one job's stored snapshot as JSON")
+    show = commands.add_parser(
+        "show",
+        help="print one job's stored snapshot as JSON",
+        description="Print one job's stored snapshot as JSON, as stored: positions count "
+        "from 0 there (the cursor, each attempt's round and attempt in the history), where "
+        "the logs, the tables and the dashboard count attempts and rounds from 1.",
+    )
     show.add_argument("job_id")
     _add_uri(show)
     show.add_argument(

@@ -255,6 +255,16 @@ def next_step(
     return Step(Action.RUN, following, skipped_optional=skipped)
 
 
+def attempt_of(position: Position, policy: RetryPolicy) -> str:
+    """``"attempt 2 of 3"`` (and ``", round 2 of 2"`` when the task has rounds): the words
+    every line and page shown to people uses, counted from 1 as people count, where a
+    :class:`Position` (the stored cursor, the JSON) counts from 0."""
+    words = f"attempt {position.attempt + 1} of {policy.attempts_per_round}"
+    if policy.round_times > 1:
+        words += f", round {position.round + 1} of {policy.round_times}"
+    return words
+
+
 def max_attempts(policy: RetryPolicy) -> int:
     """Attempts a task may use across all its rounds."""
     return policy.attempts_per_round * policy.round_times

@@ -121,11 +121,10 @@ class Workflow:
             else:
                 outcome.error = describe(value)
                 logger.info(
-                    "job %s: task %s attempt %d (round %d) failed: %s",
+                    "job %s: task %s failed (%s): %s",
                     task.context.get(JOB_ID_KEY),
                     task.name,
-                    position.attempt + 1,
-                    position.round + 1,
+                    rules.attempt_of(position, task.policy),
                     outcome.error,
                     extra={"action": "attempt_failed", "job_id": task.context.get(JOB_ID_KEY)},
                 )

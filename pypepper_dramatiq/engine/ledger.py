@@ -573,7 +573,7 @@ class StepBook:
                 "job %s: task %s failed (%s): %s",
                 claim.record.id,
                 claim.spec.name,
-                _attempt_of(position, claim.spec.policy),
+                rules.attempt_of(position, claim.spec.policy),
                 outcome.error,
                 extra={
                     "action": "attempt_failed",
@@ -989,15 +989,6 @@ def _log(action: str, job_id: str, position: Position, words: str, *args: object
     )
 
 
-def _attempt_of(position: Position, policy: RetryPolicy) -> str:
-    """``"attempt 2 of 3"`` (and ``", round 2 of 2"`` when the task has rounds): counted
-    from 1, as people count, where the stored position counts from 0."""
-    words = f"attempt {position.attempt + 1} of {policy.attempts_per_round}"
-    if policy.round_times > 1:
-        words += f", round {position.round + 1} of {policy.round_times}"
-    return words
-
-
 def _log_claim(claim: Claim, *, started: bool) -> None:
     """The line of a claimed step: the job started, or its next attempt runs."""
     action = "start" if started else "claim"
@@ -1008,7 +999,7 @@ def _log_claim(claim: Claim, *, started: bool) -> None:
             claim.position,
             " started: task %s runs (%s)" if started else ": task %s runs (%s)",
             claim.spec.name,
-            _attempt_of(claim.position, claim.spec.policy),
+            rules.attempt_of(claim.position, claim.spec.policy),
         )
 
 
@@ -1035,7 +1026,7 @@ def _log_decision(claim: Claim, decision: rules.Step, outcome: Outcome, attempts
         when = f"in {decision.delay:g} s" if decision.delay > 0 else "now"
         again = "retried" if at.round == claim.position.round else "run again in a new round"
         words = ": task %s will be %s %s (%s)"
-        _log(action, job_id, at, words, name, again, when, _attempt_of(at, claim.spec.policy))
+        _log(action, job_id, at, words, name, again, when, rules.attempt_of(at, claim.spec.policy))
     else:
         following = TaskSpec.from_dict(claim.tasks[at.workflow][at.task]).name
         done = (

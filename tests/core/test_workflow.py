@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
@@ -596,3 +597,23 @@ def test_task_exposes_its_retry_table() -> None:
     assert (task.round_timeout, task.round_timeout_join) == (1.5, 2.0)
     defaults = make_task("d", Recorder())
     assert (defaults.retry_until_max, defaults.round_times, defaults.round_timeout) == (1000, 1, 0)
+
+
+# -- the log line of a failed attempt ---------------------------------------------------------
+
+
+def test_a_failed_attempt_is_logged_counted_from_1_with_its_budget(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder = Recorder(failures=3)
+    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq"):
+        result = run_one(recorder, retry_count=1, round_times=2)
+    assert result.ok and recorder.calls == 4
+    failed = [
+        r.getMessage() for r in caplog.records if getattr(r, "action", "") == "attempt_failed"
+    ]
+    assert [m.partition(": ")[2] for m in failed] == [
+        "task only failed (attempt 1 of 2, round 1 of 2): RuntimeError: failure 1",
+        "task only failed (attempt 2 of 2, round 1 of 2): RuntimeError: failure 2",
+        "task only failed (attempt 1 of 2, round 2 of 2): RuntimeError: failure 3",
+    ]
