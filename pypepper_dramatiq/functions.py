@@ -111,8 +111,11 @@ class WorkflowTask(Generic[R]):
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         return self.fn(*args, **kwargs)
 
-    def task(self, *, name: str | None = None, channel_id: str = "default", **params: Any) -> Task:
-        """A task running this function with ``params`` (JSON-able) as keyword arguments."""
+    def task(
+        self, *, name: str | None = None, channel_id: str | None = None, **params: Any
+    ) -> Task:
+        """A task running this function with ``params`` (JSON-able) as keyword arguments;
+        on the channel of the job it is added to unless ``channel_id`` names another."""
         doc = inspect.getdoc(self.fn) or ""
         return Task(
             channel_id=channel_id,
@@ -211,7 +214,7 @@ def actor_task(actor: dramatiq.Actor[Any, Any], *, name: str | None = None, **op
     if executor_id not in executor_registry:
         executor_registry.register(executor_id, ActorExecutor(actor))
     return Task(
-        channel_id="default",
+        channel_id=None,  # the channel of the job it is added to
         dag_id="",
         fingerprint=executor_id,
         name=name or actor.actor_name,

@@ -497,7 +497,10 @@ class Job:
         if any(t.executor_id is None for t in tasks):
             return None
         payload: dict[str, Any] = {
-            "workflows": [{"tasks": [t.to_dict() for t in w.get_tasks()]} for w in self.workflows]
+            "workflows": [
+                {"tasks": [t.to_dict(self.channel_id) for t in w.get_tasks()]}
+                for w in self.workflows
+            ]
         }
         if self.retry_of is not None:
             payload[RETRY_OF_KEY] = self.retry_of

@@ -18,6 +18,9 @@ class Task:
     """One step of a workflow.
 
     Args:
+        channel_id: the channel the task belongs to; None (what ``.task()`` of a
+            ``@workflow_task`` and :func:`actor_task` give): the channel of the job it
+            is added to, as its stored form says.
         executor: runs the work; may be None when ``executor_id`` names a
             registered one.
         retry_count, retry_delay, retry_until_completed, retry_until_max,
@@ -48,7 +51,7 @@ class Task:
 
     def __init__(
         self,
-        channel_id: str,
+        channel_id: str | None,
         dag_id: str,
         fingerprint: str,
         name: str,
@@ -133,15 +136,17 @@ class Task:
             self._executor = executor_registry.get(str(self.executor_id))
         return self._executor
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (as stored with its job); needs an ``executor_id``."""
+    def to_dict(self, job_channel: str | None = None) -> dict[str, Any]:
+        """JSON form (as stored with its job, on ``job_channel``); needs an ``executor_id``."""
         if self.executor_id is None:
             raise UnknownExecutorError(None, f"task {self.name!r}")
-        return self.spec().to_dict()
+        return self.spec(job_channel).to_dict()
 
-    def spec(self) -> TaskSpec:
+    def spec(self, job_channel: str | None = None) -> TaskSpec:
         """The stored form of this task (also without an ``executor_id``): what
-        the engine reads of a task, whichever driver runs it."""
+        the engine reads of a task, whichever driver runs it. A task without a
+        channel of its own takes ``job_channel``, the channel of the job it runs in
+        (``"default"`` when none is given)."""
         return TaskSpec(
             name=self.name,
             executor_id=self.executor_id,
@@ -158,7 +163,7 @@ class Task:
             retry_backoff=self.policy.retry_backoff,
             retry_delay_max=self.policy.retry_delay_max,
             retry_jitter=self.policy.retry_jitter,
-            channel_id=self.channel_id,
+            channel_id=self.channel_id or job_channel or "default",
             dag_id=self.dag_id,
             fingerprint=self.fingerprint,
             category=self.category,

@@ -175,7 +175,8 @@ class Worker:
         write that lost to another writer).
         """
         tasks = [
-            [task.spec().to_dict() for task in workflow.get_tasks()] for workflow in job.workflows
+            [task.spec(job.channel_id).to_dict() for task in workflow.get_tasks()]
+            for workflow in job.workflows
         ]
         record = job.to_record()
         # A retry starts at its stored cursor, with the results of the tasks before it.

@@ -11,7 +11,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import dramatiq
 import pytest
+from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import (
     CANCEL_EVENT_KEY,
@@ -701,3 +703,38 @@ def test_minimal_example_runs_and_prints_completed() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip().splitlines()[-1] == "Completed"
+
+
+def test_a_task_without_a_channel_of_its_own_is_stored_on_its_jobs_channel() -> None:
+    from pypepper_dramatiq import actor_task, workflow_task
+
+    @workflow_task(name="tests.p.channel_echo")
+    def echo(task: Task, context: Context) -> str:
+        return task.name
+
+    @dramatiq.actor(actor_name="tests_p_channel_actor", broker=StubBroker())
+    def plain() -> None:
+        return None
+
+    try:
+        job = Job(category="test", channel_id="etl")
+        job.workflows.append(
+            Workflow(
+                [
+                    echo.task(name="inherits"),
+                    echo.task(name="own", channel_id="other"),
+                    actor_task(plain, name="actor"),
+                ]
+            )
+        )
+        assert job.save()
+        stored = get_job_store().get(job.id)
+        assert stored is not None and stored.payload is not None
+        tasks = stored.payload["workflows"][0]["tasks"]
+        channels = {t["name"]: t["channel_id"] for t in tasks}
+        assert channels == {"inherits": "etl", "own": "other", "actor": "etl"}
+        rebuilt = Job.from_record(stored)  # rebuilt, each task keeps the channel stored
+        assert [t.channel_id for t in rebuilt.workflows[0].get_tasks()] == ["etl", "other", "etl"]
+    finally:
+        executor_registry.unregister("tests.p.channel_echo")
+        executor_registry.unregister("actor:tests_p_channel_actor")
