@@ -1,4 +1,4 @@
-"""The seed's configured path: load_config -> setup_from_config -> Job.scheduled -> Worker.
+"""pypepper's configured path: load_config -> setup_from_config -> Job.scheduled -> Worker.
 
     python examples/app.py [path/to/app.config.yaml]
 

@@ -1,6 +1,7 @@
 """Durable workflow jobs for Dramatiq.
 
-The names users need are here. The seed's modules keep their paths
+The names users need are here. The modules of the pypepper.scheduler API keep
+their paths
 (``pypepper_dramatiq.job``, ``.task``, ``.workflow``, ``.events``,
 ``.status``, ``.channel``, ``.worker``, ``.store``, ``.executor``,
 ``.config``, ``.errors``): the state machine's events and

@@ -1,4 +1,4 @@
-"""The seed's import path for channels: :mod:`pypepper_dramatiq.channels.channel`."""
+"""The pypepper.scheduler import path for channels: :mod:`pypepper_dramatiq.channels.channel`."""
 
 from .channels.admission import SendResult
 from .channels.channel import POLL_INTERVAL, Channel, ChannelConnector, ChannelManager, manager

@@ -1,6 +1,6 @@
 """Where the model meets stores and channels: scheduling, saving and cancelling jobs.
 
-The :class:`~pypepper_dramatiq.job.Job` of the seed keeps its methods
+The :class:`~pypepper_dramatiq.job.Job` of pypepper's scheduler keeps its methods
 (``scheduled()``, ``save()``, ``persist()``, ``cancel()``, ``cancel_saved()``,
 ``get_saved()``), but does no I/O of its own: each delegates to the
 :class:`Gateway` installed when this module is imported (the package imports

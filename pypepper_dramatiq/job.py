@@ -180,7 +180,7 @@ class Job:
         job left in charge of the work (this one's, or the key holder's on a skip).
 
         Must be called from sync code (RuntimeError inside a running event loop).
-        With no option it behaves as seed 000's ``scheduled()``.
+        With no option it behaves as ``scheduled()`` of pypepper's scheduler.
 
         Args:
             delay: seconds (or a timedelta): start no earlier than now + delay.

@@ -1,4 +1,4 @@
-"""The seed's import path for the process-wide job store (:mod:`.stores.registry`)."""
+"""The pypepper.scheduler import path for the process-wide job store (:mod:`.stores.registry`)."""
 
 from .stores.registry import (
     BACKENDS,

@@ -118,7 +118,7 @@ class Task:
         self.context = Context()
         self.on_final_failure = on_final_failure
 
-    # The retry table, readable as the seed names it.
+    # The retry table, readable as pypepper's scheduler names it.
     retry_count = property(lambda self: self.policy.retry_count)
     retry_delay = property(lambda self: self.policy.retry_delay)
     retry_until_completed = property(lambda self: self.policy.retry_until_completed)

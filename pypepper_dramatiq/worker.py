@@ -1,4 +1,4 @@
-"""The seed's import path for the in-process worker: :mod:`pypepper_dramatiq.inprocess.worker`."""
+"""The pypepper.scheduler import path of the in-process worker (:mod:`.inprocess.worker`)."""
 
 from .inprocess.worker import Worker
 

@@ -1,1 +1,1 @@
-"""Driver 1: the in-process :class:`~.worker.Worker` (the seed's), feeding the engine."""
+"""Driver 1: the in-process :class:`~.worker.Worker` (pypepper.scheduler's), feeding the engine."""

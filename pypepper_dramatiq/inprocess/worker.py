@@ -331,7 +331,7 @@ class Worker:
         try:
             durable = store.get(job.id)
             if durable is None:
-                # The same heal as the Dramatiq driver's (the seed: persist Scheduled first).
+                # The Dramatiq driver's heal (pypepper.scheduler's rule: persist Scheduled first).
                 durable = ledger.heal(store, job.to_record())
                 _log(job, "heal")
             if durable.status is not Status.SCHEDULED:
@@ -401,7 +401,7 @@ class Worker:
         return False
 
     def _start_failed(self, job: Job, before: Status) -> bool:
-        """The seed's RUN persist-failure path. Returns False or raises."""
+        """The RUN persist-failure path of pypepper's scheduler. Returns False or raises."""
         if _status(job) is Status.CANCELLED:
             job.persist()
             return False
