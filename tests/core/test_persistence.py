@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -692,7 +694,8 @@ def test_cancel_saved_while_workers_move_the_row(moves: int, cancelled: bool, en
 # -- the example ------------------------------------------------------------------------------
 
 
-def test_minimal_example_runs_and_prints_completed() -> None:
+def test_minimal_example_shows_what_happened_where_and_what_next() -> None:
+    started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "minimal.py")],
         capture_output=True,
@@ -701,8 +704,22 @@ def test_minimal_example_runs_and_prints_completed() -> None:
         cwd=ROOT,
         check=False,
     )
+    took = time.monotonic() - started
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip().splitlines()[-1] == "Completed"
+    lines = completed.stdout.splitlines()
+    assert re.fullmatch(
+        r"job [0-9a-f]{32}: Completed \(channel 'demo', run in this process\)", lines[0]
+    )
+    assert lines[1:3] == [
+        "  task extract: returned {'rows': [1, 2, 3]}",
+        "  task total: returned 6",
+    ]
+    shown = completed.stdout
+    assert "memory (MemoryJobStore)" in shown  # where the state lives
+    assert 'configure_job_store("postgres"' in shown  # how to switch
+    assert "dramatiq worker processes" in shown and "pypepper-dramatiq dashboard" in shown
+    assert len(lines) <= 12  # a few readable lines
+    assert took < 30, took  # seconds, not minutes (a hang bound, not a speed check)
 
 
 def test_a_task_without_a_channel_of_its_own_is_stored_on_its_jobs_channel() -> None:
