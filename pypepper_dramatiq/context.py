@@ -15,7 +15,7 @@ JOB_ID_KEY = "job_id"
 RESULTS_KEY = "results"
 #: Key of the results of the jobs this one waited for (parent id -> task name -> result).
 PARENT_RESULTS_KEY = "parent_results"
-#: Key of the step's position ``[workflow, task, round, attempt]`` (distributed runs).
+#: Key of the running attempt's position ``[workflow, task, round, attempt]`` (both drivers).
 POSITION_KEY = "position"
 #: Key of the running attempt's :class:`~pypepper_dramatiq.progress.ProgressReporter`.
 PROGRESS_REPORTER_KEY = "progress_reporter"

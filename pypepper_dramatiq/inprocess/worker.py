@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from .. import history, observers, rules
 from ..channels.channel import Channel
-from ..context import PROGRESS_REPORTER_KEY
+from ..context import POSITION_KEY, PROGRESS_REPORTER_KEY
 from ..engine import ledger, waiting
 from ..engine.running import running_here
 from ..errors import (
@@ -202,7 +202,7 @@ class Worker:
             claim = ledger.Claim(record, position, tasks)
             observers.step_started(job.channel_id, task.name)
             try:
-                outcome = _attempt(workflow, task, book.progress_reporter(claim))
+                outcome = _attempt(workflow, task, position, book.progress_reporter(claim))
             finally:
                 observers.step_finished(job.channel_id, task.name)
             try:
@@ -466,12 +466,20 @@ _IN_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:in-process"
 _IN_PROCESS_LEASE = 30.0
 
 
-def _attempt(workflow: Workflow, task: Task, reporter: ProgressReporter) -> ledger.Outcome:
+def _attempt(
+    workflow: Workflow, task: Task, position: rules.Position, reporter: ProgressReporter
+) -> ledger.Outcome:
     """One attempt in this thread, under the workflow's ``round_timeout`` pool;
     the task reports its progress to ``reporter`` (its last value goes with the
-    outcome, for the write that records the attempt)."""
+    outcome, for the write that records the attempt).
+
+    The task's context gets the attempt's position, as the Dramatiq driver's
+    step actor gives it (``context.idempotency_key`` is read from it); it stays
+    there for the task's ``on_final_failure`` hook, called after the attempt.
+    """
     started = utcnow()
     values = task.context.context
+    values[POSITION_KEY] = position.to_list()
     values[PROGRESS_REPORTER_KEY] = reporter
     try:
         succeeded, value = workflow.attempt(task)
