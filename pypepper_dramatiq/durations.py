@@ -38,3 +38,18 @@ def bounded(name: str, seconds: float, error: type[ValueError] = ValueError) -> 
             f"got {seconds!r}"
         )
     return seconds
+
+
+def whole_milliseconds(name: str, seconds: float, error: type[ValueError] = ValueError) -> float:
+    """``seconds`` (finite, see :func:`bounded`) as a whole number of milliseconds
+    (``0.25``, not ``0.0005``); else ``error`` naming the option ``name``.
+
+    Float seconds rarely hold a decimal fraction exactly: a value within a
+    microsecond of a whole millisecond (``1.001``) counts as one, and is
+    answered as that millisecond.
+    """
+    milliseconds = seconds * 1000.0
+    whole = round(milliseconds)
+    if abs(milliseconds - whole) > 1e-3:
+        raise error(f"{name} must be a whole number of milliseconds, got {seconds!r} seconds")
+    return whole / 1000.0

@@ -28,7 +28,7 @@ from .logs import get_logger
 from .outage import cause_of, is_outage
 from .record import JobRecord, utcnow
 from .recurring import RecurringSchedule
-from .start_times import duration
+from .start_times import max_start_delay_seconds
 from .storable_job import check_job_record
 from .stores.base import IJobStore
 from .stores.registry import get_job_store
@@ -96,9 +96,7 @@ def recurring(
     schedule = CronSchedule(cron, timezone)
     check_choice("overlap", overlap, OVERLAP)
     check_choice("catch_up", catch_up, CATCH_UP)
-    delay_seconds = (
-        None if max_start_delay is None else duration("max_start_delay", max_start_delay)
-    )
+    delay_seconds = None if max_start_delay is None else max_start_delay_seconds(max_start_delay)
     now = utcnow()
     template = _template(job)
     store = get_job_store()

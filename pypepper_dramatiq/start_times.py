@@ -8,10 +8,11 @@ start and the start deadline the job row keeps.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .durations import MAX_SECONDS, MAX_SHOWN, bounded
+from .durations import MAX_SECONDS, MAX_SHOWN, bounded, whole_milliseconds
 
 #: Delays up to this long ride on Dramatiq's delayed messages (kept in a worker's
 #: memory until due); longer ones are held in the job store and released by the
@@ -33,13 +34,41 @@ class StartTimes:
         return max(0.0, (self.not_before - now).total_seconds())
 
 
-def missed_deadline(deadline: datetime, now: datetime) -> str:
-    """The error a job cancelled for its start deadline is stored with."""
+def missed_deadline(deadline: datetime, now: datetime, retry_of: str | None = None) -> str:
+    """The error a job cancelled for its start deadline is stored with; ``retry_of``:
+    the name of the task whose retry came too late (:func:`late_retry`)."""
     late = (now - deadline).total_seconds()
+    if retry_of is not None:
+        return (
+            f"start deadline passed: the retry of task {retry_of} was not picked up by "
+            f"{deadline.isoformat()} (max_start_delay after its planned start; retries "
+            f"keep the job's deadline); {late:.1f}s late"
+        )
     return (
         f"start deadline passed: not started by {deadline.isoformat()} "
         f"(max_start_delay after its planned start); {late:.1f}s late"
     )
+
+
+def is_retry(cursor: Sequence[int] | None) -> bool:
+    """Whether the attempt at ``cursor`` (``[workflow, task, round, attempt]``) is a
+    retry: an attempt of a task whose previous attempt failed (a later attempt of a
+    round, or the first attempt of a later round). The first attempt of a task,
+    after the task before it succeeded or was skipped, is not one."""
+    return cursor is not None and len(cursor) == 4 and (cursor[2] > 0 or cursor[3] > 0)
+
+
+def late_retry(deadline: datetime | None, cursor: Sequence[int] | None, now: datetime) -> bool:
+    """Whether the attempt at ``cursor``, picked up at ``now``, is a retry (:func:`is_retry`)
+    past the job's start deadline: the job is then cancelled before it runs.
+
+    The one rule of retries and deadlines, for both drivers and every store (the
+    stores apply it when a step is claimed, :func:`~pypepper_dramatiq.stores.base.
+    why_not_claimable`): a retry keeps the job's original deadline, as a first
+    start does (a start exactly at the deadline is still in time). An attempt
+    already running is never cut short by it.
+    """
+    return deadline is not None and deadline < now and is_retry(cursor)
 
 
 def duration(name: str, value: object) -> float:
@@ -60,6 +89,16 @@ def duration(name: str, value: object) -> float:
     return bounded(name, seconds)
 
 
+def max_start_delay_seconds(value: object) -> float:
+    """``max_start_delay`` (seconds or a timedelta) as seconds: a duration
+    (:func:`duration`) of whole milliseconds, a ValueError naming the option otherwise.
+
+    Dramatiq's delays are whole milliseconds, and a deadline finer than that
+    could not be told apart from the start it bounds.
+    """
+    return whole_milliseconds("max_start_delay", duration("max_start_delay", value))
+
+
 def start_times(
     now: datetime,
     *,
@@ -72,7 +111,8 @@ def start_times(
     Raises:
         ValueError: ``delay`` and ``eta`` together, a naive ``eta`` or one more than
             :data:`~pypepper_dramatiq.durations.MAX_SECONDS` from now, a negative,
-            infinite or longer ``delay`` or ``max_start_delay``.
+            infinite or longer ``delay`` or ``max_start_delay``, a ``max_start_delay``
+            that is not whole milliseconds.
         TypeError: an option of the wrong type.
     """
     if delay is not None and eta is not None:
@@ -93,5 +133,5 @@ def start_times(
     deadline = None
     if max_start_delay is not None:
         # From the planned start, even one already past (an eta in the past).
-        deadline = planned + timedelta(seconds=duration("max_start_delay", max_start_delay))
+        deadline = planned + timedelta(seconds=max_start_delay_seconds(max_start_delay))
     return StartTimes(planned if planned > now else None, deadline)

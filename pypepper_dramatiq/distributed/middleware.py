@@ -44,6 +44,7 @@ from ..record import utcnow
 from ..redis_layout import redis_client_of
 from ..rules import Action, Step, may_continue
 from ..settings import Settings
+from ..start_times import late_retry
 from ..stores.registry import get_job_store
 from . import step_actor
 from .cancel_listener import CancelListener
@@ -393,7 +394,12 @@ class WorkflowMiddleware(Middleware):
                 return None
 
         def here(step: Step) -> bool:
-            return may_continue(
+            # A retry past the job's start deadline goes as a message: its claim
+            # cancels the job (the one place that rule is applied).
+            late = step.position is not None and late_retry(
+                claim.record.start_deadline, step.position.to_list(), utcnow()
+            )
+            return not late and may_continue(
                 step,
                 continued=continued,
                 elapsed=time.monotonic() - since,

@@ -44,7 +44,7 @@ from ..start_times import missed_deadline
 from ..state import HOOK_PENDING, HOOKS_DONE_KEY, HOOKS_KEY, JobState
 from ..status import Status
 from ..storable import storable_text
-from ..stores.base import IJobStore, StepClaim, why_not_claimable
+from ..stores.base import IJobStore, StepClaim, retry_past_deadline, why_not_claimable
 from ..task import Task
 from . import hooks
 from .group_commit import Combiner, in_rounds
@@ -426,6 +426,11 @@ class StepBook:
         lease = now + timedelta(seconds=self.lease_seconds)
         start = step.position == Position()
         reason = why_not_claimable(record, step.position.to_list(), now, start)
+        if reason is not None and retry_past_deadline(record, step.position.to_list(), now):
+            # A retry picked up after the job's start deadline: the job ends here.
+            name = TaskSpec.from_dict(tasks[step.position.workflow][step.position.task]).name
+            self.cancel_overdue(record, now, retry_of=name)
+            raise StepSkipped(record.id, reason)
         if reason is not None and start and record.status is Status.SCHEDULED:
             if record.start_deadline is not None and record.start_deadline < now:
                 self.cancel_overdue(record, now)
@@ -462,13 +467,23 @@ class StepBook:
         claimed = record.evolve(updated=now, lease_owner=self.owner, lease_expires=lease)
         return claimed, step.position, tasks
 
-    def cancel_overdue(self, record: JobRecord, now: datetime) -> bool:
-        """End a Scheduled job past its start deadline: Cancelled, with an error naming
-        the deadline, before any of its code runs. False if the row moved meanwhile."""
+    def cancel_overdue(
+        self, record: JobRecord, now: datetime, *, retry_of: str | None = None
+    ) -> JobRecord | None:
+        """End a job past its start deadline: Cancelled, with an error naming the
+        deadline, before any (more) of its code runs. ``record`` is a Scheduled job,
+        or with ``retry_of`` a running one whose retry of that task came too late
+        (:func:`~pypepper_dramatiq.start_times.late_retry`). Returns the row as
+        written; None if the row moved meanwhile."""
         assert record.start_deadline is not None
-        error = missed_deadline(record.start_deadline, now)
+        error = missed_deadline(record.start_deadline, now, retry_of)
         cancelled = record.evolve(
-            status=transition(record.status, CANCEL), error=error, updated=now, release_at=None
+            status=transition(record.status, CANCEL),
+            error=error,
+            updated=now,
+            release_at=None,
+            lease_owner=None,
+            lease_expires=None,
         )
         written = self._store().advance(cancelled)
         if written:
@@ -481,7 +496,7 @@ class StepBook:
             observers.deadline_missed(cancelled)
             observers.job_ended(cancelled)
             publish_ended(record.id)
-        return written
+        return cancelled.evolve(version=cancelled.version + 1) if written else None
 
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
         if step.record is None:

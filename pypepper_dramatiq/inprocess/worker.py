@@ -36,7 +36,7 @@ from ..logs import get_logger
 from ..notices import publish_ended
 from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
-from ..start_times import missed_deadline
+from ..start_times import late_retry, missed_deadline
 from ..status import Status
 from ..storable import storable_text
 from ..stores.registry import get_job_store
@@ -171,8 +171,9 @@ class Worker:
         it (:class:`~pypepper_dramatiq.ledger.StepBook`: results, attempts,
         history, cursor, the rules' decision), so a job's stored state does not
         depend on who ran it. Returns the row once the engine wrote its end
-        (Completed or Failed); None when it stopped without (a cancel, or a
-        write that lost to another writer).
+        (Completed or Failed, or Cancelled: by a task, or for a retry picked up
+        after the job's start deadline); None when it stopped without (a
+        cancel, or a write that lost to another writer).
         """
         tasks = [
             [task.spec(job.channel_id).to_dict() for task in workflow.get_tasks()]
@@ -199,6 +200,12 @@ class Worker:
                 return None
             workflow = job.workflows[position.workflow]
             task = workflow.get_tasks()[position.task]
+            now = utcnow()
+            if late_retry(record.start_deadline, position.to_list(), now):
+                # Picked up after the job's start deadline: the job ends Cancelled,
+                # as the Dramatiq driver's claim ends it (None: the row moved on).
+                _log(job, "deadline_cancel", task.name)
+                return book.cancel_overdue(record, now, retry_of=task.name)
             claim = ledger.Claim(record, position, tasks)
             observers.step_started(job.channel_id, task.name)
             try:

@@ -20,6 +20,7 @@ from ..links import Link, parent_order, parents_of
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
+from ..start_times import late_retry
 from ..state import HOOKS_KEY
 from ..status import Status
 from ..workers import WorkerInfo
@@ -33,6 +34,7 @@ __all__ = [
     "check_job_id",
     "claimed_row",
     "matches",
+    "retry_past_deadline",
     "utcnow",
     "why_not_claimable",
 ]
@@ -134,9 +136,10 @@ class IJobStore(abc.ABC):
         """Take the step at ``cursor`` for ``owner`` in one compare-and-set.
 
         The row qualifies when it is InProgress at ``cursor`` with no live
-        lease (no owner, or ``lease_expires`` before ``now``), or, with
-        ``start``, when it is Scheduled (it then becomes InProgress at
-        ``cursor``). The write sets the owner and ``lease_expires``, ``updated``
+        lease (no owner, or ``lease_expires`` before ``now``) and ``cursor`` is
+        not a retry past the row's ``start_deadline``, or, with ``start``, when
+        it is Scheduled (it then becomes InProgress at ``cursor``): see
+        :func:`why_not_claimable`. The write sets the owner and ``lease_expires``, ``updated``
         to ``now`` and increments ``version``. Returns the row as written, or
         None when it does not qualify (the caller reads it to learn why).
 
@@ -566,8 +569,10 @@ def why_not_claimable(
 
     The one definition of when a step may be taken (the SQL stores express the
     same predicate in their claiming statement): the job is InProgress at that
-    cursor and no live lease holds it (no owner, or an expiry before ``now``;
-    an owner without expiry holds it for good), or, with ``start``, the job is
+    cursor, no live lease holds it (no owner, or an expiry before ``now``;
+    an owner without expiry holds it for good) and it is not a retry past the
+    job's start deadline (:func:`~pypepper_dramatiq.start_times.late_retry`;
+    see :func:`retry_past_deadline`), or, with ``start``, the job is
     Scheduled (its first step), its planned start has come, its start
     deadline has not passed and it waits for no other job.
     """
@@ -581,6 +586,28 @@ def why_not_claimable(
         if record.waiting_since is not None:
             return "it waits for other jobs to end"
         return None
+    reason = _why_step_not_free(record, cursor, now)
+    if reason is None and late_retry(record.start_deadline, cursor, now):
+        assert record.start_deadline is not None
+        return f"a retry after its start deadline passed at {record.start_deadline.isoformat()}"
+    return reason
+
+
+def retry_past_deadline(record: JobRecord, cursor: Sequence[int] | None, now: datetime) -> bool:
+    """Whether the step at ``cursor`` of ``record`` is refused only for being a retry
+    picked up after the job's start deadline: its claimer then cancels the job
+    (a step held by a live lease, running somewhere, is never cancelled so)."""
+    return (
+        record.status is Status.IN_PROGRESS
+        and _why_step_not_free(record, cursor, now) is None
+        and late_retry(record.start_deadline, cursor, now)
+    )
+
+
+def _why_step_not_free(
+    record: JobRecord, cursor: Sequence[int] | None, now: datetime
+) -> str | None:
+    """Why the running job's step at ``cursor`` cannot be taken, its deadline aside."""
     if record.status is not Status.IN_PROGRESS:
         return f"job is {record.status.value}"
     at = list(record.state.get("cursor") or [])

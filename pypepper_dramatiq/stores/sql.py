@@ -72,6 +72,7 @@ from ..links import AFTER, Link, parent_order, parents_of, required_parents
 from ..logs import get_logger
 from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
+from ..start_times import is_retry
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
@@ -517,6 +518,9 @@ _PG_GET = f"SELECT {_COLUMNS} FROM scheduler_jobs WHERE id = %(id)s"
 
 # The claims below leave a row whose state is not an object (a damaged row) as it
 # is: jsonb_set would fail on it; the caller's read of the row then names it.
+# They are base.why_not_claimable in SQL; ``retry`` is start_times.is_retry of the
+# cursor (the cursor must equal the row's), so that a late retry is refused by
+# the same rule (start_times.late_retry) in every store.
 
 _PG_CLAIM = f"""
 UPDATE scheduler_jobs SET
@@ -525,7 +529,8 @@ UPDATE scheduler_jobs SET
     lease_owner = %(owner)s, lease_expires = %(lease_until)s
 WHERE id = %(id)s AND jsonb_typeof(state) = 'object' AND (
     (status = 'InProgress' AND state -> 'cursor' = %(cursor)s::jsonb
-        AND (lease_owner IS NULL OR lease_expires < %(now)s))
+        AND (lease_owner IS NULL OR lease_expires < %(now)s)
+        AND (NOT %(retry)s OR start_deadline IS NULL OR start_deadline >= %(now)s))
     OR (status = 'Scheduled' AND %(start)s
         AND (not_before IS NULL OR not_before <= %(now)s)
         AND (start_deadline IS NULL OR start_deadline >= %(now)s)
@@ -545,11 +550,13 @@ UPDATE scheduler_jobs AS j SET
     state = jsonb_set(j.state, '{{cursor}}', c.cursor::jsonb),
     lease_owner = c.owner, lease_expires = c.lease_until
 FROM unnest(%(n)s::int[], %(id)s::text[], %(cursor)s::text[], %(owner)s::text[],
-            %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[])
-    AS c(n, id, cursor, owner, now, lease_until, start)
+            %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[],
+            %(retry)s::bool[])
+    AS c(n, id, cursor, owner, now, lease_until, start, retry)
 WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND (
     (j.status = 'InProgress' AND j.state -> 'cursor' = c.cursor::jsonb
-        AND (j.lease_owner IS NULL OR j.lease_expires < c.now))
+        AND (j.lease_owner IS NULL OR j.lease_expires < c.now)
+        AND (NOT c.retry OR j.start_deadline IS NULL OR j.start_deadline >= c.now))
     OR (j.status = 'Scheduled' AND c.start
         AND (j.not_before IS NULL OR j.not_before <= c.now)
         AND (j.start_deadline IS NULL OR j.start_deadline >= c.now)
@@ -609,6 +616,7 @@ def _pg_claim_arrays(requests: Sequence[StepClaim], chosen: Sequence[int]) -> di
         "now": [r.now for r in picked],
         "lease_until": [r.lease_until for r in picked],
         "start": [r.start for r in picked],
+        "retry": [is_retry(r.cursor) for r in picked],
     }
 
 
@@ -1591,6 +1599,7 @@ class PostgresJobStore(SqlJobStore):
             "now": now,
             "lease_until": lease_until,
             "start": start,
+            "retry": is_retry(cursor),
         }
 
         def claim() -> dict[str, Any] | None:

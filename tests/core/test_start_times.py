@@ -11,7 +11,7 @@ import pytest
 
 from pypepper_dramatiq import CallableExecutor, Job, Status, Task, Worker, Workflow, manager
 from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.start_times import start_times
+from pypepper_dramatiq.start_times import is_retry, late_retry, start_times
 
 CHANNEL = "timed"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -43,6 +43,16 @@ def test_delay_and_eta_give_the_planned_start_and_the_deadline_counts_from_it() 
         ({"delay": "10"}, TypeError, "delay"),
         ({"eta": "tomorrow"}, TypeError, "eta"),
         ({"max_start_delay": True}, TypeError, "max_start_delay"),
+        (
+            {"max_start_delay": 0.0005},
+            ValueError,
+            "max_start_delay must be a whole number of milliseconds",
+        ),
+        (
+            {"max_start_delay": timedelta(microseconds=1500)},
+            ValueError,
+            "max_start_delay must be a whole number of milliseconds",
+        ),
     ],
     ids=[
         "both",
@@ -53,6 +63,8 @@ def test_delay_and_eta_give_the_planned_start_and_the_deadline_counts_from_it() 
         "str-delay",
         "str-eta",
         "bool",
+        "half-a-millisecond",
+        "sub-millisecond-timedelta",
     ],
 )
 def test_bad_options_are_refused_naming_them_and_nothing_is_queued_or_stored(
@@ -118,3 +130,22 @@ def test_the_in_process_worker_cancels_a_job_past_its_start_deadline_unrun() -> 
     row = Job.get_saved(job.id)
     assert row is not None and row.status is Status.CANCELLED
     assert row.error is not None and "start deadline passed" in row.error
+
+
+def test_a_start_deadline_is_given_in_whole_milliseconds() -> None:
+    for seconds in (1.001, 0.25, timedelta(milliseconds=7), 0):
+        deadline = start_times(NOW, max_start_delay=seconds).deadline
+        assert deadline is not None
+        assert (deadline - NOW) % timedelta(milliseconds=1) == timedelta(0)
+    assert start_times(NOW, max_start_delay=1.001).deadline == NOW + timedelta(milliseconds=1001)
+
+
+def test_a_retry_is_a_later_attempt_or_round_and_late_only_after_the_deadline() -> None:
+    assert not is_retry([0, 0, 0, 0]) and not is_retry([1, 3, 0, 0]) and not is_retry(None)
+    assert is_retry([0, 0, 0, 1]) and is_retry([0, 2, 1, 0])
+    passed, later = NOW - timedelta(milliseconds=1), NOW + timedelta(milliseconds=1)
+    assert late_retry(passed, [0, 0, 0, 1], NOW)
+    assert not late_retry(NOW, [0, 0, 0, 1], NOW)  # at the deadline: in time
+    assert not late_retry(later, [0, 0, 1, 0], NOW)
+    assert not late_retry(passed, [0, 1, 0, 0], NOW)  # the next task's first attempt
+    assert not late_retry(None, [0, 0, 0, 1], NOW)

@@ -100,6 +100,7 @@ def test_a_schedule_is_stored_listed_replaced_and_removed() -> None:
         (("bad", "* * * * *"), {"overlap": "queue"}, ValueError, "queue"),
         (("bad", "* * * * *"), {"catch_up": "some"}, ValueError, "some"),
         (("bad", "* * * * *"), {"max_start_delay": -1}, ValueError, "max_start_delay"),
+        (("bad", "* * * * *"), {"max_start_delay": 0.0005}, ValueError, "max_start_delay"),
         (("", "* * * * *"), {}, ValueError, "name"),
     ],
 )

@@ -70,6 +70,15 @@ class TestClaimSteps:
         assert stored(store, "cancelled").status is Status.CANCELLED
         assert store.get("missing") is None
 
+    def test_a_retry_after_the_start_deadline_is_refused_in_a_batch(self, store: IJobStore) -> None:
+        retry = [0, 1, 0, 1]
+        late = running(store, "late", state={"cursor": retry}, start_deadline=NOW - timedelta(1))
+        running(store, "in-time", state={"cursor": retry}, start_deadline=NOW)
+        running(store, "next-task", start_deadline=NOW - timedelta(1))  # at [0, 1, 0, 0]
+        answers = store.claim_steps([ask("late", retry), ask("in-time", retry), ask("next-task")])
+        assert [a is not None for a in answers] == [False, True, True]
+        assert stored(store, "late") == late
+
     def test_one_job_asked_for_twice_is_won_once(self, store: IJobStore) -> None:
         running(store, "job-1")
         answers = store.claim_steps([ask("job-1", owner="a"), ask("job-1", owner="b")])

@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq.status import TERMINAL, Status
-from pypepper_dramatiq.stores.base import IJobStore, JobRecord
+from pypepper_dramatiq.stores.base import (
+    IJobStore,
+    JobRecord,
+    retry_past_deadline,
+    why_not_claimable,
+)
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 STORES = [
@@ -712,6 +717,55 @@ class TestClaimStepContract:
         seed(store, status)
         assert self.claim(store, [0, 0, 0, 0], start=True) is None
         assert stored(store).status is status
+
+    # -- retries keep the job's start deadline ------------------------------------------
+
+    @pytest.mark.parametrize(
+        "cursor", [[0, 1, 0, 1], [0, 1, 1, 0]], ids=["later-attempt", "later-round"]
+    )
+    def test_refuses_a_retry_after_the_start_deadline(
+        self, store: IJobStore, cursor: list[int]
+    ) -> None:
+        passed = self.NOW - timedelta(milliseconds=1)
+        before = self.running(store, state={"cursor": cursor}, start_deadline=passed)
+        assert self.claim(store, cursor) is None
+        assert stored(store) == before
+        assert retry_past_deadline(before, cursor, self.NOW)
+        assert why_not_claimable(before, cursor, self.NOW, False) == (
+            f"a retry after its start deadline passed at {passed.isoformat()}"
+        )
+
+    @pytest.mark.parametrize(
+        ("cursor", "deadline"),
+        [
+            ([0, 1, 0, 1], timedelta(0)),  # exactly at the deadline: still in time
+            ([0, 1, 0, 1], timedelta(seconds=5)),
+            ([0, 1, 0, 0], timedelta(seconds=-5)),  # the next task's first attempt
+        ],
+        ids=["retry-at-the-deadline", "retry-before", "first-attempt-after"],
+    )
+    def test_takes_a_retry_in_time_and_any_first_attempt(
+        self, store: IJobStore, cursor: list[int], deadline: timedelta
+    ) -> None:
+        record = self.running(store, state={"cursor": cursor}, start_deadline=self.NOW + deadline)
+        assert not retry_past_deadline(record, cursor, self.NOW)
+        claimed = self.claim(store, cursor)
+        assert claimed is not None and claimed.lease_owner == "me"
+        assert claimed.start_deadline == self.NOW + deadline
+
+    def test_a_held_late_retry_is_not_one_to_cancel(self, store: IJobStore) -> None:
+        """A live lease: the retry runs somewhere; the deadline does not interrupt it."""
+        cursor = [0, 1, 0, 1]
+        record = self.running(
+            store,
+            state={"cursor": cursor},
+            start_deadline=self.NOW - timedelta(seconds=5),
+            lease_owner="other",
+            lease_expires=self.NOW + timedelta(seconds=5),
+        )
+        assert self.claim(store, cursor) is None
+        assert not retry_past_deadline(record, cursor, self.NOW)
+        assert not retry_past_deadline(record, [0, 1, 0, 2], self.NOW)  # stale: not its step
 
     def test_exactly_one_of_racing_claims_wins(self, store: IJobStore) -> None:
         self.running(store)
