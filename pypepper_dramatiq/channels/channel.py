@@ -307,6 +307,22 @@ class Channel:
         check_job_record(job.to_record())  # no message for a job whose row cannot be stored
         return self.offer(job)
 
+    def put_back(self, job: Job) -> None:
+        """Return ``job``, taken from this channel and not started, to it (its taker
+        was cancelled: ``run_once`` under a timeout, an application's shutdown).
+
+        Its message is sent again, at once (a planned start is kept by the job),
+        and it counts as waiting again while the bound allows: a job that waited
+        already is never refused, neither for the bound nor for a stop (a stopped
+        channel still drains what it holds).
+
+        Raises:
+            BrokerUnavailableError: the broker did not take it.
+        """
+        with self._lock:
+            self.gate.admit_released([job.id])
+            self._dispatch(job, 0.0, release_on_failure=True)
+
     def request_stop(self) -> None:
         """Stop accepting jobs and wake a blocked :meth:`receive`. Queued jobs stay."""
         with self._lock:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 from dataclasses import replace
+from datetime import datetime
 
 from .. import history, observers, rules
 from ..channels.channel import Channel
@@ -47,6 +49,8 @@ logger = get_logger(__name__)
 
 #: How often a worker whose channel is empty looks again at the jobs it put aside.
 PARK_POLL_SECONDS = 0.05
+#: How often a worker waiting for a job's planned start looks whether it was cancelled.
+PLANNED_START_POLL_SECONDS = 0.05
 
 
 class Worker:
@@ -66,24 +70,35 @@ class Worker:
         while the worker goes on with the next ones, and processed once its
         wait ended; the worker does not return None while one waits.
 
+        Cancelled (``asyncio.wait_for``, ``Task.cancel()``, an application's
+        shutdown), it loses no job: one it took and did not start, and the jobs
+        put aside, go back on the channel; one started runs on to its recorded
+        end in its thread (see :meth:`process`).
+
         Raises:
             JobRequeuedError: the RUN snapshot did not persist; the job went back
                 on the channel.
             JobRedeliveryError: it could not go back either; it was marked Failed.
         """
-        while True:
-            job = self._unparked()
-            if job is None and self._parked:
-                job = self.channel.take()
-                if job is None:
-                    await asyncio.sleep(PARK_POLL_SECONDS)
-                    continue
-            elif job is None:
-                job = await self.channel.receive()
-                if job is None:
-                    return None
-            if await self.process(job):
-                return job
+        try:
+            while True:
+                job = self._unparked()
+                if job is None and self._parked:
+                    job = self.channel.take()
+                    if job is None:
+                        await asyncio.sleep(PARK_POLL_SECONDS)
+                        continue
+                elif job is None:
+                    job = await self.channel.receive()
+                    if job is None:
+                        return None
+                if await self.process(job):
+                    return job
+        except asyncio.CancelledError:
+            parked, self._parked = self._parked, []
+            for waiting_job in parked:
+                self._put_back(waiting_job)
+            raise
 
     async def run_forever(self) -> None:
         """Process jobs until the channel is stopped and drained.
@@ -116,6 +131,12 @@ class Worker:
 
         Returns False when the job waits for other jobs: it is put aside (see
         :meth:`run_once`) and nothing else happened to it.
+
+        Cancelled while it waits for the job's planned start, the job goes back
+        on the channel, unstarted. Once started, the job's steps and its end run
+        in a thread of their own, which a cancel does not stop: the job is carried
+        to its recorded end there (``asyncio.run`` waits for that thread before
+        it returns), and the cancel goes on up at once.
         """
         if job.is_cancelled:
             self._settle_cancelled(job)
@@ -128,10 +149,12 @@ class Worker:
             if not may_start:
                 return True
         if job.not_before is not None:
-            # Planned later: wait for it here (a cancel wakes the wait).
-            wait = (job.not_before - utcnow()).total_seconds()
-            if wait > 0:
-                await asyncio.to_thread(job.cancel_event.wait, wait)
+            # Planned later: wait for it here (a cancel of the job ends the wait).
+            try:
+                await _until(job.not_before, job.cancel_event)
+            except asyncio.CancelledError:
+                self._put_back(job)
+                raise
             if _cancelled(job):
                 self._settle_cancelled(job)
                 return True
@@ -142,9 +165,27 @@ class Worker:
             return True
         _log(job, "start")
         job.share_cancel_event()
+        carried = _Carried(job)
+        try:
+            await asyncio.to_thread(self._carry, job, carried)
+        except asyncio.CancelledError:
+            carried.detach()
+            raise
+        carried.raise_error()
+        return True
+
+    def _carry(self, job: Job, carried: _Carried) -> None:
+        """In the job's thread: its steps, then its end (its state machine, the end's
+        snapshot); an error of this code goes to ``carried``."""
+        try:
+            self._run_to_the_end(job)
+        except Exception as exc:
+            carried.failed(exc)
+
+    def _run_to_the_end(self, job: Job) -> None:
         with running_here.holding(job.id, job.cancel_event):
             try:
-                ended = await asyncio.to_thread(self._run_steps, job)
+                ended = self._run_steps(job)
             except ledger.OutcomeNotRecorded as exc:
                 # The work is done; only its last write failed: keep the ending
                 # the rules decided and retry the snapshot (never re-run).
@@ -153,16 +194,33 @@ class Worker:
                 if exc.record.status is Status.CANCELLED:  # a task cancelled its job
                     job.adopt(exc.record.evolve(version=job.version))
                 self._finish(job, exc.record.error, new_end=True)
-                return True
+                return
             except Exception as exc:  # a bug outside the executors
                 logger.exception("job %s: its steps could not run to the end", job.id)
                 self._finish(job, describe(exc))
-                return True
+                return
         if ended is None:  # cancelled, or the row moved on: follow it
             self._finish(job, None)
-            return True
+            return
         self._ended(job, ended)
-        return True
+
+    def _put_back(self, job: Job) -> None:
+        """``job`` was taken and not started, and its ``run_once`` was cancelled: it
+        goes back on the channel. Should the broker refuse it, its row stays
+        Scheduled (with Redis, the recovery sweep sends its message again)."""
+        try:
+            self.channel.put_back(job)
+        except Exception as exc:
+            logger.error(
+                "job %s: taken from channel %s, not started, and not put back (%s); "
+                "its row stays Scheduled",
+                job.id,
+                self.channel.id,
+                exc,
+                extra={"action": "put_back_failed", "job_id": job.id},
+            )
+            return
+        _log(job, "put_back")
 
     def _run_steps(self, job: Job) -> JobRecord | None:
         """Run the job's steps in this thread through the shared engine.
@@ -471,6 +529,62 @@ _IN_PROCESS_OWNER = f"{socket.gethostname()}:{os.getpid()}:in-process"
 #: Unused by the in-process driver (it holds its steps without expiry), but the
 #: ledger needs one.
 _IN_PROCESS_LEASE = 30.0
+
+
+class _Carried:
+    """A started job's thread and the ``run_once`` that awaits it: an error of the
+    thread is raised by ``run_once`` (as before it ran in a thread), or logged by
+    whichever of the two comes last once ``run_once`` was cancelled."""
+
+    def __init__(self, job: Job) -> None:
+        self._job = job
+        self._lock = threading.Lock()
+        self._detached = False
+        self._error: Exception | None = None
+
+    def failed(self, exc: Exception) -> None:
+        """In the thread: the job's own code (not a task's) raised ``exc``."""
+        with self._lock:
+            if not self._detached:
+                self._error = exc
+                return
+        self._log(exc)
+
+    def detach(self) -> None:
+        """In ``run_once``, cancelled: the thread goes on alone."""
+        with self._lock:
+            self._detached = True
+            error, self._error = self._error, None
+        logger.info(
+            "job %s: cancelled while the job runs; its thread carries it to its end",
+            self._job.id,
+            extra={"action": "carried_on", "job_id": self._job.id},
+        )
+        if error is not None:
+            self._log(error)
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _log(self, exc: Exception) -> None:
+        logger.error(
+            "job %s: failed after its run_once was cancelled: %s",
+            self._job.id,
+            describe(exc),
+            exc_info=exc,
+            extra={"action": "carried_failed", "job_id": self._job.id},
+        )
+
+
+async def _until(when: datetime, cancel: threading.Event) -> None:
+    """Wait until ``when``, or until ``cancel`` is set; no thread is held, so a
+    cancel of the waiting coroutine leaves nothing behind."""
+    while not cancel.is_set():
+        left = (when - utcnow()).total_seconds()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, PLANNED_START_POLL_SECONDS))
 
 
 def _attempt(
