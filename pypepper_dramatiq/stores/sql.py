@@ -152,9 +152,12 @@ _PG_UNIQUE_VIOLATION = "23505"
 #: PyMySQL raises as neither DataError nor IntegrityError (a CHECK constraint,
 #: MariaDB's JSON check among them, is an OperationalError there): row too large,
 #: packet too large, wrong value, invalid characters, value out of range, invalid
-#: JSON (MySQL), CHECK constraint (MySQL 8, MariaDB).
+#: JSON (MySQL), CHECK constraint (MySQL 8, MariaDB); and text a column's character
+#: set cannot compare ("illegal mix of collations": an id outside latin1 looked up
+#: in a latin1 table).
 _MYSQL_DATA_ERRORS = frozenset(
-    {1118, 1153, 1292, 1300, 1366, 1367, 1406, 1690, 3140, 3141, 3144, 3819, 4025}
+    {1118, 1153, 1267, 1270, 1271, 1292, 1300, 1366, 1367, 1406, 1690, 3140, 3141, 3144}
+    | {3819, 4025}
 )
 #: MySQL's duplicate-key refusals (the store answers them itself, as PostgreSQL's 23505).
 _MYSQL_DUPLICATE_KEYS = frozenset({1022, _MYSQL_DUPLICATE_KEY, 1586})
@@ -168,6 +171,14 @@ def _is_data_error(exc: BaseException) -> bool:
     if isinstance(exc, UnicodeEncodeError):
         return True
     cause = getattr(exc, "orig", None) or exc
+    args: tuple[Any, ...] = getattr(cause, "args", ())
+    mysql_number = (
+        args[0]
+        if args and isinstance(args[0], int) and type(cause).__module__.startswith("pymysql")
+        else None
+    )
+    if mysql_number in _MYSQL_DATA_ERRORS:
+        return True  # before the SQLSTATE: PyMySQL's errors carry one too (HY000 for most)
     sqlstate = getattr(cause, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:  # psycopg: the server's SQLSTATE
         kind = sqlstate[:2]
@@ -176,14 +187,10 @@ def _is_data_error(exc: BaseException) -> bool:
         )
     if isinstance(cause, _DRIVER_DATA_ERRORS):  # psycopg's own refusal (a NUL in text)
         return True
-    args: tuple[Any, ...] = getattr(cause, "args", ())
-    if args and isinstance(args[0], int) and type(cause).__module__.startswith("pymysql"):
-        number = args[0]
-        if number in _MYSQL_DUPLICATE_KEYS:
+    if mysql_number is not None:
+        if mysql_number in _MYSQL_DUPLICATE_KEYS:
             return False
-        return number in _MYSQL_DATA_ERRORS or isinstance(
-            exc, sa_exc.DataError | sa_exc.IntegrityError
-        )
+        return isinstance(exc, sa_exc.DataError | sa_exc.IntegrityError)
     return isinstance(exc, sa_exc.DataError)
 
 
