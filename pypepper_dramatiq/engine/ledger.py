@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, overload
@@ -570,7 +570,8 @@ class StepBook:
             try:
                 check_storable(claim.spec.name, outcome.result)
             except ResultNotStorableError as exc:
-                outcome = Outcome.failure(exc, retriable=False, started=outcome.started)
+                refused = Outcome.failure(exc, retriable=False, started=outcome.started)
+                outcome = replace(refused, progress=outcome.progress)  # what the task reported
         state = JobState.from_dict(claim.record.state)
         history.append(
             state, key, outcome.history_entry(position, self.owner, claim.record.updated)

@@ -356,9 +356,8 @@ def test_any_text_in_any_job_field_is_refused_named_kept_or_escaped(
         event(f"ran: {ended.status.name}")
         assert SCRIPT["seen"] == {f["param_key"]: f["param_value"]}
         result_refused = not f["fails"] and unstorable_in(f["result"]) is not None
-        if not result_refused:  # a refused result loses the note: see the xfail below
-            [progress] = ended.progress.values()
-            assert progress["note"] == storable_text(f["note"])
+        [progress] = ended.progress.values()  # kept when the result is refused too
+        assert progress["note"] == storable_text(f["note"])
         if f["fails"] or result_refused:
             assert ended.status is Status.FAILED, ended
             assert after.status is Status.FAILED, after  # propagated from its parent
@@ -450,11 +449,6 @@ def test_the_strategies_reach_every_outcome() -> None:
     assert seen == {True, False}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/ledger.py replaces the outcome of a refused result by a failure "
-    "without the attempt's progress (Outcome.failure drops it): left to its owners",
-)
 def test_a_result_refused_keeps_the_progress_its_task_reported() -> None:
     emptied(MemoryJobStore())
     SCRIPT.clear()
