@@ -61,6 +61,7 @@ from .gateway import publish_cancel
 from .paging import encode_cursor
 from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .retention import BATCH
+from .state import BY_CLI
 from .status import TERMINAL, Status
 from .stores.base import IJobStore, JobRecord, utcnow
 from .workers import FORGET_AFTER_SECONDS, GONE_AFTER_BEATS, ListedWorker, listing
@@ -632,7 +633,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
     client = redis.Redis.from_url(broker_url) if broker_url else None
     set_job_store(store)
     try:
-        if not Job.cancel_saved(job_id):
+        if not Job.cancel_saved(job_id, by=BY_CLI):
             _error(f"job {job_id} kept changing; try again")
             return 1
         told = "workers see it at their next lease renewal"
@@ -648,7 +649,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
         _error(str(exc))
         return 1
     except InvalidTransitionError as exc:
-        _error(f"job {job_id} has ended: {exc}")
+        _error(f"job {job_id} has already ended ({exc.status}): nothing was cancelled")
         return 1
     finally:
         reset_job_store()

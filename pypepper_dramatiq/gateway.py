@@ -10,6 +10,7 @@ it), so the model sits below the stores and channels it is written to.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +47,7 @@ from .redis_layout import CANCEL_CHANNEL, redis_client_of
 from .retrying import retry_record
 from .rules import Position
 from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
+from .state import BY_API, cancelled_state, counting
 from .status import Status, may_overwrite
 from .storable_job import check_job_record, could_be_stored
 from .stores.base import IJobStore
@@ -395,6 +397,7 @@ class Gateway:
                 error=f"replaced by job {by} (on_conflict='replace')",
                 updated=utcnow(),
                 release_at=None,
+                state=counting(holder.state),
             )
             if store.advance(cancelled):
                 logger.info(
@@ -503,12 +506,21 @@ class Gateway:
 
     # -- cancelling -------------------------------------------------------------------
 
-    def cancel(self, job: Job) -> bool:
-        """CANCEL, set the cancel event, persist Cancelled, tell the workers."""
+    def cancel(self, job: Job, by: str = BY_API) -> bool:
+        """CANCEL, set the cancel event, persist Cancelled (saying ``by`` whom, from
+        this host), tell the workers."""
         held = _held(job.status, job.release_at, job.waits)
         job.apply_event(CANCEL)
         job.cancel_event.set()
-        logger.info("job %s cancelled", job.id, extra={"action": "cancel", "job_id": job.id})
+        host = socket.gethostname()
+        job.state = cancelled_state(job.state, by, host, utcnow())
+        logger.info(
+            "job %s cancelled by %s on %s",
+            job.id,
+            by,
+            host,
+            extra={"action": "cancel", "job_id": job.id, "by": by, "host": host},
+        )
         persisted = self.persist(job, attempts=SAVE_ATTEMPTS)
         if persisted and observers.observing():
             observers.job_ended(job.to_record())
@@ -517,30 +529,35 @@ class Gateway:
         publish_cancel(job.id)
         return persisted
 
-    def cancel_saved(self, job_id: str) -> bool:
+    def cancel_saved(self, job_id: str, by: str = BY_API) -> bool:
         """Cancel the stored job ``job_id`` (see ``Job.cancel_saved``)."""
         _require_storable_id(job_id)
         store = get_job_store()
+        host = socket.gethostname()
         for _ in range(CANCEL_ATTEMPTS):
             record = store.get(job_id)
             if record is None:
                 raise UnknownJobError(job_id)
-            if record.status is Status.CANCELLED:
-                running_here.cancel(job_id)
-                return True
             if record.status not in (Status.SCHEDULED, Status.IN_PROGRESS):
+                # Already Cancelled is an end like Completed or Failed: nothing to do.
                 raise InvalidTransitionError(CANCEL.value, record.status.value)
             # A cancelled job has no step to lease (the running attempt's worker
             # notices: its renewal no longer finds its lease).
+            now = utcnow()
             cancelled = record.evolve(
                 status=transition(record.status, CANCEL),
-                updated=utcnow(),
+                updated=now,
                 lease_owner=None,
                 lease_expires=None,
+                state=cancelled_state(record.state, by, host, now),
             )
             if store.advance(cancelled):
                 logger.info(
-                    "job %s cancelled", job_id, extra={"action": "cancel", "job_id": job_id}
+                    "job %s cancelled by %s on %s",
+                    job_id,
+                    by,
+                    host,
+                    extra={"action": "cancel", "job_id": job_id, "by": by, "host": host},
                 )
                 observers.job_ended(cancelled)
                 if _held(record.status, record.release_at, record.waits):
@@ -843,12 +860,14 @@ def _refusal(channel: Channel, answer: SendResult) -> ChannelFullError | Channel
 
 
 def _log_scheduled(job: Job, channel_id: str) -> None:
+    """Say that ``job`` is stored Scheduled on ``channel_id`` (a line, the observers)."""
     logger.info(
         "job %s scheduled on %s",
         job.id,
         channel_id,
         extra={"action": "schedule", "job_id": job.id},
     )
+    observers.job_scheduled(channel_id)
 
 
 def _require_sync() -> None:

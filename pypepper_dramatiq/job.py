@@ -20,6 +20,7 @@ from .errors import (
 from .events import Event, SchedulerFSM, build_scheduler_fsm
 from .links import RETRY_OF_KEY
 from .record import JobRecord, check_job_id, utcnow
+from .state import BY_API
 from .status import Status
 from .task import Task
 from .workflow import Workflow
@@ -54,8 +55,8 @@ class JobGateway(Protocol):
     def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...
-    def cancel(self, job: Job) -> bool: ...
-    def cancel_saved(self, job_id: str) -> bool: ...
+    def cancel(self, job: Job, by: str = BY_API) -> bool: ...
+    def cancel_saved(self, job_id: str, by: str = BY_API) -> bool: ...
     def retry_saved(self, job_id: str, from_task: str | None = None) -> str: ...
     def get_saved(self, job_id: str) -> JobRecord | None: ...
     def wait(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord: ...
@@ -255,29 +256,32 @@ class Job:
         """
         return await asyncio.to_thread(self.scheduled, *args, **kwargs)
 
-    def cancel(self) -> bool:
+    def cancel(self, by: str = BY_API) -> bool:
         """CANCEL, set the cancel event, persist Cancelled; True once persisted.
 
         On a failed write the job stays Cancelled and only the write is retried.
+        The row keeps who cancelled (``by``, default ``"api"``) and this host
+        (``state["cancelled_by"]``), which the dashboard's timeline shows.
         """
-        return _through().cancel(self)
+        return _through().cancel(self, by)
 
     @staticmethod
-    def cancel_saved(job_id: str) -> bool:
+    def cancel_saved(job_id: str, by: str = BY_API) -> bool:
         """Cancel the stored job ``job_id`` from any process, without its tasks' code.
 
         Writes Cancelled over its Scheduled or InProgress row (keeping the
-        progress stored there), then tells running workers. True once the row
-        is Cancelled (also when it already was); False if the row kept
-        changing under every attempt.
+        progress stored there, and recording who cancelled: ``by``, default
+        ``"api"``, and this host), then tells running workers. True once this
+        call wrote Cancelled; False if the row kept changing under every attempt.
 
         Raises:
             UnknownJobError: no job ``job_id`` is stored (also for an id no job
                 row can hold, such as one with a NUL: the store is not asked).
-            InvalidTransitionError: the job already completed or failed.
+            InvalidTransitionError: the job already ended: Completed, Failed, or
+                Cancelled already (``exc.status`` names it).
             StoreError: the store failed.
         """
-        return _through().cancel_saved(job_id)
+        return _through().cancel_saved(job_id, by)
 
     @staticmethod
     def retry_saved(job_id: str, from_task: str | None = None) -> str:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -43,6 +43,8 @@ from .channels.channel import manager
 from .errors import ConfigError
 from .logs import get_logger
 from .record import JobRecord
+from .status import Status
+from .stores.base import HELD_FOR_JOBS, HELD_FOR_TIME
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -116,6 +118,9 @@ START_DELAY_BUCKETS = (
     float("inf"),
 )
 
+#: The ``status`` labels of ``pypepper_jobs_ended_total``.
+ENDED_STATUSES = (Status.COMPLETED.value, Status.FAILED.value, Status.CANCELLED.value)
+
 _MULTIPROC_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
 
 
@@ -147,6 +152,23 @@ class _Collectors:
             f"{PREFIX}jobs_ended",
             "Jobs that ended, by final status, channel and category.",
             ["status", "channel", "category"],
+            registry=reg,
+        )
+        self.jobs_scheduled: Counter = prometheus_client.Counter(
+            f"{PREFIX}jobs_scheduled",
+            "Jobs stored Scheduled, by channel, counted by the process that scheduled "
+            "them (a producer with metrics installed, a worker for recurring firings "
+            "and the jobs its tasks schedule).",
+            ["channel"],
+            registry=reg,
+        )
+        self.jobs_held: Gauge = prometheus_client.Gauge(
+            f"{PREFIX}jobs_held",
+            "Scheduled jobs held in the store, by channel and reason: jobs (waiting "
+            "for other jobs or a key's holder) or time (sent at their release time), "
+            "as the recovery sweep last read them.",
+            ["channel", "reason"],
+            multiprocess_mode="livemostrecent",
             registry=reg,
         )
         self.job_duration: Histogram = prometheus_client.Histogram(
@@ -286,6 +308,8 @@ class PrometheusMetrics(observers.Observer):
         self._made: _Collectors | None = None
         #: Children of labelled metrics, by (metric, labels): ``labels()`` takes a lock.
         self._children: dict[tuple[object, ...], Any] = {}
+        #: The ``(channel, reason)`` series of the held gauge set so far.
+        self._held_seen: set[tuple[str, str]] = set()
         if not lazy:
             self.collectors()
 
@@ -307,6 +331,7 @@ class PrometheusMetrics(observers.Observer):
 
     def worker_started(self) -> None:
         made = self.collectors()
+        self.serve(manager.ids())
         if multiprocess_mode() and not made.multiprocess:
             logger.warning(
                 "the metrics were created before this worker process booted, so they stay "
@@ -314,6 +339,9 @@ class PrometheusMetrics(observers.Observer):
                 "middleware) will not show them: install them with setup(..., metrics=True) "
                 "or install_metrics(lazy=True)"
             )
+
+    def job_scheduled(self, channel_id: str) -> None:
+        self._child(self.collectors().jobs_scheduled, channel_id).inc()
 
     def job_started(self, record: JobRecord, started: datetime) -> None:
         planned = record.not_before or record.created
@@ -367,6 +395,29 @@ class PrometheusMetrics(observers.Observer):
             return
         for channel_id, depth in depths.items():
             self._child(gauge, channel_id).set(depth)
+
+    def held_jobs(self, counts: Mapping[tuple[str, str], int]) -> None:
+        gauge = self.collectors().jobs_held
+        # A series read before and absent now is at 0 (its last job was released).
+        for key in self._held_seen - counts.keys():
+            self._child(gauge, *key).set(0)
+        for key, count in counts.items():
+            self._child(gauge, *key).set(count)
+        self._held_seen = set(counts) | self._held_seen
+
+    def serve(self, channel_ids: Iterable[str]) -> None:
+        """Create the labelled series of ``channel_ids`` at 0 (a worker's channels,
+        at its start), so that a rate or an alert sees their first event."""
+        made = self.collectors()
+        for channel_id in channel_ids:
+            self._child(made.jobs_scheduled, channel_id)
+            for status in ENDED_STATUSES:
+                self._child(made.jobs_ended, status, channel_id, "")
+            self._child(made.deadlines_missed, channel_id)
+            for kind in (observers.LEASE_LAPSED, observers.MESSAGE_LOST):
+                self._child(made.recoveries, channel_id, kind)
+            for reason in (HELD_FOR_JOBS, HELD_FOR_TIME):
+                self._child(made.jobs_held, channel_id, reason)
 
     def sweep_duties(self, duties: Sequence[str]) -> None:
         # Every series exists from the start at 0, so that a rate alert sees the first failure.

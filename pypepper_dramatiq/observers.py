@@ -1,7 +1,7 @@
 """Who hears what happens to jobs: the seam that metrics (or anything else) plug into.
 
 The engine calls the functions below at the one place where each thing is
-decided (a job's end after the write that records it, an attempt's end, a
+decided (a job stored Scheduled, a job's end after the write that records it, an attempt's end, a
 retry, a recovered step, a missed start deadline, a recurring firing, a failing
 duty of the recovery sweep), so that
 both drivers report the same facts. Each function hands the fact to every
@@ -46,6 +46,9 @@ class Observer:
         """A Dramatiq worker has booted in this process (every middleware's
         ``after_process_boot`` ran) and starts taking messages."""
 
+    def job_scheduled(self, channel_id: str) -> None:
+        """A job was stored Scheduled on channel ``channel_id`` by this process."""
+
     def job_started(self, record: JobRecord, started: datetime) -> None:
         """A job's first step was claimed at ``started`` (it moved to InProgress)."""
 
@@ -87,6 +90,10 @@ class Observer:
 
     def channel_depths(self, depths: Mapping[str, int]) -> None:
         """Jobs waiting in each channel, as the recovery sweep read them."""
+
+    def held_jobs(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Scheduled jobs held in the store, by ``(channel, reason)`` (``"jobs"``:
+        waiting for other jobs, ``"time"``: for a time), as the recovery sweep read them."""
 
     def sweep_duties(self, duties: Sequence[str]) -> None:
         """A recovery sweeper starts in this process; ``duties`` are the names of
@@ -167,6 +174,11 @@ def worker_started() -> None:
         _tell("worker_started")
 
 
+def job_scheduled(channel_id: str) -> None:
+    if _observers:
+        _tell("job_scheduled", channel_id)
+
+
 def job_started(record: JobRecord, started: datetime) -> None:
     if _observers:
         _tell("job_started", record, started)
@@ -221,6 +233,11 @@ def fired(schedule: str, job_id: str) -> None:
 def channel_depths(depths: Mapping[str, int]) -> None:
     if _observers:
         _tell("channel_depths", depths)
+
+
+def held_jobs(counts: Mapping[tuple[str, str], int]) -> None:
+    if _observers:
+        _tell("held_jobs", counts)
 
 
 def sweep_duties(duties: Sequence[str]) -> None:

@@ -29,7 +29,16 @@ it. The stored form is a JSON object with these keys (all optional):
   raised (the job's outcome is not changed by it);
 * ``progress``: by task key, what the task reported last (the entry format is
   :mod:`~pypepper_dramatiq.progress`'s). Written while the task runs without
-  moving the row's version, and by the write that records the attempt.
+  moving the row's version, and by the write that records the attempt;
+* ``cancelled_by``: who or what cancelled the job, written with Cancelled by a
+  cancel from outside its tasks: ``{"by": <who>, "host": <host name>, "at":
+  <ISO time>}``. ``by`` is ``"api"`` (``Job.cancel`` / ``cancel_saved``),
+  ``"cli"``, ``"dashboard:<user>"``, or what the caller passed;
+* ``counted``: True once the job's end was told to the observers (the metrics),
+  set in the write that ends the job by a writer that tells them, or later by
+  compare-and-set (a worker whose attempt lost to the cancel, the worker that
+  meets the message of a job cancelled while Scheduled): whoever sets it counts
+  the end, so each end is counted once across processes.
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
@@ -41,8 +50,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from . import observers
 from .progress import PROGRESS_KEY
 from .rules import Position
+from .storable import storable_text
 
 #: Key of the broker message that carries the job's first step (the producer writes it).
 DISPATCH_KEY = "dispatch"
@@ -52,11 +63,24 @@ PARENT_RESULTS_KEY = "parent_results"
 HOOKS_KEY = "hooks"
 #: Key of the hooks that ran (task key -> entry).
 HOOKS_DONE_KEY = "hooks_done"
+#: Key of who cancelled the job (see the module's docstring).
+CANCELLED_BY_KEY = "cancelled_by"
+#: Key of the marker that the job's end was counted.
+COUNTED_KEY = "counted"
 #: The keys :class:`JobState` knows.
 KNOWN_KEYS = frozenset(
     {"cursor", "results", "errors", "attempts", "skipped", "history", "history_dropped"}
     | {DISPATCH_KEY, PARENT_RESULTS_KEY, HOOKS_KEY, HOOKS_DONE_KEY, PROGRESS_KEY}
+    | {CANCELLED_BY_KEY, COUNTED_KEY}
 )
+#: ``cancelled_by["by"]`` of a cancel through the Python API (``Job.cancel`` / ``cancel_saved``)...
+BY_API = "api"
+#: ...of the command line's ``cancel``...
+BY_CLI = "cli"
+#: ...and of the dashboard's Cancel button (``"dashboard:<user>"``).
+BY_DASHBOARD = "dashboard"
+#: Longest ``cancelled_by["by"]`` / ``["host"]`` stored, in characters.
+CANCELLER_LIMIT = 200
 
 #: A hook's entry in ``hooks``: held by the worker that recorded the failure...
 HOOK_PENDING = "pending"
@@ -83,6 +107,10 @@ class JobState:
     hooks_done: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: What each task reported last, by task key (see :mod:`~pypepper_dramatiq.progress`).
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Who cancelled the job, when a cancel from outside its tasks did.
+    cancelled_by: dict[str, Any] | None = None
+    #: Whether the job's end was told to the observers (see the module's docstring).
+    counted: bool = False
     #: Keys this version does not know, kept for the next write.
     other: dict[str, Any] = field(default_factory=dict)
 
@@ -102,6 +130,8 @@ class JobState:
             hooks={k: dict(v) for k, v in (data.get(HOOKS_KEY) or {}).items()},
             hooks_done={k: dict(v) for k, v in (data.get(HOOKS_DONE_KEY) or {}).items()},
             progress={k: dict(v) for k, v in (data.get(PROGRESS_KEY) or {}).items()},
+            cancelled_by=dict(data[CANCELLED_BY_KEY]) if data.get(CANCELLED_BY_KEY) else None,
+            counted=data.get(COUNTED_KEY) is True,
             other={k: v for k, v in data.items() if k not in KNOWN_KEYS},
         )
 
@@ -131,6 +161,10 @@ class JobState:
             data[HOOKS_DONE_KEY] = self.hooks_done
         if self.progress:
             data[PROGRESS_KEY] = self.progress
+        if self.cancelled_by is not None:
+            data[CANCELLED_BY_KEY] = self.cancelled_by
+        if self.counted:
+            data[COUNTED_KEY] = True
         return data
 
     # -- on_final_failure hooks ------------------------------------------------------
@@ -159,6 +193,46 @@ class JobState:
         """Keys of the due hooks whose holder's hold lapsed before ``now``: the
         recovery sweep may take them over."""
         return [key for key, entry in self.hooks.items() if _lapsed(entry, now)]
+
+
+def canceller(by: str, host: str, at: datetime) -> dict[str, Any]:
+    """The ``cancelled_by`` entry of a cancel by ``by`` from ``host`` at ``at``
+    (texts made storable and clipped to :data:`CANCELLER_LIMIT`)."""
+    return {
+        "by": storable_text(by)[:CANCELLER_LIMIT],
+        "host": storable_text(host)[:CANCELLER_LIMIT],
+        "at": at.isoformat(),
+    }
+
+
+def by_dashboard(user: str | None) -> str:
+    """``cancelled_by["by"]`` of a cancel from the dashboard by ``user`` (None: anonymous)."""
+    return f"{BY_DASHBOARD}:{user or 'anonymous'}"
+
+
+def cancelled_state(data: Mapping[str, Any], by: str, host: str, at: datetime) -> dict[str, Any]:
+    """The stored ``state`` ``data`` with the cancel by ``by`` recorded (and the
+    end marked counted when this process tells the observers), other keys kept."""
+    out = dict(data)
+    out[CANCELLED_BY_KEY] = canceller(by, host, at)
+    return counting(out)
+
+
+def mark_counted(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored ``state`` ``data`` with the job's end marked counted."""
+    return {**data, COUNTED_KEY: True}
+
+
+def counting(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``state`` of a write that ends a job: marked counted when this process
+    tells observers of the end it writes (else a worker counts it later, by
+    compare-and-set of the marker: see the module's docstring)."""
+    return mark_counted(data) if observers.observing() else dict(data)
+
+
+def is_counted(data: Mapping[str, Any]) -> bool:
+    """Whether the stored ``state`` ``data`` says the job's end was counted."""
+    return data.get(COUNTED_KEY) is True
 
 
 def _lapsed(entry: Mapping[str, Any], now: datetime) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -278,7 +279,9 @@ def test_cancel_marks_a_stored_job_cancelled_and_tells_redis(
     assert message is not None and message["data"] == b"job-c"
     record = pg_store.get("job-c")
     assert record is not None and record.status is Status.CANCELLED
-    assert record.state == {"results": {"0.0": 1}}
+    by = record.state.pop("cancelled_by")
+    assert record.state == {"results": {"0.0": 1}}  # the progress is kept
+    assert by["by"] == "cli" and by["host"] == socket.gethostname()
 
 
 def test_cancel_without_a_broker_url_still_writes_the_cancel(
@@ -293,7 +296,11 @@ def test_cancel_without_a_broker_url_still_writes_the_cancel(
 
 @pytest.mark.parametrize(
     ("job_id", "status", "said"),
-    [("job-none", None, "no job 'job-none'"), ("job-done", Status.COMPLETED, "has ended")],
+    [
+        ("job-none", None, "no job 'job-none'"),
+        ("job-done", Status.COMPLETED, "job job-done has already ended (Completed)"),
+        ("job-gone", Status.CANCELLED, "job job-gone has already ended (Cancelled)"),
+    ],
 )
 def test_cancel_of_an_unknown_or_finished_job_fails_and_changes_nothing(
     pg_store: SqlJobStore,

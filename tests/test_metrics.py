@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -27,6 +28,7 @@ import pypepper_dramatiq
 from pypepper_dramatiq import (
     ConfigError,
     Context,
+    Job,
     JobRecord,
     Status,
     Task,
@@ -349,3 +351,163 @@ def test_an_observer_not_installed_hears_nothing(driver: Driver) -> None:
     [record] = run(driver, make_job([work.task(name="ok")]))
     assert record.status is Status.COMPLETED
     assert made == [] and not observers.observing()
+
+
+# -- cancels, scheduled jobs, held jobs, series from the start -------------------------------
+
+
+def test_a_cancel_from_a_process_without_metrics_is_counted_once_by_the_worker_it_interrupts(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    """The canceller (a CLI, a dashboard without metrics) tells no observer: the
+    worker whose attempt loses to the cancel keeps that attempt in the row's
+    history, counts it as cancelled and counts the job's end, once."""
+    running, release = threading.Event(), threading.Event()
+
+    @workflow_task(name="metrics.held-open")
+    def held_open(task: Task, context: Context) -> str:
+        running.set()
+        assert release.wait(30)
+        return "finished anyway"  # it returns normally: the row was cancelled meanwhile
+
+    job = make_job([held_open.task(name="slow")])
+    job.scheduled()
+    worker = dramatiq.Worker(stub_broker, worker_timeout=50)
+    worker.start()
+    try:
+        assert running.wait(30)
+        [metrics] = observers.installed()
+        observers.remove(metrics)  # the canceller's process: no observer
+        try:
+            assert Job.cancel_saved(job.id, by="cli") is True
+        finally:
+            observers.install(metrics)
+        release.set()
+        stub_broker.join(CHANNEL, timeout=30_000)
+        worker.join()
+    finally:
+        worker.stop()
+
+    record = get_job_store().get(job.id)
+    assert record is not None and record.status is Status.CANCELLED
+    [attempt] = record.state["history"]["0.0"]
+    assert attempt["outcome"] == "cancelled" and attempt["worker"]
+    assert attempt["started"] <= attempt["ended"]
+    assert record.state["attempts"] == {"0.0": 1}
+    assert record.state["cancelled_by"]["by"] == "cli"
+    assert record.state["counted"] is True
+    assert ended(registry, "Cancelled") == 1
+    task_count = "pypepper_task_duration_seconds_count"
+    assert value(registry, task_count, task="slow", outcome="cancelled") == 1
+    assert value(registry, task_count, task="slow", outcome="succeeded") == 0
+
+
+def test_a_job_cancelled_while_scheduled_is_counted_by_the_worker_that_meets_its_message(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    job = make_job([work.task(name="never")])
+    job.scheduled()
+    [metrics] = observers.installed()
+    observers.remove(metrics)
+    try:
+        assert Job.cancel_saved(job.id, by="cli") is True
+    finally:
+        observers.install(metrics)
+    assert ended(registry, "Cancelled") == 0
+    worker = dramatiq.Worker(stub_broker, worker_timeout=50)
+    worker.start()
+    try:
+        stub_broker.join(CHANNEL, timeout=30_000)
+        worker.join()
+    finally:
+        worker.stop()
+    assert ended(registry, "Cancelled") == 1
+    record = get_job_store().get(job.id)
+    assert record is not None and record.state["counted"] is True
+    # A second worker meeting the row again (a duplicate message) counts nothing more.
+    from pypepper_dramatiq.engine.ledger import StepBook
+
+    assert StepBook(get_job_store, "another", 3).count_end(record.evolve()) is False
+    assert ended(registry, "Cancelled") == 1
+
+
+def test_a_cancel_in_a_process_with_metrics_counts_there_and_marks_the_row(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    job = make_job([work.task(name="never")])
+    job.scheduled()
+    assert Job.cancel_saved(job.id) is True
+    assert ended(registry, "Cancelled") == 1
+    record = get_job_store().get(job.id)
+    assert record is not None and record.state["counted"] is True
+    worker = dramatiq.Worker(stub_broker, worker_timeout=50)
+    worker.start()
+    try:
+        stub_broker.join(CHANNEL, timeout=30_000)
+        worker.join()
+    finally:
+        worker.stop()
+    assert ended(registry, "Cancelled") == 1  # the worker meeting its message: counted already
+
+
+def test_scheduled_jobs_are_counted_by_channel(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    for _ in range(3):
+        make_job([work.task(name="ok")]).scheduled()
+    assert value(registry, "pypepper_jobs_scheduled_total", channel=CHANNEL) == 3
+
+
+def test_the_held_gauge_is_read_by_the_sweep_by_channel_and_reason(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    now = datetime.now(timezone.utc)
+    later = JobRecord(
+        id="held-for-time",
+        channel_id=CHANNEL,
+        status=Status.SCHEDULED,
+        release_at=now + timedelta(hours=1),
+        not_before=now + timedelta(hours=1),
+    )
+    child = JobRecord(
+        id="held-for-jobs",
+        channel_id=CHANNEL,
+        status=Status.SCHEDULED,
+        waiting_since=now,
+        waits={"parents": ["someone"], "held": True},
+    )
+    parent = JobRecord(id="someone", channel_id=CHANNEL, status=Status.IN_PROGRESS)
+    assert get_job_store().put(parent)  # running: not held
+    assert get_job_store().put(later) and get_job_store().put(child)
+    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+
+    sweeper.report_depths(now)
+    held = "pypepper_jobs_held"
+    assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "time"}) == 1
+    assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "jobs"}) == 1
+
+    stored = get_job_store().get("held-for-time")
+    assert stored is not None and get_job_store().put(stored.evolve(status=Status.CANCELLED))
+    sweeper.report_depths(now)
+    assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "time"}) == 0
+    assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "jobs"}) == 1
+
+
+def test_a_workers_channels_have_their_series_from_the_start(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    worker = dramatiq.Worker(stub_broker, worker_timeout=50)
+    worker.start()  # our middleware's after_worker_boot: worker_started
+    worker.stop()
+    labels = {"channel": CHANNEL, "category": ""}
+    for status in ("Completed", "Failed", "Cancelled"):
+        got = registry.get_sample_value("pypepper_jobs_ended_total", {"status": status, **labels})
+        assert got == 0, status
+    for name in ("pypepper_jobs_scheduled_total", "pypepper_start_deadlines_missed_total"):
+        assert registry.get_sample_value(name, {"channel": CHANNEL}) == 0, name
+    for kind in ("lease_lapsed", "message_lost"):
+        labels = {"channel": CHANNEL, "kind": kind}
+        assert registry.get_sample_value("pypepper_recoveries_total", labels) == 0
+    for reason in ("jobs", "time"):
+        labels = {"channel": CHANNEL, "reason": reason}
+        assert registry.get_sample_value("pypepper_jobs_held", labels) == 0

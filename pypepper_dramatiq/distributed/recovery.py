@@ -453,6 +453,9 @@ class RecoverySweeper(threading.Thread):
             logger.debug("channel depths not read: %s", exc)
             return 0
         observers.channel_depths(depths)
+        # The jobs held in the store (waiting for a time or for other jobs): one
+        # count per pass, the sweep leader's; a failure is this duty's.
+        observers.held_jobs(get_job_store().held_counts())
         return len(depths)
 
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:

@@ -41,7 +41,15 @@ from ..rules import Position, RetryPolicy
 from ..settings import Settings
 from ..spec import TaskSpec
 from ..start_times import missed_deadline
-from ..state import HOOK_PENDING, HOOKS_DONE_KEY, HOOKS_KEY, JobState
+from ..state import (
+    HOOK_PENDING,
+    HOOKS_DONE_KEY,
+    HOOKS_KEY,
+    JobState,
+    counting,
+    is_counted,
+    mark_counted,
+)
 from ..status import Status
 from ..storable import storable_text
 from ..stores.base import IJobStore, StepClaim, retry_past_deadline, why_not_claimable
@@ -444,6 +452,8 @@ class StepBook:
                 retry = None if held else now + timedelta(seconds=WAIT_POLL_SECONDS)
                 raise StepSkipped(record.id, reason, retry_at=retry)
         if reason is not None:
+            if record.status is Status.CANCELLED:
+                self.count_end(record)  # cancelled while Scheduled: its message came
             raise StepSkipped(record.id, reason)
         if record.status is Status.SCHEDULED:
             first = rules.first_step(plan_of(tasks), start=cursor_of(record))
@@ -484,6 +494,7 @@ class StepBook:
             release_at=None,
             lease_owner=None,
             lease_expires=None,
+            state=counting(record.state),
         )
         written = self._store().advance(cancelled)
         if written:
@@ -606,14 +617,7 @@ class StepBook:
         )
         if decision.skipped_optional:
             state.skipped.append(key)
-        if observers.observing():
-            observers.task_ended(
-                claim.record,
-                claim.spec.name,
-                outcome.kind or (history.SUCCEEDED if outcome.succeeded else history.FAILED),
-                outcome.started,
-                outcome.ended,
-            )
+        kind = outcome.kind or (history.SUCCEEDED if outcome.succeeded else history.FAILED)
         now = utcnow()
         hook_due = (
             claim.spec.on_final_failure
@@ -647,6 +651,7 @@ class StepBook:
         elif decision.action is rules.Action.CANCEL:
             changes["status"] = transition(claim.record.status, CANCEL)
             changes["error"] = f"task {claim.spec.name} cancelled the job: {outcome.error}"
+            state.counted = state.counted or observers.observing()  # told below
         else:
             name = claim.spec.name
             changes["status"] = transition(claim.record.status, FAIL)
@@ -683,6 +688,7 @@ class StepBook:
                 return self.record_outcome(
                     claim, outcome.refused_by_store(exc), task=task, hold_next=hold_next
                 )
+            _tell_task_ended(claim, kind, outcome)
             if hook_due and self.holds_steps:
                 # The caller carries this row to its next write (never re-running
                 # the step): the hook is called now, and that write says it ran.
@@ -703,7 +709,14 @@ class StepBook:
                 if expected
                 else f"its row changed meanwhile (now {status})",
             )
+            if expected:
+                assert current is not None
+                _tell_task_ended(claim, history.CANCELLED, outcome)
+                self._record_interrupted(current, claim, outcome)
+            else:
+                _tell_task_ended(claim, kind, outcome)
             return None
+        _tell_task_ended(claim, kind, outcome)
         _log_decision(claim, decision, outcome, state.attempts[key])
         if observers.observing():
             _observe_recorded(claim, outcome, decision, updated)
@@ -762,6 +775,9 @@ class StepBook:
                     cancelled = current is not None and current.status is Status.CANCELLED
                     action = "lost_to_cancel" if cancelled else "lost"
                     _log(action, job_id, decision.position, f"{status} after the hook")
+                    if cancelled:
+                        assert current is not None
+                        self.count_end(current)  # cancelled while the hook ran
                     return None
                 now = utcnow()
                 if hold_next is not None and hold_next(decision):
@@ -788,6 +804,63 @@ class StepBook:
             decision.position.key(),
         )
         return None
+
+    def _record_interrupted(self, current: JobRecord, claim: Claim, outcome: Outcome) -> None:
+        """Keep the attempt whose outcome lost to a cancel in the Cancelled row's
+        history (ended ``cancelled``, with its worker and times), and count the
+        job's end if nobody did: one compare-and-set, read again while the row
+        moves (another late attempt, a worker meeting the message)."""
+        key = claim.position.key()
+        entry = outcome.history_entry(claim.position, self.owner, claim.record.updated)
+        entry["outcome"] = history.CANCELLED
+        row: JobRecord | None = current
+        for _ in range(REBASE_ATTEMPTS):
+            if row is None or row.status is not Status.CANCELLED:
+                return
+            state = JobState.from_dict(row.state)
+            if any(item.get("started") == entry["started"] for item in state.history.get(key, [])):
+                return  # recorded already (this outcome was written twice)
+            history.append(state, key, entry)
+            state.attempts[key] = state.attempts.get(key, 0) + 1
+            if outcome.progress is not None:
+                state.progress[key] = outcome.progress
+            counts = observers.observing() and not state.counted
+            state.counted = state.counted or counts
+            written = row.evolve(state=state.to_dict())
+            try:
+                if self._store().advance(written):
+                    if counts:
+                        observers.job_ended(written)
+                    return
+            except StoreError as exc:
+                logger.warning(
+                    "job %s: the attempt interrupted by the cancel was not recorded (%s)",
+                    row.id,
+                    exc,
+                )
+                return
+            row = self._store().get(row.id)
+
+    def count_end(self, record: JobRecord) -> bool:
+        """Count the end of the Cancelled ``record`` if nobody did (no process that
+        tells observers wrote it): mark it counted by compare-and-set, and tell the
+        observers only if this write set the marker. True if it did."""
+        row: JobRecord | None = record
+        for _ in range(REBASE_ATTEMPTS):
+            if not observers.observing() or row is None or row.status is not Status.CANCELLED:
+                return False
+            if is_counted(row.state):
+                return False
+            marked = row.evolve(state=mark_counted(row.state))
+            try:
+                if self._store().advance(marked):
+                    observers.job_ended(marked)
+                    return True
+            except StoreError as exc:
+                logger.warning("job %s: its end was not counted (%s)", row.id, exc)
+                return False
+            row = self._store().get(row.id)
+        return False
 
     def _call_hook_unrecorded(
         self, record: JobRecord, position: Position, outcome: Outcome, task: Task | None
@@ -964,6 +1037,12 @@ def _observe_recorded(
         == (claim.position.workflow, claim.position.task)
     ):
         observers.retried(written, claim.spec.name)
+
+
+def _tell_task_ended(claim: Claim, kind: str, outcome: Outcome) -> None:
+    """Tell the observers how the attempt ended (``kind``: the history's word)."""
+    if observers.observing():
+        observers.task_ended(claim.record, claim.spec.name, kind, outcome.started, outcome.ended)
 
 
 def _cancelled_by_task(job_id: str, task_name: str, error: str) -> None:

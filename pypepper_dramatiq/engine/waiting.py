@@ -20,7 +20,7 @@ from ..events import CANCEL, FAIL, transition
 from ..logs import get_logger
 from ..notices import publish_ended
 from ..record import JobRecord, utcnow
-from ..state import PARENT_RESULTS_KEY
+from ..state import PARENT_RESULTS_KEY, counting
 from ..stores.base import IJobStore
 from ..waits import Action, Waits, verdict
 
@@ -75,6 +75,7 @@ def settle(
             error=decided.error,
             updated=now,
             release_at=None,
+            state=counting(record.state),
         )
         if not store.advance(ended):
             return Settled.LOST, record

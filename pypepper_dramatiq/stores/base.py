@@ -288,6 +288,18 @@ class IJobStore(abc.ABC):
         )
         return rows[:limit]
 
+    def held_counts(self) -> dict[tuple[str, str], int]:
+        """How many Scheduled jobs are held in the store, by ``(channel, reason)``:
+        :data:`HELD_FOR_JOBS` (waiting for other jobs or a key's holder) or
+        :data:`HELD_FOR_TIME` (no message yet, sent at ``release_at``). Stores
+        with an index override it with a count."""
+        counts: dict[tuple[str, str], int] = {}
+        for r in self.list(status=Status.SCHEDULED):
+            reason = held_reason(r.waiting_since, r.release_at)
+            if reason is not None:
+                counts[r.channel_id, reason] = counts.get((r.channel_id, reason), 0) + 1
+        return counts
+
     # -- recurring schedules ----------------------------------------------------------
 
     def save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:
@@ -553,6 +565,21 @@ class IJobStore(abc.ABC):
         statement (``schedule_many``).
         """
         return [self.put(record) for record in records]
+
+
+#: Why a Scheduled job is held (:meth:`IJobStore.held_counts`): it waits for other jobs...
+HELD_FOR_JOBS = "jobs"
+#: ...or for a time (its message is sent at ``release_at``).
+HELD_FOR_TIME = "time"
+
+
+def held_reason(waiting_since: datetime | None, release_at: datetime | None) -> str | None:
+    """Why a Scheduled row with these columns is held in the store; None: it is not."""
+    if waiting_since is not None:
+        return HELD_FOR_JOBS
+    if release_at is not None:
+        return HELD_FOR_TIME
+    return None
 
 
 def matches(record: JobRecord, search: str) -> bool:

@@ -33,6 +33,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Connection,
     Engine,
+    case,
     create_engine,
     delete,
     event,
@@ -76,7 +77,15 @@ from ..start_times import is_retry
 from ..state import HOOKS_KEY
 from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
-from .base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
+from .base import (
+    HELD_FOR_JOBS,
+    HELD_FOR_TIME,
+    IJobStore,
+    JobRecord,
+    StepClaim,
+    claimed_row,
+    why_not_claimable,
+)
 from .rows import (
     due_schedules,
     job_record,
@@ -1052,6 +1061,22 @@ class SqlJobStore(IJobStore):
             query = query.where(tuple_(jobs.c.waiting_since, jobs.c.id) > (after[0], after[1]))
         with _boundary(self._engine, "listing waiting jobs"), self._engine.connect() as c:
             return listed_jobs(c.execute(query).mappings())
+
+    def held_counts(self) -> dict[tuple[str, str], int]:
+        reason = case(
+            (jobs.c.waiting_since.is_not(None), literal(HELD_FOR_JOBS)),
+            else_=literal(HELD_FOR_TIME),
+        ).label("reason")
+        query = (
+            select(jobs.c.channel_id, reason, func.count())
+            .where(
+                jobs.c.status == Status.SCHEDULED.value,
+                or_(jobs.c.waiting_since.is_not(None), jobs.c.release_at.is_not(None)),
+            )
+            .group_by(jobs.c.channel_id, reason)
+        )
+        with _boundary(self._engine, "counting held jobs"), self._engine.connect() as conn:
+            return {(str(ch), str(why)): int(n) for ch, why, n in conn.execute(query)}
 
     # -- recurring schedules ----------------------------------------------------------
 

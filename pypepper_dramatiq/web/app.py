@@ -38,6 +38,7 @@ from ..logs import get_logger
 from ..paging import decode_cursor, encode_cursor
 from ..record import MAX_ID_LENGTH, utcnow
 from ..schedules import pause_recurring, resume_recurring, trigger_recurring
+from ..state import by_dashboard
 from ..status import Status
 from ..storable import unstorable_in
 from ..stores.base import IJobStore
@@ -120,7 +121,8 @@ _URLS = Map(
         Rule("/linked/<any(parents, children):kind>/<text:job_id>", endpoint="linked"),
         Rule("/schedules", endpoint="schedules"),
         # Actions first, the name last: a job id or schedule name may hold a "/".
-        Rule("/actions/cancel/<text:job_id>", endpoint="cancel", methods=["POST"]),
+        # GET: the confirmation page, whose form POSTs here (no JavaScript needed).
+        Rule("/actions/cancel/<text:job_id>", endpoint="cancel", methods=["GET", "POST"]),
         Rule("/actions/retry/<text:job_id>", endpoint="retry", methods=["POST"]),
         Rule("/actions/pause/<text:name>", endpoint="pause", methods=["POST"]),
         Rule("/actions/resume/<text:name>", endpoint="resume", methods=["POST"]),
@@ -429,22 +431,38 @@ class Dashboard:
             )
 
     def _cancel(self, call: _Call, job_id: str) -> Response:
+        if call.request.method != "POST":
+            return self._confirm_cancel(call, job_id)
         self._may_act(call)
         if not _plausible_id(job_id):
             raise Refused(404, f"No job {job_id!r} is stored.")
+        by = by_dashboard(_user_of(call.request))
         try:
-            notice = "cancelled" if Job.cancel_saved(job_id) else "busy"
+            notice = "cancelled" if Job.cancel_saved(job_id, by=by) else "busy"
         except UnknownJobError:
             raise Refused(404, f"No job {job_id!r} is stored.") from None
         except InvalidTransitionError:
             notice = "ended"
         logger.info(
-            "dashboard: cancel of job %s: %s",
+            "dashboard: cancel of job %s by %s: %s",
             job_id,
+            by,
             notice,
-            extra={"action": "dashboard_cancel", "job_id": job_id},
+            extra={"action": "dashboard_cancel", "job_id": job_id, "by": by},
         )
         return redirect(call.url("job", job_id=job_id, notice=notice), 303)
+
+    def _confirm_cancel(self, call: _Call, job_id: str) -> Response:
+        """The page that asks before a cancel: the job's page's Cancel button leads
+        here, and its form sends the POST that cancels."""
+        if not self.actions_allowed:
+            self._may_act(call)  # refused: read-only
+        record = self.store.get(job_id) if _plausible_id(job_id) else None
+        if record is None:
+            raise Refused(404, f"No job {job_id!r} is stored.")
+        if record.status not in views.CANCELLABLE:
+            return redirect(call.url("job", job_id=job_id, notice="ended"), 303)
+        return self._render(call, "confirm_cancel.html", record=record)
 
     def _retry(self, call: _Call, job_id: str) -> Response:
         self._may_act(call)
@@ -496,6 +514,15 @@ class Dashboard:
         except UnknownScheduleError:
             raise Refused(404, f"No recurring schedule {name!r} is stored.") from None
         return redirect(call.url("schedules", notice=notice), 303)
+
+
+def _user_of(request: Request) -> str | None:
+    """Who sends the request, as the dashboard knows it: the basic-auth user name,
+    else the server's ``REMOTE_USER``; None when anonymous."""
+    auth = request.authorization
+    if auth is not None and auth.username:
+        return auth.username
+    return request.remote_user or None
 
 
 def _from_this_site(request: Request) -> bool:

@@ -20,7 +20,7 @@ from ..record import JobRecord, utcnow
 from ..recurring import RecurringSchedule
 from ..redis_layout import redis_client_of
 from ..spec import TaskSpec
-from ..state import HOOKS_DONE_KEY
+from ..state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
 from ..status import Status
 from ..stores.base import IJobStore
 from ..waits import Waits
@@ -520,16 +520,27 @@ def timeline(record: JobRecord, names: Mapping[str, str] | None = None) -> list[
         )
     if record.status.is_terminal:
         kind = "good" if record.status is Status.COMPLETED else "bad"
-        add(
-            record.updated,
-            Moment(when(record.updated), record.status.value, record.error or "", kind),
-        )
+        detail = record.error or ""
+        canceller = cancelled_by(record)
+        if record.status is Status.CANCELLED and canceller:
+            detail = f"{canceller}; {detail}" if detail else canceller
+        add(record.updated, Moment(when(record.updated), record.status.value, detail, kind))
     elif record.status is Status.IN_PROGRESS and record.lease_owner:
         add(
             record.updated,
             Moment(when(record.updated), "Running", f"on {record.lease_owner}"),
         )
     return [moment for _, _, moment in sorted(found, key=lambda item: (item[0], item[1]))]
+
+
+def cancelled_by(record: JobRecord) -> str:
+    """Who cancelled the job and from where (``state["cancelled_by"]``), as a page
+    says it: ``"by cli on host1"``; empty when the row does not say."""
+    entry = record.state.get(CANCELLED_BY_KEY)
+    if not isinstance(entry, Mapping) or not entry.get("by"):
+        return ""
+    host = entry.get("host")
+    return f"by {entry['by']}" + (f" on {host}" if host else "")
 
 
 def _capped(moments: list[Moment]) -> list[Moment]:
@@ -559,6 +570,8 @@ def job_view(record: JobRecord, store: IJobStore) -> JobView:
         ("Start deadline", when(record.start_deadline)),
         ("Unique key", record.unique_key or "-"),
     ]
+    if cancelled_by(record):
+        facts.append(("Cancelled", cancelled_by(record)))
     parents, children, more_parents, more_children = _related(record, store)
     return JobView(
         record=record,

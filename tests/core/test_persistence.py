@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +38,7 @@ from pypepper_dramatiq import (
 )
 from pypepper_dramatiq.events import INIT, RUN, SCHEDULE
 from pypepper_dramatiq.job import CANCEL_ATTEMPTS
+from pypepper_dramatiq.state import CANCELLED_BY_KEY
 from pypepper_dramatiq.stores.base import JobRecord, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -609,16 +611,40 @@ def test_cancel_saved_cancels_a_stored_job_without_its_code_and_keeps_progress()
     assert Job.cancel_saved(job.id) is True
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.status is Status.CANCELLED
-    assert saved.state == progress and saved.payload == durable.payload
+    kept = {k: v for k, v in saved.state.items() if k != CANCELLED_BY_KEY}
+    assert kept == progress and saved.payload == durable.payload
     assert saved.version == durable.version + 2
+    by = saved.state[CANCELLED_BY_KEY]
+    assert by["by"] == "api" and by["host"] == socket.gethostname()
+    assert datetime.fromisoformat(by["at"]) == saved.updated
 
 
-def test_cancel_saved_twice_is_true_and_writes_once() -> None:
+def test_cancel_saved_records_who_cancelled() -> None:
+    job = job_with()
+    job.scheduled()
+    assert Job.cancel_saved(job.id, by="ops-script") is True
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.state[CANCELLED_BY_KEY]["by"] == "ops-script"
+
+
+def test_job_cancel_records_who_cancelled() -> None:
+    job = job_with()
+    job.scheduled()
+    assert job.cancel(by="billing") is True
+    saved = Job.get_saved(job.id)
+    assert saved is not None and saved.status is Status.CANCELLED
+    assert saved.state[CANCELLED_BY_KEY]["by"] == "billing"
+    assert saved.state[CANCELLED_BY_KEY]["host"] == socket.gethostname()
+
+
+def test_cancel_saved_of_a_cancelled_job_raises_as_for_any_end_and_writes_nothing() -> None:
     job = job_with()
     job.scheduled()
     assert Job.cancel_saved(job.id) is True
     first = Job.get_saved(job.id)
-    assert Job.cancel_saved(job.id) is True
+    with pytest.raises(InvalidTransitionError, match="Cancelled") as raised:
+        Job.cancel_saved(job.id)
+    assert raised.value.status == "Cancelled"
     assert Job.get_saved(job.id) == first
 
 

@@ -133,6 +133,8 @@ def test_list_filter_cancel_and_retry_jobs_a_real_worker_runs(
         page.goto(f"{dashboard}/jobs/{slow.id}")
         assert page.locator("#job-status").inner_text() == "InProgress"
         page.click("button:has-text('Cancel job')")
+        assert "Yes, cancel the job" in page.content()  # the confirmation page
+        page.click("button:has-text('Yes, cancel the job')")
         assert page.locator("#job-status").inner_text() == "Cancelled"
         wait_for(lambda: cluster.stamp("cancel_seen", slow, "crunch"), 30, "the task to see it")
         assert cluster.saved(slow).status is Status.CANCELLED

@@ -230,7 +230,7 @@ def cancellable(store: IJobStore, job_id: str = "to-cancel") -> str:
 def test_cancel_with_a_good_token_cancels_the_job(store: IJobStore) -> None:
     job_id = cancellable(store)
     client = anonymous_actions()
-    token = csrf_token(client, f"/jobs/{job_id}")
+    token = csrf_token(client, f"/actions/cancel/{job_id}")  # the confirmation page
     response = client.post(f"/actions/cancel/{job_id}", data={"csrf_token": token})
     assert response.status_code == 303
     assert response.headers["Location"].endswith(f"/jobs/{job_id}?notice=cancelled")
@@ -239,9 +239,9 @@ def test_cancel_with_a_good_token_cancels_the_job(store: IJobStore) -> None:
     page = text(client.get(response.headers["Location"]))
     assert "The job was cancelled." in page and 'id="job-status">Cancelled<' in page
     assert "Cancel job" not in page
-    # Again: a cancel of a cancelled job is done already.
+    # Again: a cancelled job has ended, as a completed one.
     again = client.post(f"/actions/cancel/{job_id}", data={"csrf_token": token})
-    assert again.status_code == 303 and again.headers["Location"].endswith("notice=cancelled")
+    assert again.status_code == 303 and again.headers["Location"].endswith("notice=ended")
     # A job that ended otherwise is left as it is.
     put(store, "done", 1, status=Status.COMPLETED)
     ended = client.post("/actions/cancel/done", data={"csrf_token": token})
@@ -255,9 +255,9 @@ def test_an_action_without_a_good_csrf_token_is_refused_and_changes_nothing(
 ) -> None:
     job_id = cancellable(store)
     client = anonymous_actions()
-    token = csrf_token(client, f"/jobs/{job_id}")
+    token = csrf_token(client, f"/actions/cancel/{job_id}")
     other_app = Client(make_app(allow_anonymous_actions=True, secret_key="another key"))
-    foreign = csrf_token(other_app, f"/jobs/{job_id}")
+    foreign = csrf_token(other_app, f"/actions/cancel/{job_id}")
     for data in ({}, {"csrf_token": ""}, {"csrf_token": token + "x"}, {"csrf_token": foreign}):
         response = client.post(f"/actions/cancel/{job_id}", data=data)
         assert response.status_code == 403, data
@@ -265,7 +265,7 @@ def test_an_action_without_a_good_csrf_token_is_refused_and_changes_nothing(
     # A good token without the browser's cookie (another browser, a cross-site form).
     fresh = anonymous_actions()
     assert fresh.post(f"/actions/cancel/{job_id}", data={"csrf_token": token}).status_code == 403
-    assert client.get(f"/actions/cancel/{job_id}").status_code == 405
+    assert client.get(f"/actions/cancel/{job_id}").status_code == 200  # only asks
     record = store.get(job_id)
     assert record is not None and record.status is Status.SCHEDULED
 
@@ -303,6 +303,7 @@ def test_an_auth_callable_decides_each_request(store: IJobStore) -> None:
     headers = {"X-Team": "ops"}
     page = client.get(f"/jobs/{job_id}", headers=headers)
     assert page.status_code == 200 and "Read-only" not in text(page)
+    page = client.get(f"/actions/cancel/{job_id}", headers=headers)
     token = re.search(r'name="csrf_token" value="([^"]+)"', text(page))
     assert token is not None
     data = {"csrf_token": token.group(1)}
@@ -337,7 +338,7 @@ def test_actions_on_a_store_that_is_not_the_processs_are_refused(store: IJobStor
     other = MemoryJobStore()
     put(other, "elsewhere", 0, status=Status.SCHEDULED)
     client = Client(make_app(other, allow_anonymous_actions=True))
-    token = csrf_token(client, "/jobs/elsewhere")
+    token = csrf_token(client, "/actions/cancel/elsewhere")
     response = client.post("/actions/cancel/elsewhere", data={"csrf_token": token})
     assert response.status_code == 409
     record = other.get("elsewhere")
@@ -462,8 +463,10 @@ def test_mounted_under_a_prefix_in_flask(store: IJobStore) -> None:
     assert f'href="/ops/jobs/jobs/{job_id}"' in body
     assert "Path=/ops/jobs/" in page.headers["Set-Cookie"]
     detail = client.get(f"/ops/jobs/jobs/{job_id}").get_data(as_text=True)
-    token = re.search(r'name="csrf_token" value="([^"]+)"', detail)
-    assert token is not None and f'action="/ops/jobs/actions/cancel/{job_id}"' in detail
+    assert f'action="/ops/jobs/actions/cancel/{job_id}"' in detail
+    confirm = client.get(f"/ops/jobs/actions/cancel/{job_id}").get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', confirm)
+    assert token is not None and f'action="/ops/jobs/actions/cancel/{job_id}"' in confirm
     response = client.post(f"/ops/jobs/actions/cancel/{job_id}", data={"csrf_token": token[1]})
     assert response.status_code == 303
     assert response.headers["Location"].endswith(f"/ops/jobs/jobs/{job_id}?notice=cancelled")
@@ -511,3 +514,40 @@ def test_the_dashboard_is_importable_by_the_name_users_look_for() -> None:
     from pypepper_dramatiq import dashboard, web
 
     assert dashboard.make_app is web.make_app and dashboard.basic_auth is web.basic_auth
+
+
+def test_the_cancel_button_asks_for_a_confirmation_without_javascript(store: IJobStore) -> None:
+    job_id = cancellable(store)
+    client = Client(make_app(auth=basic_auth("ops", "pw")))
+    auth = basic("ops", "pw")
+    page = text(client.get(f"/jobs/{job_id}", headers=auth))
+    # The job's page: a plain GET form to the confirmation page, no token in a URL.
+    button = re.search(r'<form method="get" action="([^"]+)"[^>]*>\s*<button', page)
+    assert button is not None and button.group(1) == f"/actions/cancel/{job_id}"
+    confirm = client.get(button.group(1), headers=auth)
+    assert confirm.status_code == 200
+    asked = text(confirm)
+    assert "Cancel job" in asked and "Yes, cancel the job" in asked
+    assert f'<form method="post" action="/actions/cancel/{job_id}"' in asked
+    record = store.get(job_id)
+    assert record is not None and record.status is Status.SCHEDULED  # asking changed nothing
+    token = re.search(r'name="csrf_token" value="([^"]+)"', asked)
+    assert token is not None
+    done = client.post(f"/actions/cancel/{job_id}", data={"csrf_token": token[1]}, headers=auth)
+    assert done.status_code == 303 and done.headers["Location"].endswith("notice=cancelled")
+    record = store.get(job_id)
+    assert record is not None and record.status is Status.CANCELLED
+    assert record.state["cancelled_by"]["by"] == "dashboard:ops"
+    host = record.state["cancelled_by"]["host"]
+    shown = text(client.get(f"/jobs/{job_id}", headers=auth))
+    assert f"by dashboard:ops on {host}" in shown  # in the facts and the timeline
+    # The confirmation page of a job that ended sends back to its page.
+    again = client.get(f"/actions/cancel/{job_id}", headers=auth)
+    assert again.status_code == 303 and again.headers["Location"].endswith("notice=ended")
+    assert client.get("/actions/cancel/nope", headers=auth).status_code == 404
+
+
+def test_a_read_only_dashboard_offers_no_confirmation_page(store: IJobStore) -> None:
+    job_id = cancellable(store)
+    response = Client(make_app()).get(f"/actions/cancel/{job_id}")
+    assert response.status_code == 403 and "read-only" in text(response)

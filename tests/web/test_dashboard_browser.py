@@ -112,6 +112,8 @@ def test_list_filter_open_and_cancel_a_job_without_javascript(
     assert "a free worker" in page.locator("ul.waits").inner_text()
     page.screenshot(path=str(shots / "job-scheduled.png"), full_page=True)
     page.click("button:has-text('Cancel job')")
+    assert "Yes, cancel the job" in page.content()  # the confirmation page
+    page.click("button:has-text('Yes, cancel the job')")
     assert page.locator("#job-status").inner_text() == "Cancelled"
     assert "The job was cancelled." in page.locator(".banner.notice").inner_text()
     page.screenshot(path=str(shots / "job-cancelled.png"), full_page=True)

@@ -87,7 +87,7 @@ def test_an_unreadable_status_is_shown_as_such(damaged: SqlJobStore) -> None:
 def test_an_action_on_a_damaged_row_is_refused_with_the_reason(damaged: SqlJobStore) -> None:
     put(damaged, "cancellable", 3, status=Status.SCHEDULED)
     client = Client(make_app(allow_anonymous_actions=True))
-    token = csrf_token(client, "/jobs/cancellable")
+    token = csrf_token(client, "/actions/cancel/cancellable")
     response = client.post("/actions/cancel/broken", data={"csrf_token": token})
     assert response.status_code == 409
     secured(response.headers)

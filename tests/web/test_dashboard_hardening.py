@@ -82,7 +82,7 @@ def test_ids_and_schedule_names_with_slashes_are_reachable(store: IJobStore) -> 
         assert page.status_code == 200, link
         shown = re.search(r'<span class="id">(.*?)</span>', text(page))
         assert shown is not None and f"/jobs/{html.unescape(shown.group(1))}" == link
-    token = csrf_token(client, "/jobs/x/")
+    token = csrf_token(client, "/actions/cancel/x/")
     cancelled = client.post("/actions/cancel/x/", data={"csrf_token": token})
     assert cancelled.status_code == 303
     assert cancelled.headers["Location"].endswith("/jobs/x/?notice=cancelled")
@@ -131,7 +131,7 @@ def test_a_post_from_another_sites_page_is_refused_even_with_a_good_token(
 ) -> None:
     put(store, "to-cancel", 0, status=Status.SCHEDULED)
     client = anonymous_actions()
-    data = {"csrf_token": csrf_token(client, "/jobs/to-cancel")}
+    data = {"csrf_token": csrf_token(client, "/actions/cancel/to-cancel")}
     foreign = (
         {"Origin": "http://evil.example"},
         {"Origin": "http://localhost.evil.example"},
@@ -169,7 +169,7 @@ def test_two_dashboards_with_one_secret_take_each_others_forms(store: IJobStore)
     second = make_app(allow_anonymous_actions=True, secret_key=secret)
     other = make_app(allow_anonymous_actions=True)  # a random secret of its own
     browser = Client(first)
-    token = csrf_token(browser, "/jobs/to-cancel")
+    token = csrf_token(browser, "/actions/cancel/to-cancel")
     cookie = browser.get_cookie("pypepper_dashboard_csrf")
     assert cookie is not None
 
@@ -220,7 +220,7 @@ def test_the_command_takes_the_secret_from_a_file_or_the_environment(
 
     auth = basic("ops", "pw")
     browser = Client(from_file)
-    page = text(browser.get("/jobs/to-cancel", headers=auth))
+    page = text(browser.get("/actions/cancel/to-cancel", headers=auth))
     found = re.search(r'name="csrf_token" value="([^"]+)"', page)
     assert found is not None
     cookie = browser.get_cookie("pypepper_dashboard_csrf")

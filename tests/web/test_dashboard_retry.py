@@ -147,7 +147,7 @@ def test_a_job_that_cannot_be_retried_is_refused_and_offers_no_retry(store: IJob
     put(store, "waiting", 2, status=Status.SCHEDULED, payload=payload())
     before = rows(store)
     client = anonymous_actions()
-    token = csrf_token(client, "/jobs/waiting")  # its cancel form gives the token
+    token = csrf_token(client, "/actions/cancel/waiting")  # its cancel form gives the token
     for job_id in ("done", "bare", "waiting"):
         assert ">Retry</button>" not in text(client.get(f"/jobs/{job_id}")), job_id
     done = client.post("/actions/retry/done", data={"csrf_token": token})
