@@ -13,7 +13,7 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -433,8 +433,11 @@ class Gateway:
             wake(job.id)  # cancel() publishes on the cancel channel, which waiters hear
         return True
 
-    def persist(self, job: Job, attempts: int) -> bool:
-        """``save``, retried; never raises for store failures (see ``Job.persist``)."""
+    def persist(self, job: Job, attempts: int, keep: Mapping[str, Any] | None = None) -> bool:
+        """``save``, retried; never raises for store failures (see ``Job.persist``).
+
+        ``keep``: state keys this write adds, written again over the stored
+        progress a retry adopts (a cancel's ``cancelled_by``)."""
         for attempt in range(attempts):
             try:
                 if self.save(job):
@@ -457,6 +460,8 @@ class Gateway:
                 ):
                     # Retry on the stored row, keeping the progress workers stored there.
                     job.adopt_version(durable)
+                    if keep:
+                        job.state = {**job.state, **keep}
                     continue
             except StoreError as exc:
                 logger.warning("job %s: snapshot write failed: %s", job.id, exc)
@@ -513,7 +518,8 @@ class Gateway:
         job.apply_event(CANCEL)
         job.cancel_event.set()
         host = socket.gethostname()
-        job.state = cancelled_state(job.state, by, host, utcnow())
+        added = cancelled_state({}, by, host, utcnow())
+        job.state = {**job.state, **added}
         logger.info(
             "job %s cancelled by %s on %s",
             job.id,
@@ -521,7 +527,7 @@ class Gateway:
             host,
             extra={"action": "cancel", "job_id": job.id, "by": by, "host": host},
         )
-        persisted = self.persist(job, attempts=SAVE_ATTEMPTS)
+        persisted = self.persist(job, attempts=SAVE_ATTEMPTS, keep=added)
         if persisted and observers.observing():
             observers.job_ended(job.to_record())
         if held and persisted:

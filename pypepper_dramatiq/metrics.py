@@ -398,7 +398,7 @@ class PrometheusMetrics(observers.Observer):
 
     def held_jobs(self, counts: Mapping[tuple[str, str], int]) -> None:
         gauge = self.collectors().jobs_held
-        # A series read before and absent now is at 0 (its last job was released).
+        # A series read before (or served here) and absent now is at 0.
         for key in self._held_seen - counts.keys():
             self._child(gauge, *key).set(0)
         for key, count in counts.items():
@@ -417,7 +417,10 @@ class PrometheusMetrics(observers.Observer):
             for kind in (observers.LEASE_LAPSED, observers.MESSAGE_LOST):
                 self._child(made.recoveries, channel_id, kind)
             for reason in (HELD_FOR_JOBS, HELD_FOR_TIME):
+                # Set at each read of the sweep (a multi-process "most recent" gauge
+                # shows a series only once it was set).
                 self._child(made.jobs_held, channel_id, reason)
+                self._held_seen.add((channel_id, reason))
 
     def sweep_duties(self, duties: Sequence[str]) -> None:
         # Every series exists from the start at 0, so that a rate alert sees the first failure.

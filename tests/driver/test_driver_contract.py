@@ -439,6 +439,15 @@ def test_cancel_during_a_task_ends_the_job_cancelled(
     assert calls(f"{prefix}after") == 0
     assert record.status is Status.CANCELLED
     assert record.lease_owner is None and record.lease_expires is None  # like other ends
+    assert record.state["cancelled_by"]["by"] == "api"
+    # The attempt the cancel interrupted stays in the history (written after the cancel).
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not _stored(job).state.get("history", {}).get("0.0"):
+        assert time.monotonic() < deadline, "the interrupted attempt was not recorded"
+        time.sleep(0.01)
+    [attempt] = _stored(job).state["history"]["0.0"]
+    assert attempt["outcome"] == "cancelled" and attempt["worker"]
+    assert _stored(job).state["cancelled_by"]["by"] == "api"
 
 
 def test_cancel_during_a_retry_delay_runs_no_more_attempts(driver: Driver, prefix: str) -> None:

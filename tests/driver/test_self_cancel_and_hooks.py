@@ -535,7 +535,9 @@ def test_a_step_whose_row_moved_otherwise_is_still_lost(prefix: str) -> None:
     assert recorded is None
     stored = store.get(job.id)
     assert stored is not None and stored.status is Status.CANCELLED
-    assert "results" not in stored.state
+    assert not stored.state.get("results")  # the late result is not kept...
+    [attempt] = stored.state["history"]["0.0"]  # ...but the attempt is, as cancelled
+    assert attempt["outcome"] == "cancelled" and attempt["worker"] == "worker"
 
 
 class DownWhileAHookIsMarked(MemoryJobStore):

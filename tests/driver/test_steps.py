@@ -408,7 +408,12 @@ def test_record_after_a_cancel_returns_none_and_keeps_cancelled(store: IJobStore
 
     assert book_on(store).record(claim, Outcome(True, "late")) is None
 
-    assert row_of(store, record.id) == cancelled
+    after = row_of(store, record.id)
+    assert after.status is Status.CANCELLED and not after.state.get("results")
+    # The late attempt is kept in the history only, as cancelled; nothing else moved.
+    [attempt] = after.state["history"]["0.0"]
+    assert attempt["outcome"] == "cancelled"
+    assert after.updated == cancelled.updated and after.error == cancelled.error
 
 
 # -- races ----------------------------------------------------------------------------------

@@ -366,6 +366,32 @@ class TestJobStoreContract:
         assert [r.id for r in store.due_releases(until)] == ["sooner", "due"]
         assert [r.id for r in store.due_releases(until, limit=1)] == ["sooner"]
 
+    def test_held_counts_counts_held_scheduled_jobs_by_channel_and_reason(
+        self, store: IJobStore
+    ) -> None:
+        assert store.put(job("parent", channel_id="a", status=Status.IN_PROGRESS))
+        waits = {"parents": ["parent"], "held": True}
+        rows = [
+            ("a-time-1", "a", Status.SCHEDULED, T0, None),
+            ("a-time-2", "a", Status.SCHEDULED, T0 + timedelta(hours=1), None),
+            ("a-jobs", "a", Status.SCHEDULED, None, T0),
+            ("b-jobs", "b", Status.SCHEDULED, T0, T0),  # waiting wins over a time
+            ("b-sent", "b", Status.SCHEDULED, None, None),
+            ("b-ended", "b", Status.CANCELLED, T0, None),
+        ]
+        for job_id, channel, status, release_at, waiting_since in rows:
+            fields: dict[str, Any] = {"waits": waits} if waiting_since else {}
+            record = job(
+                job_id,
+                channel_id=channel,
+                status=status,
+                release_at=release_at,
+                waiting_since=waiting_since,
+                **fields,
+            )
+            assert store.put(record)
+        assert store.held_counts() == {("a", "time"): 2, ("a", "jobs"): 1, ("b", "jobs"): 1}
+
     def test_overdue_lists_scheduled_jobs_past_their_deadline(self, store: IJobStore) -> None:
         rows = [
             ("late", Status.SCHEDULED, T0 - timedelta(seconds=1)),
