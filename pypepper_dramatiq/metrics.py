@@ -1,5 +1,5 @@
-"""Prometheus metrics of jobs, attempts, retries, recoveries, deadlines, firings, channels
-and the recovery sweep's failures.
+"""Prometheus metrics of jobs (scheduled, held, ended), attempts, retries, recoveries,
+deadlines, firings, channels and the recovery sweep's failures.
 
 ``pip install 'pypepper-dramatiq[metrics]'`` (prometheus_client), then turn them on
 with ``setup(..., metrics=True)`` or :func:`install_metrics`. They are an
@@ -24,6 +24,12 @@ metric:
 * **prometheus_client's multi-process mode** without Dramatiq's middleware: set
   ``PROMETHEUS_MULTIPROC_DIR`` before the processes start and serve a
   ``MultiProcessCollector``; the gauges use ``livesum`` / ``livemostrecent``.
+
+A job's end is counted once across processes: by the writer of the end when it
+observes, else by the worker that meets the ended row (its attempt lost to the
+cancel, or the cancelled job's message reached it), which sets the row's
+``state["counted"]`` marker by compare-and-set (:mod:`~pypepper_dramatiq.state`).
+A worker creates the series of the channels it serves at 0 when it starts.
 
 Labels are bounded: statuses, channel ids, job categories, task names, schedule
 names (all defined by code), never a job id.
