@@ -522,7 +522,9 @@ def test_cancel_keeps_the_progress_a_worker_stored() -> None:
     assert job.cancel() is True
     saved = Job.get_saved(job.id)
     assert saved is not None and saved.status is Status.CANCELLED
+    by = saved.state.pop(CANCELLED_BY_KEY)  # written again over the adopted progress
     assert saved.state == progress
+    assert by["by"] == "api" and by["host"] == socket.gethostname()
 
 
 def test_is_cancelled_follows_the_shared_event_alone() -> None:
