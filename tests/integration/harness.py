@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import redis
 from dramatiq.broker import Broker
+from sqlalchemy import create_engine, text
 
 from pypepper_dramatiq import Job, Status, Task, Workflow, manager, reset_job_store, setup
 from pypepper_dramatiq.channels import broker as broker_module
@@ -300,3 +301,15 @@ class Cluster:
         """The time in a ``kind:J:N`` string key (``running``, ``cancel_seen``...), or None."""
         value = self.redis.get(trace_key(kind, job.id, name))
         return None if value is None else float(value.split()[0])
+
+
+def raw(uri: str, sql: str, **params: Any) -> Any:
+    """Run one SQL statement on the database at ``uri`` as a person would in psql
+    (a row changed by hand); its rows, or how many it changed."""
+    engine = create_engine(uri)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(sql), params)
+            return result.all() if result.returns_rows else result.rowcount
+    finally:
+        engine.dispose()

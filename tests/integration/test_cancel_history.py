@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from services import free_port
 from werkzeug.test import Client
 
 from pypepper_dramatiq import Job, JobRecord, Status, Workflow
@@ -26,7 +25,7 @@ from pypepper_dramatiq.web import basic_auth, make_app
 from pypepper_dramatiq.web.views import timeline
 
 from .harness import Cluster, wait_for
-from .test_metrics import _answers, sample, scrape
+from .test_metrics import sample, scrape, start_metrics_worker
 from .worker_app import CHANNEL, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -83,20 +82,7 @@ def check_history(record: JobRecord, by: str) -> None:
 def test_cancels_from_the_cli_and_the_dashboard_keep_the_run_and_count_once(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    port = free_port()
-    prom_db = tmp_path / "prometheus"
-    prom_db.mkdir()
-    cluster.start_worker(
-        processes=1,
-        threads=2,
-        metrics=True,
-        extra_env={
-            "dramatiq_prom_db": str(prom_db),
-            "dramatiq_prom_host": "127.0.0.1",
-            "dramatiq_prom_port": str(port),
-        },
-    )
-    wait_for(lambda: _answers(port), 30, "Dramatiq's exposition server")
+    port = start_metrics_worker(cluster, tmp_path, processes=1)
     store = ["--uri", cluster.store_uri, "--broker-url", cluster.redis_url]
 
     # From the command line.

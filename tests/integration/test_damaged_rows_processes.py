@@ -5,30 +5,18 @@ jobs run, and the damaged rows left as they are for a person to see."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from pypepper_dramatiq import Status, get_job_store
 from pypepper_dramatiq.record import JobRecord, utcnow
 
-from .harness import Cluster, wait_for
+from .harness import Cluster, raw, wait_for
 from .worker_app import CHANNEL, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 PAYLOAD = {"workflows": [{"tasks": [{"name": "t", "executor_id": "none", "params": {}}]}]}
-
-
-def raw(uri: str, sql: str, **params: Any) -> Any:
-    engine = create_engine(uri)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(sql), params)
-            return result.all() if result.returns_rows else result.rowcount
-    finally:
-        engine.dispose()
 
 
 def test_the_sweep_goes_on_past_damaged_rows_and_leaves_them_as_they_are(

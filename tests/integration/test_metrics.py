@@ -40,6 +40,26 @@ def sample(
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def start_metrics_worker(cluster: Cluster, tmp_path: Path, *, processes: int) -> int:
+    """A worker with Dramatiq's Prometheus middleware and ours; the port its
+    exposition server answers on (waited for)."""
+    port = free_port()
+    prom_db = tmp_path / "prometheus"
+    prom_db.mkdir()
+    cluster.start_worker(
+        processes=processes,
+        threads=2,
+        metrics=True,
+        extra_env={
+            "dramatiq_prom_db": str(prom_db),
+            "dramatiq_prom_host": "127.0.0.1",
+            "dramatiq_prom_port": str(port),
+        },
+    )
+    wait_for(lambda: _answers(port), 30, "Dramatiq's exposition server")
+    return port
+
+
 def job_of(*tasks: object, category: str = "it") -> Job:
     job = Job(category=category, channel_id=CHANNEL)
     job.workflows.append(Workflow(list(tasks)))  # type: ignore[arg-type]
@@ -50,20 +70,7 @@ def job_of(*tasks: object, category: str = "it") -> Job:
 def test_worker_processes_serve_job_metrics_on_dramatiqs_exposition_server(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    port = free_port()
-    prom_db = tmp_path / "prometheus"
-    prom_db.mkdir()
-    cluster.start_worker(
-        processes=2,
-        threads=2,
-        metrics=True,
-        extra_env={
-            "dramatiq_prom_db": str(prom_db),
-            "dramatiq_prom_host": "127.0.0.1",
-            "dramatiq_prom_port": str(port),
-        },
-    )
-    wait_for(lambda: _answers(port), 30, "Dramatiq's exposition server")
+    port = start_metrics_worker(cluster, tmp_path, processes=2)
 
     completed = [job_of(probe.task(name="ok", value=i)) for i in range(3)]
     failed = [job_of(probe.task(name="broken", fail_times=10)) for _ in range(2)]
@@ -129,7 +136,7 @@ def test_worker_processes_serve_job_metrics_on_dramatiqs_exposition_server(
         failures = ("pypepper_sweep_failures_total", frozenset({("duty", duty.name)}))
         assert samples.get(failures) == 0, duty.name
     # Each worker process wrote its own files (values summed at scrape time).
-    assert len(list(prom_db.glob("counter_*.db"))) >= 1
+    assert len(list((tmp_path / "prometheus").glob("counter_*.db"))) >= 1
 
 
 def _answers(port: int) -> bool:

@@ -17,7 +17,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
 from werkzeug.test import Client
 
 from pypepper_dramatiq import Job, Status, Workflow, get_job_store
@@ -27,7 +26,7 @@ from pypepper_dramatiq.web import make_app
 from pypepper_dramatiq.web.app import SECURITY_HEADERS
 
 from .conftest import BOTH_STORES
-from .harness import Cluster, wait_for
+from .harness import Cluster, raw, wait_for
 from .worker_app import CHANNEL, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -37,16 +36,6 @@ PAYLOAD = {"workflows": [{"tasks": [{"name": "t", "executor_id": "none", "params
 REASON = "column 'state': expected an object, found a list"
 HELD = "dmg-held"
 WAITING = "dmg-waiting"
-
-
-def raw(uri: str, sql: str, **params: Any) -> Any:
-    engine = create_engine(uri)
-    try:
-        with engine.begin() as conn:
-            result = conn.execute(text(sql), params)
-            return result.all() if result.returns_rows else result.rowcount
-    finally:
-        engine.dispose()
 
 
 def secured(headers: Any) -> None:
