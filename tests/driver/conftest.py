@@ -1,7 +1,7 @@
 """Fixtures for the Dramatiq driver: a stub broker wired by ``setup()`` and a worker.
 
 Every test here starts from clean process state (the same reset as
-``tests/core/conftest.py``) and leaves none behind: no broker, no channels,
+``tests/unit/conftest.py``) and leaves none behind: no broker, no channels,
 no configuration, no store, no executors it registered, and no middleware
 background threads.
 """

@@ -2,7 +2,7 @@
 
 Most tests fire slots with :func:`fire_due` at a chosen ``now`` (no worker);
 one lets the Dramatiq worker's sweep fire a per-second schedule for real. The
-daylight-saving rules are the cron module's (``tests/core/test_cron.py``).
+daylight-saving rules are the cron module's (``tests/unit/test_cron.py``).
 """
 
 from __future__ import annotations

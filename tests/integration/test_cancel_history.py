@@ -25,7 +25,7 @@ from pypepper_dramatiq.web import basic_auth, make_app
 from pypepper_dramatiq.web.views import timeline
 
 from .harness import Cluster, wait_for
-from .test_metrics import sample, scrape, start_metrics_worker
+from .test_metrics_processes import sample, scrape, start_metrics_worker
 from .worker_app import CHANNEL, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]

@@ -2,7 +2,7 @@
 
 Both drivers run on the stub broker and the memory store (the in-process
 ``Worker`` and a ``dramatiq.Worker``); the recovery sweep and the recurring
-firings are driven by hand. ``tests/integration/test_metrics.py`` reads the
+firings are driven by hand. ``tests/integration/test_metrics_processes.py`` reads the
 same metrics from real worker processes through Dramatiq's exposition server.
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
-from driver.drivers import CHANNEL, DramatiqDriver, InProcessDriver, make_job, run
 from process_state import clean_process_state
 from prometheus_client import CollectorRegistry
 
@@ -41,6 +40,8 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.distributed.recovery import RecoverySweeper
 from pypepper_dramatiq.metrics import PrometheusMetrics, install_metrics, uninstall_metrics
 from pypepper_dramatiq.schedules import fire_due
+
+from .drivers import CHANNEL, DramatiqDriver, InProcessDriver, make_job, run
 
 Driver = InProcessDriver | DramatiqDriver
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: "seed" as a word ("the seed", "the seed's", "seed 000"), not "seeded" nor a chaos seed
 #: variable (PYPEPPER_CHAOS_SEED, a random seed of a test: not in these files).
 SEED = re.compile(r"\bseed(?:'s)?\b", re.IGNORECASE)

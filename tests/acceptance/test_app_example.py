@@ -11,7 +11,7 @@ import pytest
 from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
-APP = Path(__file__).resolve().parents[1] / "examples" / "app.py"
+APP = Path(__file__).resolve().parents[2] / "examples" / "app.py"
 
 
 def run_app(*args: str) -> list[str]:

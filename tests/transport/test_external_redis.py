@@ -20,7 +20,7 @@ from services import REDIS_URL_VARIABLE, RedisServer
 
 pytestmark = pytest.mark.redis
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_redis_tests_run_on_the_redis_the_variable_names(
             "no:cacheprovider",
             "--no-cov",
             f"--basetemp={tmp_path / 'inner'}",
-            str(TESTS / "test_redis_batch.py"),
+            str(TESTS / "transport" / "test_redis_batch.py"),
             str(TESTS / "driver" / "test_broker_down.py"),
         ],
         cwd=TESTS.parent,

@@ -37,7 +37,7 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fastapi_app.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app.py"
 
 
 @pytest.fixture(autouse=True)
