@@ -15,43 +15,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, overload
 
-from .. import history, observers, rules
+from .. import history, observers, outcomes, rules
 from ..channels.messages import StepMessage
-from ..errors import (
-    ResultNotStorableError,
-    StoreDataError,
-    StoreError,
-    cancels_job,
-    describe,
-    retry_may_cure,
-)
-from ..events import CANCEL, COMPLETE, FAIL, RUN, transition
+from ..errors import StoreDataError, StoreError, retry_may_cure
+from ..events import CANCEL, COMPLETE, RUN, transition
 from ..gateway import publish_cancel
 from ..logs import get_logger
 from ..notices import publish_ended
+from ..outcomes import Outcome as Outcome
 from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
-from ..results import check_storable
 from ..rules import Position, RetryPolicy
 from ..settings import Settings
 from ..spec import TaskSpec
 from ..start_times import missed_deadline
-from ..state import (
-    HOOK_PENDING,
-    HOOKS_DONE_KEY,
-    HOOKS_KEY,
-    JobState,
-    counting,
-    is_counted,
-    mark_counted,
-)
+from ..state import JobState, counting, is_counted, mark_counted
 from ..status import Status
-from ..storable import storable_text
 from ..stores.base import IJobStore, StepClaim, retry_past_deadline, why_not_claimable
 from ..task import Task
 from . import hooks
@@ -86,118 +70,6 @@ class StepSkipped(Exception):
         self.dead = dead
         #: The job may not start yet: send the message again to arrive at this time.
         self.retry_at = retry_at
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How an attempt ended."""
-
-    succeeded: bool
-    result: Any = None
-    #: ``Type: message`` of a failure (storable: see ``__post_init__``).
-    error: str | None = None
-    #: False when another attempt cannot help (see ``errors.is_retriable``).
-    retriable: bool = True
-    #: The attempt-history outcome (``history.FAILED``, ``TIMED_OUT``, ...).
-    kind: str | None = None
-    #: The failure's traceback text, for the attempt history.
-    traceback: str | None = None
-    #: When the attempt started and ended (None: not known, e.g. a crashed actor).
-    started: datetime | None = None
-    ended: datetime | None = None
-    #: The task's executor id is not registered in this worker (a rolling deploy?).
-    unknown_task: bool = False
-    #: The task raised :class:`~pypepper_dramatiq.errors.JobCancellationError`: the
-    #: job ends Cancelled (the user's act, through the task), whatever its retries.
-    cancels_job: bool = False
-    #: What the task reported last (:mod:`~pypepper_dramatiq.progress`), stored by
-    #: the write that records the attempt; None: it reported nothing.
-    progress: dict[str, Any] | None = None
-    #: This failure stands for an outcome the job store refused for its content
-    #: (:meth:`refused_by_store`): its write is not replaced again.
-    refused: bool = False
-
-    def __post_init__(self) -> None:
-        # The error is the task's text (an exception's message): made storable
-        # here, the one place every attempt's error passes, so that the write
-        # recording the attempt (the row's errors, the job's error, what the
-        # hook is given) never fails on a NUL or a lone surrogate in it. The
-        # history entry's text is made storable by history.entry.
-        if self.error is not None:
-            object.__setattr__(self, "error", storable_text(self.error))
-
-    @classmethod
-    def failure(
-        cls,
-        exc: BaseException,
-        *,
-        retriable: bool = True,
-        kind: str = history.FAILED,
-        error: str | None = None,
-        started: datetime | None = None,
-    ) -> Outcome:
-        """A failed attempt that raised ``exc``."""
-        return cls(
-            False,
-            error=error or describe(exc),
-            retriable=retriable,
-            kind=kind,
-            traceback=history.traceback_text(exc),
-            started=started,
-            ended=utcnow(),
-            cancels_job=cancels_job(exc),
-        )
-
-    def refused_by_store(self, exc: StoreDataError) -> Outcome:
-        """The failure recorded instead of this outcome when the store refused its
-        write for what it holds (``exc``: a data error): the same attempt, without
-        its result, progress, error text or traceback, and an error naming what
-        could not be stored and why.
-
-        Retried as the task's retry table says, unless this outcome was a failure
-        another attempt cannot fix; an attempt that cancelled its job still
-        cancels it.
-        """
-        carried = [
-            name
-            for name, present in (
-                ("result", self.succeeded),
-                ("error text", not self.succeeded and self.error is not None),
-                ("traceback", self.traceback is not None),
-                ("progress", self.progress is not None),
-            )
-            if present
-        ]
-        what = ", ".join(carried) or "outcome"
-        return Outcome(
-            False,
-            error=f"{type(exc).__name__}: the job store refused this attempt's {what}"
-            f" ({exc.reason})",
-            retriable=self.succeeded or self.retriable,
-            kind=history.FAILED,
-            started=self.started,
-            ended=self.ended,
-            cancels_job=self.cancels_job,
-            refused=True,
-        )
-
-    def history_entry(self, position: Position, worker: str, claimed: datetime) -> dict[str, Any]:
-        """This attempt as the job row's history stores it."""
-        error_type = message = None
-        if not self.succeeded and self.error:
-            error_type, _, message = self.error.partition(": ")
-            if not message:
-                error_type, message = None, self.error
-        return history.entry(
-            started=self.started or claimed,
-            ended=self.ended or utcnow(),
-            worker=worker,
-            outcome=self.kind or (history.SUCCEEDED if self.succeeded else history.FAILED),
-            error_type=error_type,
-            message=message,
-            traceback=self.traceback,
-            position=position.to_list(),
-        )
 
 
 @dataclass(frozen=True)
@@ -575,26 +447,12 @@ class StepBook:
         message (:meth:`_hand_on`). None then also when the step is no longer
         this worker's (the job was cancelled, or recovery took the step over).
         """
+        attempt = _attempt_of(claim)
+        writer = self._writer()
+        now = utcnow()
+        verdict = outcomes.decide(attempt, outcome, now)
+        outcome, decision = verdict.outcome, verdict.step
         position = claim.position
-        key = position.key()
-        if outcome.succeeded:
-            try:
-                check_storable(claim.spec.name, outcome.result)
-            except ResultNotStorableError as exc:
-                refused = Outcome.failure(exc, retriable=False, started=outcome.started)
-                outcome = replace(refused, progress=outcome.progress)  # what the task reported
-        state = JobState.from_dict(claim.record.state)
-        history.append(
-            state, key, outcome.history_entry(position, self.owner, claim.record.updated)
-        )
-        state.attempts[key] = state.attempts.get(key, 0) + 1
-        if outcome.progress is not None:
-            state.progress[key] = outcome.progress
-        if outcome.succeeded:
-            state.results[key] = outcome.result
-            state.errors.pop(key, None)
-        else:
-            state.errors[key] = outcome.error
         if not outcome.succeeded and not outcome.cancels_job:
             logger.info(
                 "job %s: task %s failed (%s): %s",
@@ -608,69 +466,27 @@ class StepBook:
                     "position": position.to_list(),
                 },
             )
-        decision = rules.next_step(
-            claim.plan,
-            position,
-            outcome.succeeded,
-            retriable=outcome.retriable,
-            cancelled=outcome.cancels_job,
+        keeps_next = verdict.asks_caller(writer) and hold_next is not None and hold_next(decision)
+        write = outcomes.outcome_write(
+            claim.record, attempt, verdict, writer, now, keeps_next=keeps_next
         )
-        if decision.skipped_optional:
-            state.skipped.append(key)
-        kind = outcome.kind or (history.SUCCEEDED if outcome.succeeded else history.FAILED)
-        now = utcnow()
-        hook_due = (
-            claim.spec.on_final_failure
-            and not outcome.succeeded
-            and (decision.action is rules.Action.FAIL or decision.skipped_optional)
-        )
-        if hook_due:  # durable in the write that records the failure
-            hold = None if self.holds_steps else now + timedelta(seconds=self.lease_seconds)
-            state.hold_hook(key, HOOK_PENDING, self.owner, now, hold)
-        changes: dict[str, Any] = {"updated": now, "lease_owner": None, "lease_expires": None}
-        #: The next step, held by this worker while the hook runs (see _hand_on).
-        held_for_hook = False
-        if decision.action is rules.Action.RUN:
-            assert decision.position is not None
-            state.cursor = decision.position
-            if self.holds_steps:
-                changes["lease_owner"] = self.owner
-            elif hook_due or (hold_next is not None and hold_next(decision)):
-                # Held as a claim holds it: a lease, renewed while this worker
-                # lives (by the hook's renewer while the hook runs), so that a
-                # worker dying now leaves the step to recovery after its lease.
-                held_for_hook = bool(hook_due)
-                changes["lease_owner"] = self.owner
-                changes["lease_expires"] = now + timedelta(seconds=self.lease_seconds)
-            else:
-                changes["lease_expires"] = now + timedelta(
-                    seconds=decision.delay + self.dispatch_seconds
-                )
-        elif decision.action is rules.Action.COMPLETE:
-            changes["status"] = transition(claim.record.status, COMPLETE)
-        elif decision.action is rules.Action.CANCEL:
-            changes["status"] = transition(claim.record.status, CANCEL)
-            changes["error"] = f"task {claim.spec.name} cancelled the job: {outcome.error}"
-            state.counted = state.counted or observers.observing()  # told below
-        else:
-            name = claim.spec.name
-            changes["status"] = transition(claim.record.status, FAIL)
-            changes["error"] = f"task {name} failed: {outcome.error}"
-        updated = claim.record.evolve(state=state.to_dict(), **changes)
+        kind = outcome.history_kind
         try:
-            written = self._write(updated)
-            seen: JobRecord | None = claim.record
+            written = self._write(write.row)
+            seen: JobRecord = claim.record
             for _ in range(REBASE_ATTEMPTS):
-                if written or seen is None:
+                if written:
                     break
                 # Another writer changed only the row's hooks (a recovered hook of
                 # an earlier task): write ours over its changes, not lose the step.
                 current = self._store().get(claim.record.id)
-                rebased = _rebased(seen, updated, current)
-                if rebased is None:
+                if current is None or not outcomes.only_hooks_moved(seen, current):
                     break
-                seen, updated = current, rebased
-                written = self._write(updated)
+                seen = current
+                write = outcomes.outcome_write(
+                    current, attempt, verdict, writer, now, keeps_next=keeps_next
+                )
+                written = self._write(write.row)
         except StoreError as exc:
             if isinstance(exc, StoreDataError) and not outcome.refused:
                 # The store refused what this write holds (sending it again cannot
@@ -689,47 +505,49 @@ class StepBook:
                     claim, outcome.refused_by_store(exc), task=task, hold_next=hold_next
                 )
             _tell_task_ended(claim, kind, outcome)
-            if hook_due and self.holds_steps:
+            row = write.row
+            if verdict.hook_due and self.holds_steps:
                 # The caller carries this row to its next write (never re-running
                 # the step): the hook is called now, and that write says it ran.
-                updated = self._call_hook_unrecorded(updated, position, outcome, task)
-            raise OutcomeNotRecorded(exc, decision, updated) from exc
+                row = self._call_hook_unrecorded(row, position, outcome, task)
+            raise OutcomeNotRecorded(exc, decision, row) from exc
         if not written:
-            current = self._store().get(claim.record.id)
-            status = current.status.value if current else "gone"
-            # Losing to a cancel is the cancel working; anything else is worth a line.
-            expected = current is not None and current.status is Status.CANCELLED
-            _log(
-                "lost_to_cancel" if expected else "lost",
-                claim.record.id,
-                position,
-                ": the outcome of task %s was not recorded: %s",
-                claim.spec.name,
-                "the job was cancelled meanwhile"
-                if expected
-                else f"its row changed meanwhile (now {status})",
-            )
-            if expected:
-                assert current is not None
-                _tell_task_ended(claim, history.CANCELLED, outcome)
-                self._record_interrupted(current, claim, outcome)
-            else:
-                _tell_task_ended(claim, kind, outcome)
+            self._lost(claim, outcome, kind)
             return None
         _tell_task_ended(claim, kind, outcome)
-        _log_decision(claim, decision, outcome, state.attempts[key])
-        if observers.observing():
-            _observe_recorded(claim, outcome, decision, updated)
-        if decision.action is rules.Action.CANCEL:
-            _cancelled_by_task(claim.record.id, claim.spec.name, changes["error"])
-        elif decision.action is not rules.Action.RUN:
+        _log_decision(claim, decision, outcome, write.attempts)
+        return self._after_write(claim, outcome, write, task, hold_next)
+
+    def _after_write(
+        self,
+        claim: Claim,
+        outcome: Outcome,
+        write: outcomes.OutcomeWrite,
+        task: Task | None,
+        hold_next: Callable[[rules.Step], bool] | None,
+    ) -> Recorded | None:
+        """Do what the outcome's written row calls for (:class:`outcomes.AfterWrite`):
+        tell the observers, publish the end or the task's cancel, run the hook the
+        write marked due, hand on the step held for it."""
+        after, decision = write.after, write.step
+        if after.tells_end:
+            observers.job_ended(write.row)
+        elif after.tells_retry:
+            observers.retried(write.row, claim.spec.name)
+        if after.notice is outcomes.Notice.CANCELLED_BY_TASK:
+            assert write.row.error is not None
+            _cancelled_by_task(claim.record.id, claim.spec.name, write.row.error)
+        elif after.notice is outcomes.Notice.ENDED:
             # Completed or Failed: one notice per job end, for Job.wait().
             publish_ended(claim.record.id)
-        record = updated.evolve(version=updated.version + 1)
-        if hook_due:
+        record = write.row.evolve(version=write.row.version + 1)
+        if after.runs_hook:
+            key = claim.position.key()
             try:
                 record = (
-                    self._call_hook(record, position, outcome, task, holds_next=held_for_hook)
+                    self._call_hook(
+                        record, claim.position, outcome, task, holds_next=after.hands_on
+                    )
                     or record
                 )
             except Exception:  # the outcome is recorded: the job goes on regardless
@@ -740,9 +558,33 @@ class StepBook:
                     key,
                     extra={"action": "hook_not_run", "job_id": record.id, "task": key},
                 )
-        if held_for_hook:
+        if after.hands_on:
             return self._hand_on(record.id, decision, hold_next)
         return Recorded(decision, record)
+
+    def _lost(self, claim: Claim, outcome: Outcome, kind: str) -> None:
+        """The outcome's write lost to another writer: say why, and when it was a
+        cancel, keep the attempt in the Cancelled row (:meth:`_record_interrupted`)."""
+        current = self._store().get(claim.record.id)
+        status = current.status.value if current else "gone"
+        # Losing to a cancel is the cancel working; anything else is worth a line.
+        expected = current is not None and current.status is Status.CANCELLED
+        _log(
+            "lost_to_cancel" if expected else "lost",
+            claim.record.id,
+            claim.position,
+            ": the outcome of task %s was not recorded: %s",
+            claim.spec.name,
+            "the job was cancelled meanwhile"
+            if expected
+            else f"its row changed meanwhile (now {status})",
+        )
+        if expected:
+            assert current is not None
+            _tell_task_ended(claim, history.CANCELLED, outcome)
+            self._record_interrupted(current, claim, outcome)
+        else:
+            _tell_task_ended(claim, kind, outcome)
 
     def _hand_on(
         self,
@@ -780,12 +622,9 @@ class StepBook:
                         self.count_end(current)  # cancelled while the hook ran
                     return None
                 now = utcnow()
-                if hold_next is not None and hold_next(decision):
-                    lease = now + timedelta(seconds=self.lease_seconds)
-                    handed = current.evolve(updated=now, lease_expires=lease)
-                else:
-                    until = now + timedelta(seconds=decision.delay + self.dispatch_seconds)
-                    handed = current.evolve(updated=now, lease_owner=None, lease_expires=until)
+                keep = hold_next is not None and hold_next(decision)
+                owner, until = outcomes.next_step_lease(self._writer(), now, decision, held=keep)
+                handed = current.evolve(updated=now, lease_owner=owner, lease_expires=until)
                 if store.advance(handed):
                     return Recorded(decision, handed.evolve(version=handed.version + 1))
             except StoreError as exc:
@@ -810,27 +649,18 @@ class StepBook:
         history (ended ``cancelled``, with its worker and times), and count the
         job's end if nobody did: one compare-and-set, read again while the row
         moves (another late attempt, a worker meeting the message)."""
-        key = claim.position.key()
-        entry = outcome.history_entry(claim.position, self.owner, claim.record.updated)
-        entry["outcome"] = history.CANCELLED
+        attempt, writer, now = _attempt_of(claim), self._writer(), utcnow()
         row: JobRecord | None = current
         for _ in range(REBASE_ATTEMPTS):
-            if row is None or row.status is not Status.CANCELLED:
+            if row is None:
                 return
-            state = JobState.from_dict(row.state)
-            if any(item.get("started") == entry["started"] for item in state.history.get(key, [])):
-                return  # recorded already (this outcome was written twice)
-            history.append(state, key, entry)
-            state.attempts[key] = state.attempts.get(key, 0) + 1
-            if outcome.progress is not None:
-                state.progress[key] = outcome.progress
-            counts = observers.observing() and not state.counted
-            state.counted = state.counted or counts
-            written = row.evolve(state=state.to_dict())
+            kept = outcomes.interrupted_write(row, attempt, outcome, writer, now)
+            if kept is None:
+                return  # not Cancelled, or the attempt is in it already
             try:
-                if self._store().advance(written):
-                    if counts:
-                        observers.job_ended(written)
+                if self._store().advance(kept.row):
+                    if kept.tells_end:
+                        observers.job_ended(kept.row)
                     return
             except StoreError as exc:
                 logger.warning(
@@ -945,6 +775,17 @@ class StepBook:
             )
             return False
 
+    def _writer(self) -> outcomes.Writer:
+        """This book's settings as the outcome's row is decided with them (whether
+        this process observes is read at each write: observers come and go)."""
+        return outcomes.Writer(
+            self.owner,
+            self.lease_seconds,
+            self.dispatch_seconds,
+            self.holds_steps,
+            observers.observing(),
+        )
+
     def _write(self, record: JobRecord) -> bool:
         delay = 0.1
         for attempt in range(self.write_attempts):
@@ -991,52 +832,15 @@ def _job_of_record(record: JobRecord) -> str:
     return record.id
 
 
-def _rebased(seen: JobRecord, mine: JobRecord, current: JobRecord | None) -> JobRecord | None:
-    """``mine`` (a write based on ``seen``) rebased on ``current``, when all that moved
-    since ``seen`` is the state's hooks; None when anything else did."""
-    if current is None or (current.status, current.lease_owner, current.error) != (
-        seen.status,
-        seen.lease_owner,
-        seen.error,
-    ):
-        return None
-    hook_keys = (HOOKS_KEY, HOOKS_DONE_KEY)
-    if _without(current.state, hook_keys) != _without(seen.state, hook_keys):
-        return None
-    state = dict(mine.state)
-    for name in hook_keys:
-        # Theirs, plus what this write changes relative to what it saw.
-        merged = dict(current.state.get(name) or {})
-        before = seen.state.get(name) or {}
-        merged.update((k, v) for k, v in (mine.state.get(name) or {}).items() if before.get(k) != v)
-        if name == HOOKS_KEY:
-            done = current.state.get(HOOKS_DONE_KEY) or {}
-            merged = {k: v for k, v in merged.items() if k not in done}
-        if merged:
-            state[name] = merged
-        else:
-            state.pop(name, None)
-    return mine.evolve(version=current.version, state=state)
-
-
-def _without(data: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in keys}
-
-
-def _observe_recorded(
-    claim: Claim, outcome: Outcome, decision: rules.Step, written: JobRecord
-) -> None:
-    """Tell the observers what the outcome just written decided: a retry of the
-    same task, or the job's end."""
-    if decision.action is not rules.Action.RUN:
-        observers.job_ended(written)
-    elif (
-        not outcome.succeeded
-        and decision.position is not None
-        and (decision.position.workflow, decision.position.task)
-        == (claim.position.workflow, claim.position.task)
-    ):
-        observers.retried(written, claim.spec.name)
+def _attempt_of(claim: Claim) -> outcomes.Attempt:
+    """The claimed step as :mod:`~pypepper_dramatiq.outcomes` decides its outcome."""
+    return outcomes.Attempt(
+        claim.position,
+        claim.spec.name,
+        claim.plan,
+        bool(claim.spec.on_final_failure),
+        claim.record.updated,
+    )
 
 
 def _tell_task_ended(claim: Claim, kind: str, outcome: Outcome) -> None:
