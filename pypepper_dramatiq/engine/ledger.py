@@ -7,6 +7,11 @@ the outcome and the next position that :mod:`~pypepper_dramatiq.rules`
 decides, again with compare-and-set. A stale or duplicate message fails the
 claim and is acknowledged without running user code.
 
+What an outcome's write holds and what must follow it is decided, without I/O,
+by :mod:`~pypepper_dramatiq.outcomes`; :meth:`StepBook.record_outcome` is the
+shell that writes it, decides again over a fresher row when only its hooks
+moved, and performs the effects (observers, notices, hooks, the held step).
+
 The row's ``state`` is :class:`~pypepper_dramatiq.state.JobState`.
 """
 
@@ -425,6 +430,11 @@ class StepBook:
         hold_next: Callable[[rules.Step], bool] | None = None,
     ) -> Recorded | None:
         """:meth:`record`, also returning the row as written (None: the write lost).
+
+        The row and what follows its write are :mod:`~pypepper_dramatiq.outcomes`'s
+        decision (:func:`~pypepper_dramatiq.outcomes.decide`, then
+        :func:`~pypepper_dramatiq.outcomes.outcome_write`); here they are written
+        and carried out.
 
         ``hold_next`` says, for a step to run, whether the caller runs it at once
         in this thread (continuation): the same write then claims it for this
