@@ -10,7 +10,7 @@ and the writer's few settings, with no I/O (no store, no broker, no logging;
 the time is given), so that:
 
 * the decision is stated once and can be checked on its own, over any row and
-  outcome (``tests/core/test_outcomes.py``);
+  outcome (``tests/unit/test_outcomes.py``);
 * a write that lost its compare-and-set to a writer that only moved the row's
   hooks is decided again, the same way, on the fresher row (:func:`outcome_write`
   called on it), instead of being patched by hand.
