@@ -22,7 +22,7 @@ from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
 from ..start_times import late_retry
 from ..state import HOOKS_KEY
-from ..status import Status
+from ..status import TERMINAL, Status
 from ..workers import WorkerInfo
 
 __all__ = [
@@ -75,7 +75,7 @@ class IJobStore(abc.ABC):
     :class:`~pypepper_dramatiq.errors.CorruptRecordError` from a single read
     (``get``, ``claim_step``, ``key_holder``); every read of several rows
     (``list``, ``get_many``, ``waiting``, ``due_releases``, ``overdue``,
-    ``recover_expired``, ``pending_hooks``, ``held_by``) answers a placeholder in
+    ``recover_expired``, ``pending_hooks``, ``held_by``, ``ended_since``) answers a placeholder in
     its place instead, :attr:`JobRecord.damaged
     <pypepper_dramatiq.record.JobRecord.damaged>` set, so that one row never
     fails a page or a batch. Nothing acts on a placeholder but to show or skip
@@ -299,6 +299,26 @@ class IJobStore(abc.ABC):
             if reason is not None:
                 counts[r.channel_id, reason] = counts.get((r.channel_id, reason), 0) + 1
         return counts
+
+    def ended_since(
+        self, status: Status, after: tuple[datetime, str], limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        """Jobs that ended ``status`` (a final status), by ``(updated, id)``, strictly
+        after ``after``: the recovery sweep's look at recent ends, for those whose
+        end no process counted (``state["counted"]``, see :mod:`~pypepper_dramatiq.state`).
+        Stores with an index override it.
+
+        Raises:
+            ValueError: ``status`` is not a final status.
+        """
+        if status not in TERMINAL:
+            raise ValueError(f"ended_since needs a final status, got {status!r}")
+        since = (as_utc(after[0]), after[1])
+        rows = sorted(
+            (r for r in self.list(status=status) if (r.updated, r.id) > since),
+            key=lambda r: (r.updated, r.id),
+        )
+        return rows[:limit]
 
     # -- recurring schedules ----------------------------------------------------------
 

@@ -126,6 +126,8 @@ jobs = Table(
     Index("ix_scheduler_jobs_status_start_deadline", "status", "start_deadline"),
     # The sweep's look at jobs waiting for parents or a key holder, oldest first.
     Index("ix_scheduler_jobs_waiting_since", "waiting_since", "id"),
+    # The sweep's look at recent ends (the ends no process counted), by end time.
+    Index("ix_scheduler_jobs_status_updated", "status", "updated", "id"),
     # At most one active job per unique key (on PostgreSQL only rows with a key
     # have an entry, so plain jobs pay nothing for it).
     Index(

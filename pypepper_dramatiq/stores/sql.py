@@ -75,7 +75,7 @@ from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..start_times import is_retry
 from ..state import HOOKS_KEY
-from ..status import Status, overwritable_by
+from ..status import TERMINAL, Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
 from .base import (
     HELD_FOR_JOBS,
@@ -1077,6 +1077,27 @@ class SqlJobStore(IJobStore):
         )
         with _boundary(self._engine, "counting held jobs"), self._engine.connect() as conn:
             return {(str(ch), str(why)): int(n) for ch, why, n in conn.execute(query)}
+
+    def ended_since(
+        self, status: Status, after: tuple[datetime, str], limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        if status not in TERMINAL:
+            raise ValueError(f"ended_since needs a final status, got {status!r}")
+        at, job_id = after
+        # The keyset spelt out (not a row comparison) so that MySQL ranges over
+        # ix_scheduler_jobs_status_updated as PostgreSQL does.
+        query = (
+            select(jobs)
+            .where(
+                jobs.c.status == status.value,
+                jobs.c.updated >= at,
+                or_(jobs.c.updated > at, jobs.c.id > job_id),
+            )
+            .order_by(jobs.c.updated, jobs.c.id)
+            .limit(limit)
+        )
+        with _boundary(self._engine, "listing ended jobs"), self._engine.connect() as c:
+            return listed_jobs(c.execute(query).mappings())
 
     # -- recurring schedules ----------------------------------------------------------
 
