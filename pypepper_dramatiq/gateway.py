@@ -438,6 +438,14 @@ class Gateway:
 
         ``keep``: state keys this write adds, written again over the stored
         progress a retry adopts (a cancel's ``cancelled_by``)."""
+        return self._persist(job, attempts, keep) is not None
+
+    def _persist(
+        self, job: Job, attempts: int, keep: Mapping[str, Any] | None = None
+    ) -> bool | None:
+        """:meth:`persist`, saying who wrote: True if this call's write was stored,
+        False if the row already held what it would write (another writer's,
+        adopted), None if nothing was stored."""
         for attempt in range(attempts):
             try:
                 if self.save(job):
@@ -452,7 +460,7 @@ class Gateway:
                     # Scheduled write would only bump the version under them, or
                     # be refused. Either way the schedule is on record.
                     job.adopt_version(durable)
-                    return True
+                    return False
                 if (
                     durable is not None
                     and durable.version != job.version
@@ -466,10 +474,10 @@ class Gateway:
             except StoreError as exc:
                 logger.warning("job %s: snapshot write failed: %s", job.id, exc)
                 if not retry_may_cure(exc):
-                    return False  # the store refused the row's content: so would it again
+                    return None  # the store refused the row's content: so would it again
             if attempt + 1 < attempts:
                 time.sleep(0.01 * 2**attempt)
-        return False
+        return None
 
     def get_saved(self, job_id: str) -> JobRecord | None:
         """The row of ``job_id``; None when there is none (or no row could have that id)."""
@@ -527,8 +535,11 @@ class Gateway:
             host,
             extra={"action": "cancel", "job_id": job.id, "by": by, "host": host},
         )
-        persisted = self.persist(job, attempts=SAVE_ATTEMPTS, keep=added)
-        if persisted and observers.observing():
+        written = self._persist(job, SAVE_ATTEMPTS, keep=added)
+        persisted = written is not None
+        # Counted only when this write ended the job: a row found Cancelled already
+        # was ended (and counted, or left to the sweep leader) by its writer.
+        if written and observers.observing():
             observers.job_ended(job.to_record())
         if held and persisted:
             manager.release_slot(job.channel_id, job.id)

@@ -58,6 +58,7 @@ from ..redis_layout import (
 from ..retention import BATCH
 from ..rules import Position
 from ..schedules import fire_due
+from ..state import is_counted
 from ..status import Status
 from ..stores.registry import get_job_store
 from ..waits import Waits
@@ -74,6 +75,18 @@ WAIT_BATCHES = 20
 #: How far ahead of a held job's planned start its message is sent (plus one tick),
 #: so that the sweep's period does not make it late.
 RELEASE_AHEAD_SECONDS = 1.0
+
+#: How far back a sweep leader that just took the lead looks for ends nobody
+#: counted (its predecessor's watermark died with it): a leader change follows
+#: a worker's stop within seconds, a fleet's restart within minutes; older ends
+#: are left uncounted rather than read at every change of leader.
+COUNT_LOOKBACK_SECONDS = 3600.0
+#: How far behind the clock the watermark of the counted ends stays once it caught
+#: up: an end written by a host whose clock is behind, or committed late, is
+#: still read (those read twice were marked counted and are skipped).
+COUNT_LAG_SECONDS = 60.0
+#: Batches of ended rows one pass reads.
+END_BATCHES = 10
 
 
 class RecoverySweeper(threading.Thread):
@@ -111,6 +124,9 @@ class RecoverySweeper(threading.Thread):
         self._scheduled_after: tuple[datetime, str] | None = None
         #: Where the next look at waiting rows starts (waiting_since, id); None: the oldest.
         self._waiting_after: tuple[datetime, str] | None = None
+        #: Where the next look at ended rows starts (updated, id); None: as a new
+        #: leader, :data:`COUNT_LOOKBACK_SECONDS` back.
+        self._ends_after: tuple[datetime, str] | None = None
         self._store_outage = shared_outage(JOB_STORE)
         self._broker_outage = shared_outage(REDIS)
         #: Each duty's failures, logged as an outage of it is (once per cause).
@@ -183,6 +199,7 @@ class RecoverySweeper(threading.Thread):
         self._leading = leader
         self._broker_outage.ok()
         if not leader:
+            self._ends_after = None  # another leader counts meanwhile
             return
         try:
             self.sweep(full=full)
@@ -458,6 +475,43 @@ class RecoverySweeper(threading.Thread):
         observers.held_jobs(get_job_store().held_counts())
         return len(depths)
 
+    def count_ends(self, now: datetime) -> int:
+        """Count the ends of the Cancelled jobs whose end nobody counted (a cancel by a
+        process without metrics of a job no worker meets again: held in the store,
+        waiting for other jobs or its channel); returns how many. Only in a
+        process that tells observers.
+
+        Reads the Cancelled rows updated since a watermark kept here (a new leader
+        starts :data:`COUNT_LOOKBACK_SECONDS` back), batch after batch, and counts
+        each unmarked one as a worker meeting it would
+        (:meth:`~pypepper_dramatiq.engine.ledger.StepBook.count_end`: whoever sets
+        ``state["counted"]`` counts). Completed and Failed rows are not read: the
+        worker that writes them counts them.
+        """
+        if not observers.observing():
+            self._ends_after = None
+            return 0
+        store = get_job_store()
+        lagging = (now - timedelta(seconds=COUNT_LAG_SECONDS), "")
+        after = self._ends_after or (now - timedelta(seconds=COUNT_LOOKBACK_SECONDS), "")
+        counted = 0
+        for _ in range(END_BATCHES):
+            batch = store.ended_since(Status.CANCELLED, after, self.batch)
+            for record in self.rows.readable("count_ends", batch):
+                if is_counted(record.state):
+                    continue
+                with self.rows.row("count_ends", record.id):
+                    if self.book.count_end(record):
+                        counted += 1
+            last = max([after] + [(r.updated, r.id) for r in batch[-1:]])
+            if len(batch) < self.batch:
+                # Caught up: stay behind the clock (never going back).
+                after = max(after, min(last, lagging))
+                break
+            after = last
+        self._ends_after = after
+        return counted
+
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
         return send_step(self.broker, step, channel_id, delay)
 
@@ -604,6 +658,7 @@ DUTIES: tuple[Duty, ...] = (
     Duty("purge", RecoverySweeper.purge_ended, full_only=True),
     Duty("lapsed_hooks", RecoverySweeper.run_lapsed_hooks),
     Duty("depth_reports", RecoverySweeper.report_depths, full_only=True),
+    Duty("count_ends", RecoverySweeper.count_ends, full_only=True),
 )
 
 

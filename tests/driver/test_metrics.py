@@ -512,3 +512,128 @@ def test_a_workers_channels_have_their_series_from_the_start(
     for reason in ("jobs", "time"):
         labels = {"channel": CHANNEL, "reason": reason}
         assert registry.get_sample_value("pypepper_jobs_held", labels) == 0
+
+
+# -- ends counted once: two cancellers, the sweep leader ----------------------------------------
+
+
+class _Process:
+    """What one process with metrics of its own is to the observers: its metrics
+    installed while it acts, alone (the test's ``registry`` fixture is not used)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+    def __enter__(self) -> CollectorRegistry:
+        for observer in observers.installed():
+            observers.remove(observer)
+        self._metrics = install_metrics(self.registry)
+        return self.registry
+
+    def __exit__(self, *exc: object) -> None:
+        uninstall_metrics(self._metrics)
+
+
+def test_two_cancellers_with_metrics_count_the_end_once(stub_broker: StubBroker) -> None:
+    """One canceller's write ends the job; the other finds it Cancelled already and
+    counts nothing, whichever of ``cancel_saved`` and ``Job.cancel`` comes first."""
+    first, second = _Process(), _Process()
+    by_id_first = make_job([work.task(name="never")])
+    by_id_first.scheduled()
+    with first as registry_a:
+        assert Job.cancel_saved(by_id_first.id) is True
+    with second as registry_b:
+        assert by_id_first.cancel() is True  # its stale Job: the row was Cancelled already
+    assert ended(registry_a, "Cancelled") + ended(registry_b, "Cancelled") == 1
+    assert ended(registry_a, "Cancelled") == 1
+
+    object_first = make_job([work.task(name="never")])
+    object_first.scheduled()
+    with first:
+        assert object_first.cancel() is True
+    with second, pytest.raises(pypepper_dramatiq.InvalidTransitionError):
+        Job.cancel_saved(object_first.id)
+    assert ended(registry_a, "Cancelled") + ended(registry_b, "Cancelled") == 2
+    record = get_job_store().get(object_first.id)
+    assert record is not None and record.state["counted"] is True
+
+
+def _held_cancel(job_id: str, updated: datetime) -> JobRecord:
+    """The row of a job held in the store (no message in flight) as a canceller
+    without metrics leaves it: Cancelled, not marked counted."""
+    return JobRecord(
+        id=job_id,
+        channel_id=CHANNEL,
+        category="contract",
+        status=Status.CANCELLED,
+        created=updated - timedelta(hours=2),
+        updated=updated,
+        state={"cancelled_by": {"by": "cli", "host": "elsewhere", "at": updated.isoformat()}},
+    )
+
+
+def test_the_sweep_leader_counts_an_end_nobody_counted_once(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    now = datetime.now(timezone.utc)
+    store = get_job_store()
+    assert store.put(_held_cancel("uncounted", now - timedelta(seconds=5)))
+    counted = _held_cancel("counted", now - timedelta(seconds=4))
+    assert store.put(counted.evolve(state={**counted.state, "counted": True}))
+    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+
+    sweeper.sweep(full=True)
+    assert ended(registry, "Cancelled") == 1
+    record = store.get("uncounted")
+    assert record is not None and record.state["counted"] is True
+    sweeper.sweep(full=True)  # read again within the lag: marked, skipped
+    assert ended(registry, "Cancelled") == 1
+    # A new leader looks back, finds both marked.
+    assert RecoverySweeper(stub_broker, "next", lease_seconds=3, interval=0.5).count_ends(now) == 0
+    assert ended(registry, "Cancelled") == 1
+
+
+def test_the_sweep_reads_ends_behind_its_watermark_within_the_lag_and_not_before_the_lookback(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    from pypepper_dramatiq.distributed import recovery
+
+    now = datetime.now(timezone.utc)
+    store = get_job_store()
+    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    assert store.put(_held_cancel("recent", now - timedelta(seconds=1)))
+    assert sweeper.count_ends(now) == 1
+    # Written by a host whose clock is behind: older than the last row read, within the lag.
+    assert store.put(_held_cancel("late", now - timedelta(seconds=recovery.COUNT_LAG_SECONDS / 2)))
+    assert sweeper.count_ends(now + timedelta(seconds=1)) == 1
+    # Older than a new leader's look-back: left uncounted.
+    lookback = timedelta(seconds=recovery.COUNT_LOOKBACK_SECONDS)
+    assert store.put(_held_cancel("ancient", now - lookback - timedelta(minutes=1)))
+    assert RecoverySweeper(stub_broker, "new", lease_seconds=3, interval=0.5).count_ends(now) == 0
+    assert ended(registry, "Cancelled") == 2
+
+
+def test_the_sweep_counts_in_batches_and_goes_on_from_its_watermark(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    now = datetime.now(timezone.utc)
+    store = get_job_store()
+    for i in range(7):
+        assert store.put(_held_cancel(f"cancelled-{i}", now - timedelta(minutes=30, seconds=-i)))
+    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5, batch=2)
+    sweeper.count_ends(now)  # up to END_BATCHES batches of 2
+    assert ended(registry, "Cancelled") == 7
+    assert store.put(_held_cancel("one-more", now))
+    assert sweeper.count_ends(now) == 1
+    assert ended(registry, "Cancelled") == 8
+
+
+def test_a_sweep_without_observers_counts_nothing_and_marks_nothing(
+    stub_broker: StubBroker,
+) -> None:
+    now = datetime.now(timezone.utc)
+    assert get_job_store().put(_held_cancel("uncounted", now))
+    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    assert sweeper.count_ends(now) == 0
+    record = get_job_store().get("uncounted")
+    assert record is not None and "counted" not in record.state

@@ -158,6 +158,9 @@ class World:
             return self.calls.get("pending_hooks", 0) > 0
         if duty == "depth_reports":
             return bool(depths.reports)
+        if duty == "count_ends":
+            uncounted = store.get("uncounted")
+            return uncounted is not None and uncounted.state.get("counted") is True
         raise AssertionError(f"no check for duty {duty}")
 
 
@@ -186,6 +189,7 @@ def world(store: IJobStore, broker: RedisBroker) -> World:
     lost = {"queue": CHANNEL, "message_id": "gone"}
     assert store.put(row("lost", created=old, updated=old, state={DISPATCH_KEY: lost}))
     assert store.put(row("old", status=Status.COMPLETED, created=old, updated=old))
+    assert store.put(row("uncounted", status=Status.CANCELLED))  # by a process without metrics
     slot = due_schedule(store, SCHEDULE, now)
     made = World(store, broker, slot)
     counting(made, broker, "get_declared_queues")
@@ -211,6 +215,7 @@ BREAKS = {
     "resend_first_steps": ("store", "list"),
     "purge": ("store", "purge"),
     "lapsed_hooks": ("store", "pending_hooks"),
+    "count_ends": ("store", "ended_since"),
 }
 
 
