@@ -39,6 +39,7 @@ from ..notices import publish_ended
 from ..progress import ProgressReporter
 from ..record import JobRecord, utcnow
 from ..start_times import late_retry, missed_deadline
+from ..state import counting
 from ..status import Status
 from ..storable import storable_text
 from ..stores.registry import get_job_store
@@ -347,6 +348,7 @@ class Worker:
                     job.adopt(record)
                     job.error = record.error
                     _log(job, "follow_durable", record.status)
+                    _count_end(record)
                 return record is None
             outcome, record = waiting.settle(store, record)
         except StoreError as exc:
@@ -371,6 +373,7 @@ class Worker:
         job.apply_event(CANCEL)
         job.cancel_event.set()
         job.error = missed_deadline(job.start_deadline, utcnow())
+        job.state = counting(job.state)  # told below: no sweep leader counts it again
         _log(job, "deadline_cancel")
         if job.persist():
             if observers.observing():
@@ -388,6 +391,8 @@ class Worker:
             durable = None
         if durable is None or durable.status is not Status.CANCELLED:
             job.persist()
+        else:
+            _count_end(durable)
 
     def _start(self, job: Job) -> bool:
         """Heal, follow the durable row, RUN and persist it; True if work may start."""
@@ -402,6 +407,7 @@ class Worker:
             if durable.status is not Status.SCHEDULED:
                 _log(job, "follow_durable", durable.status)
                 job.adopt(durable)
+                _count_end(durable)
                 return False
             elif durable.version != job.version:
                 job.version = durable.version
@@ -520,6 +526,7 @@ class Worker:
             # Cancelled by id (Job.cancel_saved) while it ran: follow the row.
             _log(job, "follow_durable", durable.status)
             job.adopt(durable)
+            _count_end(durable)
             return
         logger.error("job %s ended %s but the snapshot did not persist", job.id, job.status)
 
@@ -654,6 +661,17 @@ def _observe_end(job: Job) -> None:
     """Tell the observers of an end this worker wrote as a snapshot."""
     if observers.observing():
         observers.job_ended(job.to_record())
+
+
+def _count_end(record: JobRecord) -> None:
+    """Count the end of a job found Cancelled in the store, if its canceller did not
+    (a process without metrics), as the Dramatiq driver's worker meeting it does:
+    the in-process driver has no sweep to count it later. Never raises."""
+    book = ledger.StepBook(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True)
+    try:
+        book.count_end(record)
+    except StoreError as exc:
+        logger.warning("job %s: its end was not counted (%s)", record.id, exc)
 
 
 def _stored(job_id: str) -> JobRecord | None:

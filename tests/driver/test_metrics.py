@@ -166,6 +166,30 @@ def test_a_job_past_its_start_deadline_counts_as_a_missed_deadline(
     assert value(registry, "pypepper_start_deadlines_missed_total", channel=CHANNEL) == 1
     assert ended(registry, "Cancelled") == 1
     assert value(registry, "pypepper_job_start_delay_seconds_count", channel=CHANNEL) == 0
+    # Marked counted with the end: a sweep leader's look at recent ends skips it.
+    assert record.state["counted"] is True
+
+
+def test_a_delayed_job_cancelled_without_metrics_is_counted_once_by_the_worker(
+    driver: Driver, registry: CollectorRegistry
+) -> None:
+    """The canceller (a CLI, a script) tells no observer; the worker that meets the
+    job (its planned start come, the row Cancelled) counts its end, once."""
+    job = make_job([work.task(name="never")])
+    job.scheduled(delay=0.5)
+    [metrics] = observers.installed()
+    observers.remove(metrics)  # the canceller's process: no observer
+    try:
+        assert Job.cancel_saved(job.id, by="cli") is True
+    finally:
+        observers.install(metrics)
+    assert ended(registry, "Cancelled") == 0
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert record.status is Status.CANCELLED and record.state["counted"] is True
+    assert ended(registry, "Cancelled") == 1
+    assert CALLS.get((job.id, "never")) is None
 
 
 def test_steps_in_progress_counts_the_attempt_running_now(
