@@ -438,14 +438,14 @@ class Gateway:
 
         ``keep``: state keys this write adds, written again over the stored
         progress a retry adopts (a cancel's ``cancelled_by``)."""
-        return self._persist(job, attempts, keep) is not None
+        return self.persist_own(job, attempts, keep) is not None
 
-    def _persist(
+    def persist_own(
         self, job: Job, attempts: int, keep: Mapping[str, Any] | None = None
     ) -> bool | None:
-        """:meth:`persist`, saying who wrote: True if this call's write was stored,
-        False if the row already held what it would write (another writer's,
-        adopted), None if nothing was stored."""
+        """:meth:`persist`, saying whose write holds the snapshot: True this call's,
+        False another writer's (the row already held what it would write: adopted),
+        None if nothing was stored. An end is counted only by its own writer."""
         for attempt in range(attempts):
             try:
                 if self.save(job):
@@ -535,7 +535,7 @@ class Gateway:
             host,
             extra={"action": "cancel", "job_id": job.id, "by": by, "host": host},
         )
-        written = self._persist(job, SAVE_ATTEMPTS, keep=added)
+        written = self.persist_own(job, SAVE_ATTEMPTS, keep=added)
         persisted = written is not None
         # Counted only when this write ended the job: a row found Cancelled already
         # was ended (and counted, or left to the sweep leader) by its writer.

@@ -33,7 +33,8 @@ from ..errors import (
     retry_may_cure,
 )
 from ..events import CANCEL, COMPLETE, FAIL, RUN
-from ..job import Job
+from ..gateway import GATEWAY
+from ..job import SAVE_ATTEMPTS, Job
 from ..logs import get_logger
 from ..notices import publish_ended
 from ..progress import ProgressReporter
@@ -375,8 +376,10 @@ class Worker:
         job.error = missed_deadline(job.start_deadline, utcnow())
         job.state = counting(job.state)  # told below: no sweep leader counts it again
         _log(job, "deadline_cancel")
-        if job.persist():
-            if observers.observing():
+        written = GATEWAY.persist_own(job, SAVE_ATTEMPTS)
+        if written is not None:
+            # Told only if this write ended it (not a cancel stored meanwhile).
+            if written and observers.observing():
                 record = job.to_record()
                 observers.deadline_missed(record)
                 observers.job_ended(record)

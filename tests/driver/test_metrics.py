@@ -170,6 +170,25 @@ def test_a_job_past_its_start_deadline_counts_as_a_missed_deadline(
     assert record.state["counted"] is True
 
 
+def test_an_in_process_deadline_cancel_that_finds_the_job_cancelled_counts_nothing_more(
+    stub_broker: StubBroker, registry: CollectorRegistry
+) -> None:
+    """Cancelled by id (counted there) before the in-process worker took it past its
+    start deadline: the worker's deadline cancel finds the row Cancelled already and
+    counts neither an end nor a missed deadline."""
+    late = make_job([work.task(name="late")])
+    late.scheduled(max_start_delay=0)
+    assert Job.cancel_saved(late.id) is True
+    assert ended(registry, "Cancelled") == 1
+    driver = InProcessDriver()
+    driver.start()
+    [record] = driver.wait(late)
+
+    assert record.status is Status.CANCELLED and record.error is None
+    assert ended(registry, "Cancelled") == 1
+    assert value(registry, "pypepper_start_deadlines_missed_total", channel=CHANNEL) == 0
+
+
 def test_a_delayed_job_cancelled_without_metrics_is_counted_once_by_the_worker(
     driver: Driver, registry: CollectorRegistry
 ) -> None:
