@@ -25,11 +25,21 @@ metric:
   ``PROMETHEUS_MULTIPROC_DIR`` before the processes start and serve a
   ``MultiProcessCollector``; the gauges use ``livesum`` / ``livemostrecent``.
 
-A job's end is counted once across processes: by the writer of the end when it
-observes, else by the worker that meets the ended row (its attempt lost to the
-cancel, or the cancelled job's message reached it), which sets the row's
-``state["counted"]`` marker by compare-and-set (:mod:`~pypepper_dramatiq.state`).
-A worker creates the series of the channels it serves at 0 when it starts.
+A job's end is counted once across processes. Its writer counts it when it
+observes, and only if its own compare-and-set write ended the job (of two
+cancellers, the one that finds the row Cancelled already counts nothing). An
+end written by a process without metrics (the CLI, a script, a dashboard) is
+counted by whichever worker with metrics sets the row's ``state["counted"]``
+marker by compare-and-set (:mod:`~pypepper_dramatiq.state`): the worker that
+meets the ended row (its attempt lost to the cancel, the cancelled job's message
+reached it, the in-process driver took it), else the recovery sweep's leader,
+whose ``count_ends`` duty reads the Cancelled rows updated since its watermark
+(a job cancelled while held in the store, delayed or waiting, meets no worker).
+That watermark is kept in memory: a new leader looks back an hour, so the ends
+of such jobs cancelled while no worker with metrics led the sweep for longer
+than that stay uncounted. Run the workers with metrics: a leader without them
+counts nothing. A worker creates the series of the channels it serves at 0 when
+it starts.
 
 Labels are bounded: statuses, channel ids, job categories, task names, schedule
 names (all defined by code), never a job id.

@@ -37,8 +37,9 @@ it. The stored form is a JSON object with these keys (all optional):
 * ``counted``: True once the job's end was told to the observers (the metrics),
   set in the write that ends the job by a writer that tells them, or later by
   compare-and-set (a worker whose attempt lost to the cancel, the worker that
-  meets the message of a job cancelled while Scheduled): whoever sets it counts
-  the end, so each end is counted once across processes.
+  meets the message of a job cancelled while Scheduled, the recovery sweep's
+  leader reading recent Cancelled rows): whoever sets it counts the end, so
+  each end is counted once across processes.
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
