@@ -13,7 +13,7 @@ from pypepper_dramatiq import Job, Workflow
 
 from .harness import Cluster, wait_for
 from .test_cancel_history import cli
-from .test_metrics import sample, scrape, start_metrics_worker
+from .test_metrics_processes import sample, scrape, start_metrics_worker
 from .worker_app import CHANNEL, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
