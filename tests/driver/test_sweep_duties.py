@@ -429,6 +429,35 @@ def test_one_job_that_cannot_be_released_stays_held_and_the_batch_goes_out(
     assert sorted(sent) == ["r1", "r3"]  # one message each: r1 is not sent again
 
 
+def test_one_end_that_cannot_be_counted_leaves_the_others_counted(
+    store: IJobStore, broker: RedisBroker, registry: CollectorRegistry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    for job_id in ("e1", "e2-bad", "e3"):
+        assert store.put(row(job_id, status=Status.CANCELLED))  # by a process without metrics
+    real = store.advance
+
+    def advance(record: JobRecord) -> bool:
+        if record.id == "e2-bad":
+            raise ValueError("this row cannot be written")
+        return real(record)
+
+    store.advance = advance  # type: ignore[method-assign]
+    sweep = sweeper(broker)
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+        sweep.sweep(full=True)
+    marked = {job_id: stored.state.get("counted") for job_id in ("e1", "e2-bad", "e3")
+              if (stored := store.get(job_id)) is not None}  # fmt: skip
+    assert marked == {"e1": True, "e2-bad": None, "e3": True}
+    ended = {"status": "Cancelled", "channel": CHANNEL, "category": ""}
+    assert registry.get_sample_value("pypepper_jobs_ended_total", ended) == 2
+    assert failures(registry, "count_ends") == 1
+    [line] = [r for r in caplog.records if "e2-bad" in r.getMessage()]
+    assert line.getMessage().startswith("recovery sweep (count_ends): job e2-bad skipped")
+    [failing] = sweep.health().failing
+    assert failing.duty == "count_ends" and "job e2-bad" in failing.error
+
+
 def test_a_retention_that_cannot_be_applied_leaves_the_other_statuses_purged(
     store: IJobStore, broker: RedisBroker, registry: CollectorRegistry
 ) -> None:
