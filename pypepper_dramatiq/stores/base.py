@@ -31,6 +31,7 @@ __all__ = [
     "JobRecord",
     "StepClaim",
     "as_utc",
+    "check_ended",
     "check_job_id",
     "claimed_row",
     "matches",
@@ -75,8 +76,8 @@ class IJobStore(abc.ABC):
     :class:`~pypepper_dramatiq.errors.CorruptRecordError` from a single read
     (``get``, ``claim_step``, ``key_holder``); every read of several rows
     (``list``, ``get_many``, ``waiting``, ``due_releases``, ``overdue``,
-    ``recover_expired``, ``pending_hooks``, ``held_by``, ``ended_since``) answers a placeholder in
-    its place instead, :attr:`JobRecord.damaged
+    ``recover_expired``, ``pending_hooks``, ``held_by``, ``ended_since``) answers
+    a placeholder in its place instead, :attr:`JobRecord.damaged
     <pypepper_dramatiq.record.JobRecord.damaged>` set, so that one row never
     fails a page or a batch. Nothing acts on a placeholder but to show or skip
     it. (The SQL stores check rows as they read them, :mod:`.rows`; the memory
@@ -311,8 +312,7 @@ class IJobStore(abc.ABC):
         Raises:
             ValueError: ``status`` is not a final status.
         """
-        if status not in TERMINAL:
-            raise ValueError(f"ended_since needs a final status, got {status!r}")
+        check_ended(status)
         since = (as_utc(after[0]), after[1])
         rows = sorted(
             (r for r in self.list(status=status) if (r.updated, r.id) > since),
@@ -600,6 +600,12 @@ def held_reason(waiting_since: datetime | None, release_at: datetime | None) -> 
     if release_at is not None:
         return HELD_FOR_TIME
     return None
+
+
+def check_ended(status: Status) -> None:
+    """Refuse (ValueError) a ``status`` that is not a final one, for ``ended_since``."""
+    if status not in TERMINAL:
+        raise ValueError(f"ended_since needs a final status, got {status!r}")
 
 
 def matches(record: JobRecord, search: str) -> bool:

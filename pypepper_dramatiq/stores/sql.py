@@ -75,7 +75,7 @@ from ..progress import PROGRESS_KEY
 from ..recurring import RecurringSchedule
 from ..start_times import is_retry
 from ..state import HOOKS_KEY
-from ..status import TERMINAL, Status, overwritable_by
+from ..status import Status, overwritable_by
 from ..workers import WorkerInfo, forget_before, listed
 from .base import (
     HELD_FOR_JOBS,
@@ -83,6 +83,7 @@ from .base import (
     IJobStore,
     JobRecord,
     StepClaim,
+    check_ended,
     claimed_row,
     why_not_claimable,
 )
@@ -1081,8 +1082,7 @@ class SqlJobStore(IJobStore):
     def ended_since(
         self, status: Status, after: tuple[datetime, str], limit: int = 100
     ) -> builtins.list[JobRecord]:
-        if status not in TERMINAL:
-            raise ValueError(f"ended_since needs a final status, got {status!r}")
+        check_ended(status)
         at, job_id = after
         # The keyset spelt out (not a row comparison) so that MySQL ranges over
         # ix_scheduler_jobs_status_updated as PostgreSQL does.
