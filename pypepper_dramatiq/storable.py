@@ -18,6 +18,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 # -- column limits: the one definition (``stores/schema.py`` builds its columns from them) --
@@ -119,6 +120,33 @@ def check_json(field: str, value: Any, depth: int = 0) -> Any:
         return value  # the common case: a pass or two over the encoded text
     _walk(field, value, depth)
     return value
+
+
+#: A JSON string (skipped as it is), or a number written with a positive exponent.
+_STRING_OR_EXPONENT = re.compile(r'("(?:[^"\\]|\\.)*")|(-?\d+(?:\.\d+)?[eE]\+\d+)')
+
+
+def _spelled_out(match: re.Match[str]) -> str:
+    if match.group(1) is not None:
+        return match.group(1)
+    digits = f"{Decimal(match.group(2)):f}"
+    return digits if "." in digits else digits + ".0"
+
+
+def json_text(value: Any) -> str:
+    """The JSON text of ``value`` as every store writes it into a JSON column.
+
+    ``json.dumps``, except that a float written with a positive exponent (Python's
+    form from 1e16: ``8.850783147909827e+16``) is spelled out with a fraction
+    (``88507831479098270.0``). PostgreSQL's ``jsonb`` keeps numbers as ``numeric``,
+    which prints the exponent form without a fraction: read back, the float was an
+    int (and not of the float's exact value). Spelled out, it reads back as the
+    same float. Ints never take an exponent, so no int changes.
+    """
+    text = json.dumps(value)
+    if "e+" not in text and "E+" not in text:
+        return text  # the common case: nothing to spell out
+    return _STRING_OR_EXPONENT.sub(_spelled_out, text)
 
 
 #: A JSON string, escapes included; and what is not an array's or object's bracket.
