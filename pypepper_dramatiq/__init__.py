@@ -9,7 +9,6 @@ their paths
 """
 
 from . import gateway  # noqa: F401  (installs the gateway the Job methods use)
-from .channels.admission import SendResult
 from .channels.channel import Channel, ChannelManager, manager
 from .config import config
 from .context import CANCEL_EVENT_KEY, Context
@@ -75,6 +74,7 @@ from .stores.registry import (
     setup_from_config,
 )
 from .task import Task
+from .transport import SendResult
 from .workflow import TaskOutcome, Workflow, WorkflowResult
 
 __version__ = "0.1.0"

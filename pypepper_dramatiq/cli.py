@@ -43,7 +43,6 @@ from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from . import paging
-from .channels.admission import channel_states
 from .config import duration
 from .display import printable
 from .errors import (
@@ -59,11 +58,11 @@ from .errors import (
 )
 from .gateway import publish_cancel
 from .paging import encode_cursor
-from .redis_layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX
 from .retention import BATCH
 from .state import BY_CLI
 from .status import TERMINAL, Status
 from .stores.base import IJobStore, JobRecord, utcnow
+from .transport import Transport
 from .workers import FORGET_AFTER_SECONDS, GONE_AFTER_BEATS, ListedWorker, listing
 
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
@@ -624,23 +623,22 @@ def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> No
 
 
 def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
-    import redis
-
     from .job import Job
     from .stores.registry import reset_job_store, set_job_store
+    from .transport.redis import RedisTransport
 
     # A broker URL redis cannot use is refused before anything is written.
-    client = redis.Redis.from_url(broker_url) if broker_url else None
+    transport = RedisTransport.from_url(broker_url) if broker_url else None
     set_job_store(store)
     try:
         if not Job.cancel_saved(job_id, by=BY_CLI):
             _error(f"job {job_id} kept changing; try again")
             return 1
         told = "workers see it at their next lease renewal"
-        if client is not None:
+        if transport is not None:
             told = (
                 "running tasks were told"
-                if publish_cancel(job_id, client)
+                if publish_cancel(job_id, transport)
                 else (f"Redis could not be told; {told}")
             )
         _say(f"job {job_id} cancelled ({told})")
@@ -653,8 +651,8 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
         return 1
     finally:
         reset_job_store()
-        if client is not None:
-            client.close()
+        if transport is not None:
+            transport.close()
 
 
 def _retry(store: IJobStore, args: argparse.Namespace) -> int:
@@ -881,29 +879,30 @@ def _masked(url: str) -> str:
 
 
 def _channels(args: argparse.Namespace) -> int:
-    import redis
+    from .transport.redis import RedisTransport
 
     url: str = args.broker_url
     if urlsplit(url).scheme.lower() not in _REDIS_SCHEMES:
         _error(f"--broker-url {_masked(url)!r}: expected a redis://, rediss:// or unix:// URL")
         return 2
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
+        transport = RedisTransport.from_url(url, socket_connect_timeout=5, socket_timeout=10)
     except ValueError as exc:
         _error(f"--broker-url {_masked(url)!r}: {exc}")
         return 2
+    unusable: tuple[type[Exception], ...] = (*transport.errors, PypepperError)
     try:
         if args.action == "list":
-            return _list_channels(client, as_json=args.json)
-        return _change_channel(client, args.action, args.name, args.size)
-    except (redis.RedisError, PypepperError) as exc:
+            return _list_channels(transport, as_json=args.json)
+        return _change_channel(transport, args.action, args.name, args.size)
+    except unusable as exc:
         _error(f"Redis at {_masked(url)} cannot be used: {exc}")
         return 2
     finally:
-        client.close()
+        transport.close()
 
 
-def _list_channels(client: Any, *, as_json: bool) -> int:
+def _list_channels(transport: Transport, *, as_json: bool) -> int:
     rows = [
         {
             "channel": state.name,
@@ -911,7 +910,7 @@ def _list_channels(client: Any, *, as_json: bool) -> int:
             "maxsize": state.maxsize,
             "stopped": state.stopped,
         }
-        for state in channel_states(client)
+        for state in transport.channel_states() or []
     ]
     if as_json:
         for row in rows:
@@ -934,15 +933,12 @@ def _list_channels(client: Any, *, as_json: bool) -> int:
     return 0
 
 
-def _change_channel(client: Any, action: str, name: str, size: int | None) -> int:
-    from .channels.admission import RedisGate
-
-    key = f"{CHANNEL_KEY_PREFIX}{name}"
-    known = bool(client.exists(key, f"{key}{WAITING_SUFFIX}"))
+def _change_channel(transport: Transport, action: str, name: str, size: int | None) -> int:
+    gate = transport.gate(name)  # no bound given: the stored one is kept
+    known = gate.known()
     if action == "resume" and not known:
         _error(f"no channel {name!r} is known in Redis; nothing to resume")
         return 1
-    gate = RedisGate(client, name)  # no bound given: the stored one is kept
     if not known:
         _say(f"channel {name} was not known in Redis: created", stderr=True)
     if action == "stop":

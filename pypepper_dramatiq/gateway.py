@@ -21,8 +21,7 @@ from typing import Any, Literal
 from dramatiq.broker import Broker
 
 from . import observers
-from .channels.admission import Offer, SendResult, admit_and_enqueue
-from .channels.broker import get_broker
+from .channels.broker import get_broker, get_transport, transport_of
 from .channels.channel import Channel, hooks_enqueue, manager
 from .channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from .engine.running import running_here
@@ -43,7 +42,6 @@ from .job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, use_gateway
 from .logs import get_logger
 from .notices import publish_ended, wait_for, wait_for_async, wake
 from .record import JobRecord, utcnow
-from .redis_layout import CANCEL_CHANNEL, redis_client_of
 from .retrying import retry_record
 from .rules import Position
 from .start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
@@ -52,6 +50,7 @@ from .status import Status, may_overwrite
 from .storable_job import check_job_record, could_be_stored
 from .stores.base import IJobStore
 from .stores.registry import get_job_store
+from .transport import Offer, SendResult, Topic, Transport
 from .waits import ON_CONFLICT, Waits, check_choice, check_unique_key, parent_ids
 
 logger = get_logger(__name__)
@@ -138,13 +137,13 @@ class Gateway:
             )
         before = job.status
         wait = times.delay_from(now)
-        on_redis = redis_client_of(get_broker()) is not None
-        hold = on_redis and wait > SHORT_DELAY_SECONDS
+        shared = get_transport().shared
+        hold = shared and wait > SHORT_DELAY_SECONDS
         job.not_before, job.start_deadline = times.not_before, times.deadline
         job.release_at = times.not_before if hold else None
         # A held job takes its channel slot when the sweep releases it.
         channel = _admit(
-            job, before, manager.available, "check" if hold else "send", wait if on_redis else 0.0
+            job, before, manager.available, "check" if hold else "send", wait if shared else 0.0
         )
         _log_scheduled(job, channel.id)
         if not self.persist(job, SAVE_ATTEMPTS):
@@ -162,9 +161,9 @@ class Gateway:
             return []
         now = utcnow()
         broker = get_broker()
-        on_redis = redis_client_of(broker) is not None
         hooks = hooks_enqueue(broker)  # the same for every message of the batch
         channels = {job.channel_id: manager.available(job.channel_id) for job in batch}
+        one_call = all(channel.one_call for channel in channels.values())
         before = [(job.status, job.updated) for job in batch]
         prepared: list[tuple[Offer, Any] | None] = []
         records: list[JobRecord] = []
@@ -175,7 +174,7 @@ class Gateway:
                 job.not_before = job.start_deadline = job.release_at = None
                 job.mark_saved(0, now)  # the row's version and time, without a copy
                 record = job.to_record()
-                if on_redis:
+                if one_call:
                     # The row records the message before it is sent: were it never
                     # sent, the recovery sweep finds the row without it and sends one.
                     offer, message = channels[job.channel_id].prepare(
@@ -201,7 +200,7 @@ class Gateway:
                 job.mark_saved(0, before[i][1])
                 results[i] = DuplicateJobError(None, job.id)
         stored = [i for i, ok in enumerate(written) if ok]
-        answers = self._offer_many(batch, stored, prepared, channels, on_redis, hooks)
+        answers = self._offer_many(batch, stored, prepared, channels, one_call, hooks)
         refusals: dict[tuple[str, SendResult], ChannelFullError | ChannelStoppedError] = {}
         for i, answer in zip(stored, answers, strict=True):
             job = batch[i]
@@ -236,17 +235,18 @@ class Gateway:
         stored: Sequence[int],
         prepared: Sequence[tuple[Offer, Any] | None],
         channels: dict[str, Channel],
-        on_redis: bool,
+        one_call: bool,
         hooks: bool = True,
     ) -> list[SendResult]:
         """Admit and send the jobs of ``batch`` at ``stored`` (their rows are stored):
-        one Lua script on Redis, a loop of :meth:`Channel.offer` elsewhere. ``hooks``:
-        whether the broker's enqueue hooks run (as :meth:`Channel.prepare`'s did)."""
-        if not on_redis:
+        one call of the transport when its channels take it (one Lua script on
+        Redis), a loop of :meth:`Channel.offer` elsewhere. ``hooks``: whether the
+        broker's enqueue hooks run (as :meth:`Channel.prepare`'s did)."""
+        if not one_call:
             return [channels[batch[i].channel_id].offer(batch[i]) for i in stored]
         offers = [(batch[i], prepared[i]) for i in stored]
         try:
-            answers = admit_and_enqueue([p[0] for _, p in offers if p is not None])
+            answers = get_transport().admit_and_enqueue([p[0] for _, p in offers if p is not None])
         except BrokerUnavailableError as exc:
             logger.warning(
                 "%d jobs are stored but their messages may not have been sent (%s); "
@@ -337,9 +337,9 @@ class Gateway:
         """
         before = job.status
         wait = times.delay_from(now)
-        on_redis = redis_client_of(get_broker()) is not None
+        shared = get_transport().shared
         waiting = bool(waits.awaited)
-        held = transactional or (on_redis and (waiting or wait > SHORT_DELAY_SECONDS))
+        held = transactional or (shared and (waiting or wait > SHORT_DELAY_SECONDS))
         job.not_before, job.start_deadline = times.not_before, times.deadline
         job.unique_key = key
         job.waits = replace(waits, held=held).to_dict() if waiting else None
@@ -372,7 +372,7 @@ class Gateway:
         if held:
             return
         try:
-            channel.dispatch(job, delay=wait if on_redis else 0.0)
+            channel.dispatch(job, delay=wait if shared else 0.0)
         except BrokerUnavailableError as exc:
             logger.warning(
                 "job %s is stored but its message was not sent (%s); the recovery sweep sends it",
@@ -747,7 +747,10 @@ def send_step(broker: Broker, step: StepMessage, channel_id: str, delay: float =
     would make it consume a channel it does not serve; other brokers (the stub
     broker) need the queue declared first.
     """
-    if redis_client_of(broker) is None and channel_id not in broker.get_declared_queues():
+    if (
+        not transport_of(broker).takes_undeclared_queues
+        and channel_id not in broker.get_declared_queues()
+    ):
         broker.declare_queue(channel_id)
     return broker.enqueue(step.to_message(channel_id), delay=int(delay * 1000) or None)
 
@@ -760,7 +763,7 @@ def _transactional_store(store: IJobStore, connection: object) -> IJobStore:
             the job (no Redis sweep, and a plain Connection tells no commit).
     """
     bound = store.within(connection)
-    if not bound.tells_commits and redis_client_of(get_broker()) is None:
+    if not bound.tells_commits and not get_transport().shared:
         raise ConfigError(
             "scheduled(connection=...) without Redis needs a SQLAlchemy Session: "
             "with no workers' sweep, this process sends the job when the Session "
@@ -769,8 +772,8 @@ def _transactional_store(store: IJobStore, connection: object) -> IJobStore:
     return bound
 
 
-def publish_cancel(job_id: str, client: Any | None = None) -> bool:
-    """Announce a cancel to every worker over ``client`` (default: the Redis broker's).
+def publish_cancel(job_id: str, transport: Transport | None = None) -> bool:
+    """Announce a cancel to every worker over ``transport`` (default: the broker's).
 
     The job row is the truth (Cancelled is written first); the message only
     makes running attempts see it at once instead of at their next lease
@@ -778,11 +781,11 @@ def publish_cancel(job_id: str, client: Any | None = None) -> bool:
     Waiters hear it too (``Job.wait()``); those of this process are woken here.
     """
     wake(job_id)
-    client = client if client is not None else redis_client_of(get_broker())
-    if client is None:
+    transport = transport if transport is not None else get_transport()
+    if not transport.carries_notices:
         return False
     try:
-        client.publish(CANCEL_CHANNEL, job_id)
+        transport.publish(Topic.CANCEL, job_id)
     except Exception as exc:  # the lease keeper will notice it from the row instead
         logger.warning("job %s: cancel not published (%s); workers see it on renewal", job_id, exc)
         return False

@@ -2,11 +2,11 @@
 
 Whoever writes a job's end calls :func:`publish_ended` after the write: it
 wakes the waiters of this process and publishes the job id on Redis
-(:data:`~pypepper_dramatiq.redis_layout.ENDED_CHANNEL`; nothing without
+(:attr:`~pypepper_dramatiq.transport.Topic.ENDED`; nothing without
 Redis): one PUBLISH per job end, none per step, and none while nobody listens
 (:class:`EndAudience`): a worker process whose PUBLISH reached no subscriber
 stops publishing ends for :data:`QUIET_SECONDS`, or until a listener announces
-itself on :data:`~pypepper_dramatiq.redis_layout.LISTENING_CHANNEL`, which
+itself on :attr:`~pypepper_dramatiq.transport.Topic.LISTENING`, which
 the worker's cancel listener hears. A process that hears no announcements
 (no cancel listener) publishes every end. A cancel by a call
 (``Job.cancel()``, ``cancel_saved``, a replaced key holder, a task cancelling
@@ -35,18 +35,16 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
-from . import redis_batch
-from .channels.broker import get_broker
+from .channels.broker import get_transport
 from .errors import StoreUnavailableError, UnknownJobError, WaitInsideJobError, WaitTimeoutError
 from .executor import running_job
 from .logs import get_logger
 from .outage import REDIS, broker_unreachable, shared_outage
 from .record import JobRecord
-from .redis_layout import CANCEL_CHANNEL, ENDED_CHANNEL, LISTENING_CHANNEL, redis_client_of
 from .start_times import duration
 from .stores.registry import get_job_store
+from .transport import Notice, Subscribed, Topic, Transport
 
 logger = get_logger(__name__)
 
@@ -173,26 +171,26 @@ def wake(job_id: str) -> None:
     waiters.wake(job_id)
 
 
-def publish_ended(job_id: str, client: Any | None = None) -> bool:
+def publish_ended(job_id: str, transport: Transport | None = None) -> bool:
     """Tell every waiter that job ``job_id`` ended; call it after the write that ended it.
 
-    Wakes this process's waiters, then publishes the id over ``client``
-    (default: the Redis broker's) unless nobody listens (:class:`EndAudience`).
+    Wakes this process's waiters, then publishes the id over ``transport``
+    (default: the broker's) unless nobody listens (:class:`EndAudience`).
     Never raises: a notice that cannot be sent is logged (DEBUG when Redis is
     unreachable, which other parts report) and costs a waiter elsewhere at most
     :data:`POLL_SECONDS`. True once published.
     """
     try:
         waiters.wake(job_id)
-        if client is None:
-            client = redis_client_of(get_broker())
-        if client is None:
+        if transport is None:
+            transport = get_transport()
+        if not transport.carries_notices:
             return False
         epoch = audience.ask(time.monotonic())
         if epoch is None:
             return False
-        receivers = redis_batch.send(client, "PUBLISH", ENDED_CHANNEL, job_id)
-        audience.answered(int(receivers), epoch, time.monotonic())
+        receivers = transport.publish(Topic.ENDED, job_id)
+        audience.answered(int(receivers or 0), epoch, time.monotonic())
     except Exception as exc:
         level = logging.DEBUG if broker_unreachable(exc) else logging.WARNING
         logger.log(
@@ -214,9 +212,9 @@ class EndedListener(threading.Thread):
     or at an error while no one waits (the next wait starts a new one).
     """
 
-    def __init__(self, client: Any, reconnect_delay: float = RECONNECT_SECONDS) -> None:
+    def __init__(self, transport: Transport, reconnect_delay: float = RECONNECT_SECONDS) -> None:
         super().__init__(name="pypepper-ended", daemon=True)
-        self.client = client
+        self.transport = transport
         self.reconnect_delay = reconnect_delay
         #: Set while the subscription to both channels is confirmed by Redis.
         self.ready = threading.Event()
@@ -234,12 +232,11 @@ class EndedListener(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            pubsub = None
+            subscription = None
             try:
-                pubsub = self.client.pubsub()
-                pubsub.subscribe(ENDED_CHANNEL, CANCEL_CHANNEL)
+                subscription = self.transport.subscribe((Topic.ENDED, Topic.CANCEL))
                 while not self._stop_event.is_set():
-                    self._dispatch(pubsub.get_message(timeout=self._next_wait()))
+                    self._dispatch(subscription.poll(self._next_wait()))
                     self._settle()
             except Exception as exc:
                 self.ready.clear()
@@ -248,20 +245,16 @@ class EndedListener(threading.Thread):
                 self._outage.failed(exc)
                 self._stop_event.wait(self.reconnect_delay)
             finally:
-                if pubsub is not None:
+                if subscription is not None:
                     try:
-                        pubsub.close()
+                        subscription.close()
                     except Exception:
                         logger.debug("closing the ended subscription failed", exc_info=True)
 
-    def _dispatch(self, message: dict[str, Any] | None) -> None:
-        if not message:
-            return
-        kind = message.get("type")
-        if kind == "message":
-            data = message["data"]
-            waiters.wake(data.decode() if isinstance(data, bytes) else str(data))
-        elif kind == "subscribe" and message.get("data") == 2:
+    def _dispatch(self, event: Notice | Subscribed | None) -> None:
+        if isinstance(event, Notice):
+            waiters.wake(event.text)
+        elif isinstance(event, Subscribed) and event.count == 2:
             # Both channels confirmed (also after redis-py reconnected by itself):
             # what was published while we were not subscribed is lost, so every
             # waiter reads its row again. Quiet workers are told someone listens;
@@ -269,7 +262,7 @@ class EndedListener(threading.Thread):
             self.ready.set()
             self._outage.ok()
             waiters.wake_all()
-            self.client.publish(LISTENING_CHANNEL, "1")
+            self.transport.publish(Topic.LISTENING, "1")
             self._settle_at = time.monotonic() + SETTLE_SECONDS
 
     def _next_wait(self) -> float:
@@ -290,27 +283,27 @@ _listener: EndedListener | None = None
 
 
 def listening() -> EndedListener | None:
-    """This process's listener on the current broker's Redis (started if needed);
-    None without Redis."""
+    """This process's listener on the current broker's transport (started if needed);
+    None when notices do not leave the process (no Redis)."""
     global _listener
-    client = redis_client_of(get_broker())
+    transport = get_transport()
     with _listener_lock:
         current = _listener
-        if client is None:
+        if not transport.carries_notices:
             if current is not None:
                 current.stop()
                 _listener = None
             return None
         if (
             current is not None
-            and current.client is client
+            and current.transport.connection is transport.connection
             and current.is_alive()
             and not current.stopping
         ):
             return current
         if current is not None:
             current.stop()
-        _listener = EndedListener(client)
+        _listener = EndedListener(transport)
         _listener.start()
         return _listener
 

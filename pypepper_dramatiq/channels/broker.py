@@ -1,15 +1,22 @@
-"""Which Dramatiq broker carries our messages."""
+"""Which Dramatiq broker carries our messages, and the transport that coordinates
+its processes (:mod:`pypepper_dramatiq.transport`): both are held here, together."""
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import dramatiq
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 
+from ..transport import Transport, transport_for
+
 _lock = threading.Lock()
 _broker: Broker | None = None
+_transport: Transport | None = None
+#: The transports of brokers other than the installed one (a test's, a tool's).
+_others: weakref.WeakKeyDictionary[Broker, Transport] = weakref.WeakKeyDictionary()
 
 
 def get_broker() -> Broker:
@@ -19,21 +26,51 @@ def get_broker() -> Broker:
     if one was set, else a new in-memory :class:`StubBroker` (the embedded
     default), which also becomes Dramatiq's global broker.
     """
-    global _broker
+    return _installed()[0]
+
+
+def get_transport() -> Transport:
+    """The transport of :func:`get_broker`'s broker, chosen when it was installed."""
+    return _installed()[1]
+
+
+def _installed() -> tuple[Broker, Transport]:
+    global _broker, _transport
     with _lock:
-        if _broker is None:
+        if _broker is None or _transport is None:
             existing = dramatiq.broker.global_broker
             if existing is None:
                 existing = StubBroker()
                 dramatiq.set_broker(existing)
-            _broker = existing
-        return _broker
+            _broker, _transport = existing, _others.pop(existing, None) or transport_for(existing)
+        return _broker, _transport
 
 
-def set_broker(broker: Broker | None) -> None:
-    """Install ``broker`` for channels (and as Dramatiq's global broker); None forgets it."""
-    global _broker
+def transport_of(broker: Broker | None) -> Transport:
+    """The transport of ``broker``: the installed one's for the installed broker (or
+    None), else the one made for it on its first use."""
+    if broker is None:
+        return get_transport()
     with _lock:
-        _broker = broker
+        if broker is _broker and _transport is not None:
+            return _transport
+        found = _others.get(broker)
+        if found is None:
+            found = _others[broker] = transport_for(broker)
+        return found
+
+
+def set_broker(broker: Broker | None, transport: Transport | None = None) -> None:
+    """Install ``broker`` for channels (and as Dramatiq's global broker) with
+    ``transport`` (default: the one :func:`~pypepper_dramatiq.transport.transport_for`
+    gives it); None forgets both."""
+    global _broker, _transport
+    with _lock:
+        if broker is not None and transport is None:
+            if broker is _broker and _transport is not None:
+                transport = _transport
+            else:
+                transport = _others.pop(broker, None) or transport_for(broker)
+        _broker, _transport = broker, transport if broker is not None else None
         if broker is not None:
             dramatiq.set_broker(broker)

@@ -1,7 +1,7 @@
 """Channels: named, optionally bounded Dramatiq queues that carry jobs.
 
 A channel's queue is a Dramatiq queue on the current broker (the in-memory
-stub broker by default). Its :class:`~pypepper_dramatiq.channels.admission.Gate` counts the
+stub broker by default). Its :class:`~pypepper_dramatiq.transport.base.Gate` counts the
 jobs waiting and decides "ok", "full" or "stopped" atomically (in Redis when
 the broker is Redis), so a successful send and a stop never overlap.
 
@@ -12,7 +12,7 @@ stop (also from the shell: ``pypepper-dramatiq channels``).
 
 Creating a channel does no Redis I/O, so ``setup(channels=...)`` succeeds
 while Redis is down: the channel's first call to Redis applies its bound
-(see :class:`~pypepper_dramatiq.channels.admission.RedisGate`), or raises
+(see :class:`~pypepper_dramatiq.transport.redis.gate.RedisGate`), or raises
 :class:`~pypepper_dramatiq.errors.BrokerUnavailableError` and is tried again
 by the next call.
 """
@@ -39,13 +39,12 @@ from ..logs import get_logger
 from ..notices import publish_ended
 from ..outage import broker_unreachable
 from ..record import JobRecord, utcnow
-from ..redis_layout import enqueue_options, messages_key, queue_key, redis_client_of
 from ..rules import Position
 from ..status import Status
 from ..storable_job import check_job_record
 from ..stores.registry import get_job_store
-from .admission import Gate, LocalGate, Offer, RedisGate, SendResult
-from .broker import get_broker
+from ..transport import Gate, Offer, SendResult
+from .broker import get_broker, transport_of
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 
 logger = get_logger(__name__)
@@ -88,11 +87,12 @@ class Channel:
             maxsize = count("maxsize", maxsize)
         self.id = channel_id
         self.broker = broker or get_broker()
-        self.gate = gate or gate_for(self.broker, channel_id, maxsize)
+        self.transport = transport_of(self.broker)
+        self.gate = gate or self.transport.gate(channel_id, maxsize)
         # Redis takes messages for any queue, and a queue declared in a worker
         # process is consumed by it: a sender that does not serve the channel
         # leaves it undeclared. Other brokers need the queue declared.
-        if declare or redis_client_of(self.broker) is None:
+        if declare or not self.transport.takes_undeclared_queues:
             self.broker.declare_queue(channel_id)
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
@@ -103,7 +103,7 @@ class Channel:
         # never receives them: holding each would keep every job it ever sent.
         self._local: dict[str, Job] = {}
         self._sent: weakref.WeakValueDictionary[str, Job] = weakref.WeakValueDictionary()
-        self._holds_sent = redis_client_of(self.broker) is None
+        self._holds_sent = not self.transport.shared
         self._consumer: Consumer | None = None
 
     @property
@@ -174,8 +174,8 @@ class Channel:
     @property
     def one_call(self) -> bool:
         """Whether this channel admits a job and queues its message in one Redis
-        round trip (:meth:`prepare`, :func:`~.admission.admit_and_enqueue`)."""
-        return isinstance(self.gate, RedisGate) and redis_client_of(self.broker) is not None
+        round trip (:meth:`prepare`, then the transport's ``admit_and_enqueue``)."""
+        return self.transport.enqueues_with(self.gate)
 
     def prepare(
         self,
@@ -192,22 +192,13 @@ class Channel:
         The broker's ``before_enqueue`` hooks run here, as its ``enqueue`` runs them;
         ``hooks=False`` when none of its middleware has one (:func:`hooks_enqueue`).
         """
-        assert isinstance(self.gate, RedisGate)
         delay_ms = int(delay * 1000) or None
         step = StepMessage(job.id, Position(), record or job.to_record())
         # Built with the broker's options at once: one message, not a copy of one.
-        message = step.to_message(*enqueue_options(self.id, delay_ms))
+        message = step.to_message(*self.transport.message_options(self.id, delay_ms))
         if hooks:
             self.broker.emit_before("enqueue", message, delay_ms)
-        offer = Offer(
-            self.gate,
-            job.id,
-            queue_key(self.broker, message.queue_name),
-            messages_key(self.broker, message.queue_name),
-            message.options["redis_message_id"],
-            message.encode(),
-        )
-        return offer, message
+        return Offer(self.gate, job.id, message, message.encode()), message
 
     def sent(
         self,
@@ -229,8 +220,7 @@ class Channel:
 
     def _offer_in_one_call(self, job: Job, delay: float) -> SendResult:
         offer, message = self.prepare(job, delay)
-        assert isinstance(self.gate, RedisGate)
-        result = self.gate.admit_and_enqueue(offer)
+        result = self.transport.admit_and_enqueue([offer])[0]
         if result == "ok":
             self.sent(job, message, delay)
         return result
@@ -441,10 +431,7 @@ def hooks_enqueue(broker: Broker) -> bool:
 def gate_for(broker: Broker, channel_id: str, maxsize: int | None = None) -> Gate:
     """The admission gate of ``channel_id`` on ``broker`` (shared through Redis there),
     without declaring its queue: for a process that only needs to give a slot back."""
-    client = redis_client_of(broker)
-    if client is not None:
-        return RedisGate(client, channel_id, maxsize)
-    return LocalGate(maxsize, channel_id)
+    return transport_of(broker).gate(channel_id, maxsize)
 
 
 class ChannelManager:

@@ -46,7 +46,7 @@ class StepMessage:
         self, queue_name: str, options: dict[str, Any] | None = None
     ) -> dramatiq.Message[Any]:
         """The Dramatiq message for ``queue_name``, with ``options`` besides ours (a
-        broker's own, e.g. :func:`~pypepper_dramatiq.redis_layout.enqueue_options`)."""
+        broker's own, e.g. :meth:`~pypepper_dramatiq.transport.base.Transport.message_options`)."""
         data: dict[str, Any] = {"job": self.job_id, "pos": self.position.to_list()}
         if self.record is not None:
             data["record"] = self.record.to_dict()

@@ -1,4 +1,4 @@
-"""Hearing, in each worker process, that a job was cancelled (Redis pub/sub).
+"""Hearing, in each worker process, that a job was cancelled (the transport's notices).
 
 The job row is the truth (``Job.cancel()`` writes Cancelled first); the
 message only makes running attempts see it at once instead of at the next
@@ -10,13 +10,12 @@ listened publishes them again (:class:`~pypepper_dramatiq.notices.EndAudience`).
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from ..engine.running import InFlight
 from ..logs import get_logger
 from ..notices import audience
 from ..outage import REDIS, shared_outage
-from ..redis_layout import CANCEL_CHANNEL, LISTENING_CHANNEL
+from ..transport import Notice, Topic, Transport
 
 logger = get_logger(__name__)
 
@@ -24,9 +23,11 @@ logger = get_logger(__name__)
 class CancelListener(threading.Thread):
     """Sets the cancel event of attempts in this process when their job is cancelled."""
 
-    def __init__(self, client: Any, inflight: InFlight, reconnect_delay: float = 1.0) -> None:
+    def __init__(
+        self, transport: Transport, inflight: InFlight, reconnect_delay: float = 1.0
+    ) -> None:
         super().__init__(name="pypepper-cancel", daemon=True)
-        self.client = client
+        self.transport = transport
         self.inflight = inflight
         self.reconnect_delay = reconnect_delay
         self.ready = threading.Event()
@@ -38,17 +39,16 @@ class CancelListener(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            pubsub = None
+            subscription = None
             try:
-                pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(CANCEL_CHANNEL, LISTENING_CHANNEL)
+                subscription = self.transport.subscribe((Topic.CANCEL, Topic.LISTENING))
                 self.ready.set()
                 self._outage.ok()
                 audience.hearing(True)
                 while not self._stop_event.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message and message.get("type") == "message":
-                        self._dispatch(message)
+                    event = subscription.poll(0.5)
+                    if isinstance(event, Notice):
+                        self._dispatch(event)
             except Exception as exc:
                 self.ready.clear()
                 audience.hearing(False)
@@ -57,19 +57,14 @@ class CancelListener(threading.Thread):
             finally:
                 if self._stop_event.is_set():
                     audience.hearing(False)
-                if pubsub is not None:
+                if subscription is not None:
                     try:
-                        pubsub.close()
+                        subscription.close()
                     except Exception:
                         logger.debug("closing the cancel subscription failed", exc_info=True)
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        channel = message.get("channel")
-        if isinstance(channel, bytes):
-            channel = channel.decode()
-        if channel == LISTENING_CHANNEL:
+    def _dispatch(self, notice: Notice) -> None:
+        if notice.topic is Topic.LISTENING:
             audience.heard()
             return
-        data = message["data"]
-        job_id = data.decode() if isinstance(data, bytes) else str(data)
-        self.inflight.cancel(job_id)
+        self.inflight.cancel(notice.text)

@@ -33,6 +33,7 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Interrupt, Middleware, Shutdown
 
 from .. import observers
+from ..channels.broker import transport_of
 from ..channels.channel import ChannelConnector, manager
 from ..channels.messages import STEP_ACTOR, StepMessage
 from ..engine.ledger import Claim, Outcome, StepBook, StepSkipped
@@ -41,7 +42,6 @@ from ..errors import MessageError, StoreError, retry_may_cure
 from ..logs import get_logger
 from ..outage import JOB_STORE, REDIS, shared_outage
 from ..record import utcnow
-from ..redis_layout import redis_client_of
 from ..rules import Action, Step, may_continue
 from ..settings import Settings
 from ..start_times import late_retry
@@ -150,9 +150,10 @@ class WorkflowMiddleware(Middleware):
             ),
             sweeper,
         ]
-        client = redis_client_of(broker)
-        if client is not None:
-            threads.append(CancelListener(client, self.inflight))
+        transport = transport_of(broker)
+        if transport.carries_notices:
+            threads.append(CancelListener(transport, self.inflight))
+        if transport.shared:
             threads.append(ChannelConnector(manager))
             if worker is not None:
                 threads.append(AckKeeper(broker, worker, max(1.0, self.sweep_interval)))

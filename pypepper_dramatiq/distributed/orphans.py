@@ -27,10 +27,10 @@ from typing import Any
 
 from dramatiq import Message
 
+from ..channels.broker import transport_of
 from ..channels.messages import STEP_ACTOR
 from ..logs import get_logger
 from ..outage import REDIS, broker_unreachable, shared_outage
-from ..redis_layout import acks_key, messages_key
 
 logger = get_logger(__name__)
 
@@ -52,6 +52,7 @@ class AckKeeper(threading.Thread):
     def __init__(self, broker: Any, worker: Any, interval: float) -> None:
         super().__init__(name="pypepper-acks", daemon=True)
         self.broker = broker
+        self.transport = transport_of(broker)
         self.worker = worker
         self.interval = interval
         self._missing_since: dict[tuple[str, str], float] = {}
@@ -75,8 +76,7 @@ class AckKeeper(threading.Thread):
     def check(self) -> int:
         """One pass; returns how many messages were put back."""
         consumers = getattr(self.worker, "consumers", None)
-        client = getattr(self.broker, "client", None)
-        if not isinstance(consumers, dict) or client is None:
+        if not isinstance(consumers, dict):
             return 0
         sent = 0
         now = time.monotonic()
@@ -84,7 +84,7 @@ class AckKeeper(threading.Thread):
         for queue_name, thread in list(consumers.items()):
             if not queue_name.endswith(".DQ"):
                 continue  # a regular queue's prefetch survives a reconnect
-            members = {_text(m) for m in client.smembers(acks_key(self.broker, queue_name))}
+            members = self.transport.fetched_ids(queue_name)
             if not members:
                 continue
             held = _held_by(thread)
@@ -97,14 +97,14 @@ class AckKeeper(threading.Thread):
                 missing_now[(queue_name, message_id)] = since
                 if now - since >= MIN_MISSING_SECONDS:
                     due.append(message_id)
-            sent += self._put_back(client, queue_name, due)
+            sent += self._put_back(queue_name, due)
         self._missing_since = missing_now
         return sent
 
-    def _put_back(self, client: Any, queue_name: str, message_ids: list[str]) -> int:
+    def _put_back(self, queue_name: str, message_ids: list[str]) -> int:
         if not message_ids:
             return 0
-        data = client.hmget(messages_key(self.broker, queue_name), message_ids)
+        data = self.transport.stored_messages(queue_name, message_ids)
         steps = []
         for message_id, raw in zip(message_ids, data, strict=True):
             if raw is None:
@@ -116,7 +116,7 @@ class AckKeeper(threading.Thread):
                 continue
         if steps:
             # Dramatiq's own "requeue": out of this worker's ack set, back on the queue.
-            self.broker.do_requeue(queue_name, *steps)
+            self.transport.requeue(queue_name, steps)
             logger.warning(
                 "%d delayed step message(s) of %s were held by no consumer of this worker "
                 "(dropped on a Redis reconnect); put back on the queue",
@@ -142,7 +142,3 @@ def _held_by(thread: Any) -> set[str] | None:
         except Exception:
             continue
     return held
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

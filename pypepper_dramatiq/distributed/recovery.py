@@ -37,6 +37,7 @@ from dramatiq.broker import Broker
 from dramatiq.common import dq_name
 
 from .. import cron, observers
+from ..channels.broker import transport_of
 from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from ..engine.hooks import HookSweep
@@ -48,13 +49,6 @@ from ..isolation import RowGuard
 from ..logs import get_logger
 from ..outage import JOB_STORE, REDIS, OutageLog, is_outage, shared_outage
 from ..record import JobRecord, utcnow
-from ..redis_layout import (
-    LEADER_KEY,
-    messages_key,
-    queues_held_by_dead_workers,
-    redis_client_of,
-    requeue_dead_workers,
-)
 from ..retention import BATCH
 from ..rules import Position
 from ..schedules import fire_due
@@ -104,6 +98,8 @@ class RecoverySweeper(threading.Thread):
     ) -> None:
         super().__init__(name="pypepper-recovery", daemon=True)
         self.broker = broker
+        #: Where the leader's lock, the dead workers and the messages are looked up.
+        self.transport = transport_of(broker)
         self.owner = owner
         self.lease_seconds = lease_seconds
         #: How long a re-sent step may wait in its queue before it is sent again.
@@ -221,17 +217,7 @@ class RecoverySweeper(threading.Thread):
 
     def lead(self) -> bool:
         """Take or keep the sweeper lock; True if this process sweeps now."""
-        client = redis_client_of(self.broker)
-        if client is None:
-            return True
-        ttl = int(self.interval * 2000)
-        if client.set(LEADER_KEY, self.owner, nx=True, px=ttl):
-            return True
-        holder = client.get(LEADER_KEY)
-        if holder in (self.owner, self.owner.encode()):
-            client.pexpire(LEADER_KEY, ttl)
-            return True
-        return False
+        return self.transport.lead(self.owner, self.interval * 2)
 
     def sweep(self, *, full: bool = True) -> int:
         """One pass: each of :data:`DUTIES` in turn; returns how many steps were sent (again).
@@ -299,14 +285,14 @@ class RecoverySweeper(threading.Thread):
         """
         declared = {q for name in self.broker.get_declared_queues() for q in (name, dq_name(name))}
         self._requeue(declared)
-        self._requeue(queues_held_by_dead_workers(self.broker) - declared)
+        self._requeue(self.transport.queues_held_by_dead_workers() - declared)
         return 0
 
     def _requeue(self, queues: set[str]) -> None:
         """Run the broker's dead-worker maintenance for each of ``queues``, each alone."""
         for queue_name in sorted(queues):
             with self.rows.row("requeue_prefetch", queue_name, what="queue"):
-                requeue_dead_workers(self.broker, queue_name)
+                self.transport.requeue_dead_workers(queue_name)
 
     def recover_lapsed(self, now: datetime) -> int:
         """Hand back the steps whose lease lapsed and send each again; returns how many
@@ -526,9 +512,8 @@ class RecoverySweeper(threading.Thread):
         whether the message the producer recorded still exists (waiting, delayed
         or held by a worker); if not, it sends a new one and records it.
         """
-        client = redis_client_of(self.broker)
-        if client is None:
-            return 0
+        if not self.transport.shared:
+            return 0  # in-process: the messages and the rows live and die together
         store = get_job_store()
         listed = list(
             store.list(status=Status.SCHEDULED, limit=self.batch, after=self._scheduled_after)
@@ -551,7 +536,7 @@ class RecoverySweeper(threading.Thread):
         if not stale:
             return 0
         resent = 0
-        for record, alive in zip(stale, self._alive(client, stale), strict=True):
+        for record, alive in zip(stale, self._alive(stale), strict=True):
             if alive or not self._resend(store, record, now):
                 continue
             resent += 1
@@ -580,15 +565,10 @@ class RecoverySweeper(threading.Thread):
             done = True
         return done
 
-    def _alive(self, client: Any, records: list[JobRecord]) -> list[bool]:
-        """Whether each record's recorded first message is still stored in Redis."""
-        with client.pipeline(transaction=False) as pipe:
-            for record in records:
-                queue, message_id = _recorded_message(record)
-                pipe.hexists(messages_key(self.broker, queue), message_id or "")
-                pipe.hexists(messages_key(self.broker, dq_name(queue)), message_id or "")
-            answers = pipe.execute()
-        return [bool(answers[2 * i] or answers[2 * i + 1]) for i in range(len(records))]
+    def _alive(self, records: list[JobRecord]) -> list[bool]:
+        """Whether each record's recorded first message is still stored in the broker."""
+        found = self.transport.messages_exist([_recorded_message(record) for record in records])
+        return found if found is not None else [True] * len(records)
 
     # -- retention ----------------------------------------------------------------------
 

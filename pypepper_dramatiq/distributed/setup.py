@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..metrics import install_metrics
 from ..settings import YAML_KEYS, Settings
 from ..stores.registry import configure_job_store, setup_from_config
+from ..transport import transport_for
 from .middleware import WorkflowMiddleware
 from .step_actor import declare_step_actor
 from .undecodable import install as guard_against_undecodable
@@ -97,7 +98,7 @@ def setup(
 
     Talks to no Redis: the Redis broker's connection pool connects on first
     use, and each channel applies its bound on its first call to Redis (see
-    :class:`~pypepper_dramatiq.channels.admission.RedisGate`). A ``dramatiq`` worker whose
+    :class:`~pypepper_dramatiq.transport.redis.gate.RedisGate`). A ``dramatiq`` worker whose
     module calls this starts while Redis is down, and Dramatiq's consumers
     retry until it is up. (The job store, when given, is opened here.)
 
@@ -190,7 +191,7 @@ def setup(
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)
         broker.add_middleware(middleware, before=TimeLimit if has_time_limit else None)
-    set_broker(broker)
+    set_broker(broker, transport_for(broker))  # the transport is chosen here, once
     declare_step_actor(broker)
     guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
     manager.clear()

@@ -46,10 +46,10 @@ from dramatiq.encoder import Encoder, MessageData
 from dramatiq.errors import DecodeError
 from dramatiq.middleware import Middleware
 
+from ..channels.broker import transport_of
 from ..display import printable
 from ..errors import MessageError
 from ..logs import get_logger
-from ..redis_layout import acks_key, messages_key, redis_client_of
 from .step_actor import declare_queueless_actor
 
 logger = get_logger(__name__)
@@ -89,7 +89,9 @@ _FIELD_SET = frozenset(_FIELDS)
 _TYPE_ITEMS = tuple(_TYPES.items())
 
 
-def problem(fields: Any, *, queue_name: str | None = None, on_redis: bool = False) -> str | None:
+def problem(
+    fields: Any, *, queue_name: str | None = None, id_option: str | None = None
+) -> str | None:
     """What keeps decoded ``fields`` from being a message Dramatiq can handle; None if nothing.
 
     Args:
@@ -97,11 +99,12 @@ def problem(fields: Any, *, queue_name: str | None = None, on_redis: bool = Fals
         queue_name: the queue the data was fetched from, which the message must name
             (Dramatiq hands a processed message back to the consumer of the queue it
             names: a worker thread dies on a queue it does not consume).
-        on_redis: the message came from Dramatiq's Redis broker, whose
-            acknowledgement needs the ``redis_message_id`` option.
+        id_option: the option naming the message's copy in the broker, which its
+            acknowledgement needs (the transport's ``message_id_option``:
+            ``redis_message_id`` on Redis), or None when messages carry none.
     """
-    if not _plainly_a_message(fields, on_redis):
-        found = _shape_problem(fields, on_redis)
+    if not _plainly_a_message(fields, id_option):
+        found = _shape_problem(fields, id_option)
         if found is not None:
             return found
     if queue_name is not None and fields["queue_name"] != queue_name:
@@ -110,7 +113,7 @@ def problem(fields: Any, *, queue_name: str | None = None, on_redis: bool = Fals
     return None
 
 
-def _shape_problem(fields: Any, on_redis: bool) -> str | None:
+def _shape_problem(fields: Any, id_option: str | None) -> str | None:
     if not isinstance(fields, dict):
         return f"decodes to a {type(fields).__name__}, not a message's fields"
     missing = [name for name in _REQUIRED if name not in fields]
@@ -125,12 +128,12 @@ def _shape_problem(fields: Any, on_redis: bool) -> str | None:
             not isinstance(fields[name], kinds) or isinstance(fields[name], bool)
         ):
             return f"field {name} is a {type(fields[name]).__name__}"
-    if on_redis and not isinstance(fields["options"].get("redis_message_id"), str):
-        return "no redis_message_id option"
+    if id_option is not None and not isinstance(fields["options"].get(id_option), str):
+        return f"no {id_option} option"
     return None
 
 
-def _plainly_a_message(fields: Any, on_redis: bool) -> bool:
+def _plainly_a_message(fields: Any, id_option: str | None) -> bool:
     """:func:`problem`'s fast path (a message as an encoder decodes it: exact types),
     taken by every good message a consumer fetches."""
     if type(fields) is not dict or not _REQUIRED_SET <= fields.keys() <= _FIELD_SET:
@@ -138,7 +141,7 @@ def _plainly_a_message(fields: Any, on_redis: bool) -> bool:
     for name, kinds in _TYPE_ITEMS:
         if name in fields and type(fields[name]) not in kinds:
             return False
-    return not on_redis or type(fields["options"].get("redis_message_id")) is str
+    return id_option is None or type(fields["options"].get(id_option)) is str
 
 
 def describe_error(exc: BaseException) -> str:
@@ -192,37 +195,20 @@ def find_redis_id(broker: Any, queue_name: str, data: bytes | str) -> str | None
     """The id of ``data`` in ``queue_name``'s message hash, among this worker's
     unacknowledged ids of that queue (its ack set), or None if none holds it.
 
-    The ack set is small (the consumer's prefetch and what is being processed); the
-    lengths are compared first, so only data of the same size is read again.
+    Each id found is given out once (two copies of the same data get one id each).
     """
-    client = redis_client_of(broker)
-    if client is None:
+    transport = transport_of(broker)
+    if transport.message_id_option is None:
         return None
-    hash_key = messages_key(broker, queue_name)
-    ids = [_text(member) for member in client.smembers(acks_key(broker, queue_name))]
-    if not ids:
-        return None
-    size = len(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
-    with client.pipeline(transaction=False) as pipe:
-        for message_id in ids:
-            pipe.hstrlen(hash_key, message_id)
-        lengths = pipe.execute()
-    same_size = [message_id for message_id, n in zip(ids, lengths, strict=True) if n == size]
-    matching = [
-        message_id
-        for message_id, stored in zip(
-            same_size, client.hmget(hash_key, same_size) if same_size else [], strict=True
-        )
-        if stored == data
-    ]
-    return _given.take_first(queue_name, matching)
+    return _given.take_first(queue_name, transport.find_fetched(queue_name, data))
 
 
 def placeholder(broker: Any, queue_name: str, data: bytes | str, reason: str) -> MessageData:
     """The fields of the message standing for undecodable ``data`` fetched from ``queue_name``."""
     about: dict[str, Any] = {"reason": reason, "size": len(data), "excerpt": excerpt(data)}
     options: dict[str, Any] = {OPTION_KEY: about}
-    if redis_client_of(broker) is not None:
+    id_option = transport_of(broker).message_id_option
+    if id_option is not None:
         try:
             redis_id = find_redis_id(broker, queue_name, data)
         except Exception as exc:  # Redis went away between the fetch and this
@@ -230,7 +216,7 @@ def placeholder(broker: Any, queue_name: str, data: bytes | str, reason: str) ->
             about["lookup"] = _short(exc)
         about["redis_id"] = redis_id
         # Without the id, the rejection finds nothing to move ("" is in no ack set).
-        options["redis_message_id"] = redis_id or ""
+        options[id_option] = redis_id or ""
     return {
         "queue_name": queue_name,
         "actor_name": UNDECODABLE_ACTOR,
@@ -275,7 +261,7 @@ class GuardedEncoder(Encoder):
             found = problem(
                 fields,
                 queue_name=thread.queue_name,
-                on_redis=redis_client_of(broker) is not None,
+                id_option=transport_of(broker).message_id_option,
             )
             if found is None:
                 return fields
@@ -307,7 +293,7 @@ class UndecodableMiddleware(Middleware):
             "reason": reason,
             "size": about.get("size"),
         }
-        if redis_client_of(broker) is not None and not redis_id:
+        if transport_of(broker).message_id_option is not None and not redis_id:
             logger.error(
                 "undecodable message on queue %s (%s bytes, starting %s): %s; its id was not "
                 "found in this worker's ack set (%s): it stays there, and comes back (to be "
@@ -347,7 +333,3 @@ def install(broker: Broker) -> None:
     if not any(isinstance(m, UndecodableMiddleware) for m in broker.middleware):
         broker.add_middleware(UndecodableMiddleware())
     declare_queueless_actor(broker, _never_runs, UNDECODABLE_ACTOR, {})
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..channels.admission import channel_states
+from ..channels.broker import transport_of
 from ..display import printable
 from ..links import AFTER, RETRY, Link
 from ..progress import PROGRESS_KEY
 from ..record import JobRecord, utcnow
 from ..recurring import RecurringSchedule
-from ..redis_layout import redis_client_of
 from ..spec import TaskSpec
 from ..state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
 from ..status import Status
@@ -639,17 +638,15 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
     Raises:
         redis.RedisError: Redis could not be read.
     """
-    client = redis_client_of(broker)
-    if client is None:
-        return "this process", [
+    transport = transport_of(broker)
+    states = transport.channel_states()
+    if states is None:
+        return transport.where, [
             ChannelRow(channel.id, channel.length(), channel.maxsize, channel.stop)
             for channel in local
         ]
-    rows = [
-        ChannelRow(state.name, state.waiting, state.maxsize, state.stopped)
-        for state in channel_states(client)
-    ]
-    return "Redis", rows
+    rows = [ChannelRow(state.name, state.waiting, state.maxsize, state.stopped) for state in states]
+    return transport.where, rows
 
 
 # -- workers -----------------------------------------------------------------------------------

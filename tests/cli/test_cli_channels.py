@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from pypepper_dramatiq.channels.admission import RedisGate
 from pypepper_dramatiq.cli import BROKER_ENV, main
+from pypepper_dramatiq.transport.redis import RedisGate
 
 pytestmark = pytest.mark.redis
 

@@ -2,7 +2,7 @@
 
 Against a real Redis, without worker processes: a dead worker is a heartbeat older
 than the broker's timeout and its ack sets, written as Dramatiq's Redis broker
-writes them (``redis_layout``), for queues the sweeper's broker never declared.
+writes them (``transport.redis.layout``), for queues the sweeper's broker never declared.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dramatiq.common import current_millis
 
 from pypepper_dramatiq.distributed.recovery import RecoverySweeper
 from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.redis_layout import (
+from pypepper_dramatiq.transport.redis.layout import (
     ack_sets_prefix,
     heartbeats_key,
     messages_key,

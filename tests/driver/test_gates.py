@@ -25,7 +25,8 @@ from pypepper_dramatiq import (
     setup,
 )
 from pypepper_dramatiq.channels import broker as broker_module
-from pypepper_dramatiq.channels.admission import Gate, LocalGate, RedisGate
+from pypepper_dramatiq.transport import Gate, LocalGate
+from pypepper_dramatiq.transport.redis import RedisGate
 
 THREADS = 8
 

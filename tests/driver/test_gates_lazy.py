@@ -31,10 +31,10 @@ from pypepper_dramatiq import (
     manager,
     setup,
 )
-from pypepper_dramatiq.channels.admission import RedisGate
 from pypepper_dramatiq.channels.broker import get_broker
 from pypepper_dramatiq.channels.channel import ChannelConnector, ChannelManager
-from pypepper_dramatiq.redis_layout import CHANNEL_KEY_PREFIX
+from pypepper_dramatiq.transport.redis import RedisGate
+from pypepper_dramatiq.transport.redis.layout import CHANNEL_KEY_PREFIX
 
 #: Where the gates' bound changes are logged.
 GATES_LOGGER = "pypepper_dramatiq.channels.admission"

@@ -240,8 +240,9 @@ class Options(dict[str, Any]):
 def test_problem_names_what_keeps_fields_from_being_a_message(
     fields: Any, on_redis: bool, reason: str | None
 ) -> None:
-    assert problem(fields, on_redis=on_redis) == reason
-    assert problem(fields, queue_name="q", on_redis=on_redis) == reason
+    id_option = "redis_message_id" if on_redis else None
+    assert problem(fields, id_option=id_option) == reason
+    assert problem(fields, queue_name="q", id_option=id_option) == reason
 
 
 def test_a_message_naming_another_queue_than_the_one_it_sits_in_is_no_message_there() -> None:

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from pypepper_dramatiq import Job, Workflow
-from pypepper_dramatiq.redis_layout import LEADER_KEY
+from pypepper_dramatiq.transport.redis.layout import LEADER_KEY
 
 from .harness import Cluster, WorkerProcess, wait_for
 from .worker_app import ENV, probe

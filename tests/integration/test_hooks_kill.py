@@ -21,7 +21,7 @@ import pytest
 
 from pypepper_dramatiq import Job, Status
 from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.redis_layout import CANCEL_CHANNEL
+from pypepper_dramatiq.transport.redis.layout import CANCEL_CHANNEL
 
 from .harness import Cluster, wait_for
 from .worker_app import cancel_own_job, fail_with_hook, probe, trace_key

@@ -33,10 +33,10 @@ from pypepper_dramatiq import (
     remove_recurring,
 )
 from pypepper_dramatiq.cron import firing_id
-from pypepper_dramatiq.redis_layout import LEADER_KEY
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.schema import jobs as jobs_table
 from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.transport.redis.layout import LEADER_KEY
 
 from .harness import APP_DIR, Cluster, WorkerProcess, wait_for
 from .worker_app import CHANNEL, ENV, probe

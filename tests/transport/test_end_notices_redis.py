@@ -18,7 +18,8 @@ import redis
 from pypepper_dramatiq.distributed.cancel_listener import CancelListener
 from pypepper_dramatiq.engine.running import InFlight
 from pypepper_dramatiq.notices import EndedListener, audience, publish_ended, waiters
-from pypepper_dramatiq.redis_layout import ENDED_CHANNEL
+from pypepper_dramatiq.transport.redis import RedisTransport
+from pypepper_dramatiq.transport.redis.layout import ENDED_CHANNEL
 
 pytestmark = pytest.mark.redis
 
@@ -31,7 +32,7 @@ def client(redis_client: redis.Redis) -> redis.Redis:
 @pytest.fixture
 def worker_hearing(client: redis.Redis) -> Iterator[CancelListener]:
     """This process as a worker: its cancel listener hears announcements."""
-    listener = CancelListener(client, InFlight(), reconnect_delay=0.1)
+    listener = CancelListener(RedisTransport(client), InFlight(), reconnect_delay=0.1)
     listener.start()
     assert listener.ready.wait(5)
     yield listener
@@ -58,24 +59,24 @@ def test_without_a_listener_a_worker_goes_quiet_and_an_announcement_wakes_it(
 ) -> None:
     # Nobody listens: the first end is published (and reaches nobody)...
     before = publishes(client)
-    assert publish_ended("job-1", client) is True
+    assert publish_ended("job-1", RedisTransport(client)) is True
     assert publishes(client) == before + 1
     # ...the next ones are not: a round trip each, for nobody.
     assert audience.quiet
-    assert publish_ended("job-2", client) is False
-    assert publish_ended("job-3", client) is False
+    assert publish_ended("job-2", RedisTransport(client)) is False
+    assert publish_ended("job-3", RedisTransport(client)) is False
     assert publishes(client) == before + 1
 
     # A waiter's listener subscribes and announces itself: the worker publishes again.
     heard: list[bytes] = []
     sub = client.pubsub(ignore_subscribe_messages=True)
     sub.subscribe(ENDED_CHANNEL)
-    listener = EndedListener(client, reconnect_delay=0.1)
+    listener = EndedListener(RedisTransport(client), reconnect_delay=0.1)
     listener.start()
     try:
         assert listener.ready.wait(5)
         eventually(lambda: not audience.quiet, "the worker heard the announcement", timeout=3)
-        assert publish_ended("job-4", client) is True
+        assert publish_ended("job-4", RedisTransport(client)) is True
         deadline = time.monotonic() + 5
         while not heard and time.monotonic() < deadline:
             message = sub.get_message(timeout=0.5)  # None for the subscribe confirmation
@@ -92,7 +93,7 @@ def test_a_process_that_hears_nothing_publishes_every_end(client: redis.Redis) -
     audience.hearing(False)
     before = publishes(client)
     for n in range(3):
-        assert publish_ended(f"job-{n}", client) is True
+        assert publish_ended(f"job-{n}", RedisTransport(client)) is True
     assert publishes(client) == before + 3
     assert not audience.quiet
 
@@ -100,7 +101,7 @@ def test_a_process_that_hears_nothing_publishes_every_end(client: redis.Redis) -
 def test_a_listener_wakes_its_waiters_again_after_announcing(client: redis.Redis) -> None:
     woken = threading.Semaphore(0)
     waiters.add("job-w", woken.release)
-    listener = EndedListener(client, reconnect_delay=0.1)
+    listener = EndedListener(RedisTransport(client), reconnect_delay=0.1)
     listener.start()
     try:
         assert listener.ready.wait(5)
@@ -116,11 +117,11 @@ def test_a_listener_wakes_its_waiters_again_after_announcing(client: redis.Redis
 def test_a_worker_whose_hearing_fails_publishes_again(
     client: redis.Redis, worker_hearing: CancelListener
 ) -> None:
-    assert publish_ended("job-1", client) is True  # reaches nobody: quiet
+    assert publish_ended("job-1", RedisTransport(client)) is True  # reaches nobody: quiet
     assert audience.quiet
     worker_hearing.stop()
     worker_hearing.join(5)
     assert not audience.quiet  # announcements are no longer heard: publish every end
     before = publishes(client)
-    assert publish_ended("job-2", client) is True
+    assert publish_ended("job-2", RedisTransport(client)) is True
     assert publishes(client) == before + 1

@@ -1,7 +1,7 @@
 """Job-end Redis commands of many threads, coalesced into pipelines (real Redis).
 
 A worker removes each started job from its channel's waiting set and publishes
-each job's end; :mod:`pypepper_dramatiq.redis_batch` sends what several threads
+each job's end; :mod:`pypepper_dramatiq.transport.redis.batch` sends what several threads
 ask for at once in one pipeline, and gives each caller its own reply or error.
 """
 
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import redis
 
-from pypepper_dramatiq.channels.admission import RedisGate
 from pypepper_dramatiq.errors import BrokerUnavailableError
 from pypepper_dramatiq.notices import publish_ended
-from pypepper_dramatiq.redis_batch import CommandBatcher, batcher_of, send
-from pypepper_dramatiq.redis_layout import ENDED_CHANNEL
+from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport
+from pypepper_dramatiq.transport.redis.batch import CommandBatcher, batcher_of, send
+from pypepper_dramatiq.transport.redis.layout import ENDED_CHANNEL
 
 pytestmark = pytest.mark.redis
 
@@ -103,10 +103,13 @@ def test_an_end_notice_is_published_through_the_batcher(client: redis.Redis) -> 
     pubsub.subscribe(ENDED_CHANNEL)
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"
     before = batcher_of(client).combiner.stats.calls
-    assert publish_ended("job-9", client) is True
+    assert publish_ended("job-9", RedisTransport(client)) is True
     message = pubsub.get_message(timeout=2)
     assert message is not None and message["data"] == b"job-9"
     assert batcher_of(client).combiner.stats.calls == before + 1
     pubsub.close()
     # Redis down: never raises, says it was not published (waiters poll the row).
-    assert publish_ended("job-9", redis.Redis(port=1, socket_connect_timeout=0.2)) is False
+    assert (
+        publish_ended("job-9", RedisTransport(redis.Redis(port=1, socket_connect_timeout=0.2)))
+        is False
+    )

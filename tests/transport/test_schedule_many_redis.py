@@ -35,6 +35,7 @@ from pypepper_dramatiq import (
     schedule_many,
     workflow_task,
 )
+from pypepper_dramatiq.channels.broker import get_transport
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY, StepMessage
 from pypepper_dramatiq.distributed.recovery import RecoverySweeper
 from pypepper_dramatiq.record import utcnow
@@ -228,7 +229,7 @@ def test_rows_whose_messages_were_not_sent_are_sent_by_the_sweep(
     def unreachable(offers: object) -> list[str]:
         raise BrokerUnavailableError("Redis unreachable (test)")
 
-    monkeypatch.setattr("pypepper_dramatiq.gateway.admit_and_enqueue", unreachable)
+    monkeypatch.setattr(get_transport(), "admit_and_enqueue", unreachable)
     batch = [job() for _ in range(3)]
     assert schedule_many(batch) == [j.id for j in batch]  # stored: they will be sent
     assert queued(broker) == []

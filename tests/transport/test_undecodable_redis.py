@@ -23,7 +23,7 @@ from pypepper_dramatiq.distributed.undecodable import (
     find_redis_id,
     placeholder,
 )
-from pypepper_dramatiq.redis_layout import acks_key, messages_key
+from pypepper_dramatiq.transport.redis.layout import acks_key, messages_key
 
 pytestmark = pytest.mark.redis
 

@@ -10,7 +10,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from werkzeug.test import Client
 
-from pypepper_dramatiq.channels.admission import RedisGate
+from pypepper_dramatiq.transport.redis import RedisGate
 from pypepper_dramatiq.web import make_app
 
 pytestmark = pytest.mark.redis

@@ -18,7 +18,8 @@ namespace (``dramatiq`` by default):
 
 Knowing this is a dependency on Dramatiq's internals (checked by the
 integration tests against the Dramatiq version installed); keeping it in this
-one module keeps that dependency in one place.
+one module keeps that dependency in one place. Only the Redis transport
+(:mod:`pypepper_dramatiq.transport.redis`) uses it.
 """
 
 from __future__ import annotations
@@ -46,13 +47,6 @@ ENDED_CHANNEL = f"{KEY_PREFIX}:ended"
 LISTENING_CHANNEL = f"{KEY_PREFIX}:listening"
 #: The lock the recovery sweeper's leader holds.
 LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
-
-
-def redis_client_of(broker: Any) -> Any | None:
-    """The Redis client of Dramatiq's Redis broker, else None (the stub broker...)."""
-    if type(broker).__name__ != "RedisBroker":
-        return None
-    return getattr(broker, "client", None)
 
 
 def messages_key(broker: Any, queue_name: str) -> str:
@@ -86,12 +80,9 @@ def queues_held_by_dead_workers(broker: Any) -> set[str]:
     The ack sets are what a worker holds, whatever channels it served and whether
     or not it ever wrote a worker row: the truth for what must come back. Nothing
     dead, nothing scanned (one ZRANGEBYSCORE); else one SCAN of the ack set keys
-    (bounded by the keyspace, :data:`SCAN_COUNT` keys a call). Empty on a broker
-    without Redis.
+    (bounded by the keyspace, :data:`SCAN_COUNT` keys a call).
     """
-    client = redis_client_of(broker)
-    if client is None:
-        return set()
+    client = broker.client
     stale_before = current_millis() - int(broker.heartbeat_timeout)
     dead = {_text(i) for i in client.zrangebyscore(heartbeats_key(broker), 0, stale_before)}
     if not dead:

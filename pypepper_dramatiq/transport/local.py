@@ -1,0 +1,138 @@
+"""The in-process transport: the embedded default (Dramatiq's in-memory stub broker).
+
+Every channel's state lives in this process, under a lock; no notice leaves the
+process (its own waiters are woken directly), and this process sweeps alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from .base import ChannelState, Gate, SendResult, Subscription, Topic, Transport, log_bound_change
+
+
+class LocalGate(Gate):
+    """A process-local gate.
+
+    Args:
+        maxsize: the bound (0 or None = unbounded).
+        channel_id: the channel's name, for log messages.
+    """
+
+    def __init__(self, maxsize: int | None = 0, channel_id: str = "") -> None:
+        self.channel_id = channel_id
+        self._maxsize = int(maxsize or 0)
+        self._waiting: set[str] = set()
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def admit(self, job_id: str) -> SendResult:
+        with self._lock:
+            if self._stopped:
+                return "stopped"
+            if job_id in self._waiting:
+                return "ok"
+            if self._maxsize and len(self._waiting) >= self._maxsize:
+                return "full"
+            self._waiting.add(job_id)
+            return "ok"
+
+    def check(self) -> SendResult:
+        with self._lock:
+            if self._stopped:
+                return "stopped"
+            if self._maxsize and len(self._waiting) >= self._maxsize:
+                return "full"
+            return "ok"
+
+    def admit_released(self, job_ids: Sequence[str]) -> list[bool]:
+        admitted = []
+        with self._lock:
+            for job_id in job_ids:
+                room = not self._maxsize or len(self._waiting) < self._maxsize
+                if job_id in self._waiting or room:
+                    self._waiting.add(job_id)
+                    admitted.append(True)
+                else:
+                    admitted.append(False)
+        return admitted
+
+    def release(self, job_id: str) -> None:
+        with self._lock:
+            self._waiting.discard(job_id)
+
+    def request_stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+
+    def resume(self) -> None:
+        with self._lock:
+            self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    def resize(self, maxsize: int) -> int:
+        with self._lock:
+            before, self._maxsize = self._maxsize, int(maxsize)
+        log_bound_change(self.channel_id, before, int(maxsize))
+        return before
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+
+class LocalTransport(Transport):
+    """Coordination within one process: what the package does without a server."""
+
+    where = "this process"
+
+    @property
+    def shared(self) -> bool:
+        return False
+
+    @property
+    def takes_undeclared_queues(self) -> bool:
+        return False
+
+    def gate(self, channel_id: str, maxsize: int | None = None) -> Gate:
+        return LocalGate(maxsize, channel_id)
+
+    def enqueues_with(self, gate: Gate) -> bool:
+        return False
+
+    def channel_states(self) -> list[ChannelState] | None:
+        return None
+
+    def publish(self, topic: Topic, text: str) -> int | None:
+        return None
+
+    @property
+    def carries_notices(self) -> bool:
+        return False
+
+    def subscribe(self, topics: Collection[Topic]) -> Subscription:
+        raise NotImplementedError("notices do not leave this process")
+
+    @property
+    def connection(self) -> Any:
+        return None
+
+    def lead(self, owner: str, ttl_seconds: float) -> bool:
+        return True  # one process: it leads
+
+    def requeue_dead_workers(self, queue_name: str) -> None:
+        return None
+
+    def queues_held_by_dead_workers(self) -> set[str]:
+        return set()
+
+    def messages_exist(self, messages: Sequence[tuple[str, str | None]]) -> list[bool] | None:
+        return None

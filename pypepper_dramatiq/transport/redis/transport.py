@@ -1,0 +1,212 @@
+"""The Redis transport: Dramatiq's Redis broker and the keys of :mod:`.layout`.
+
+Every Redis call of the package goes through here (or :mod:`.gate`, :mod:`.batch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from dramatiq.common import dq_name
+
+from ..base import (
+    ChannelState,
+    Gate,
+    Notice,
+    Offer,
+    SendResult,
+    Subscribed,
+    Subscription,
+    Topic,
+    Transport,
+)
+from . import batch, layout
+from .gate import RedisGate, admit_and_enqueue, channel_states
+
+#: The pub/sub channel of each topic.
+CHANNELS = {
+    Topic.CANCEL: layout.CANCEL_CHANNEL,
+    Topic.ENDED: layout.ENDED_CHANNEL,
+    Topic.LISTENING: layout.LISTENING_CHANNEL,
+}
+_TOPICS = {name: topic for topic, name in CHANNELS.items()}
+
+
+class RedisSubscription(Subscription):
+    """A redis-py ``PubSub`` subscribed to the channels of some topics."""
+
+    def __init__(self, client: Any, topics: Collection[Topic]) -> None:
+        self._pubsub = client.pubsub()
+        self._pubsub.subscribe(*(CHANNELS[topic] for topic in topics))
+
+    def poll(self, timeout: float) -> Notice | Subscribed | None:
+        message = self._pubsub.get_message(timeout=timeout)
+        if not message:
+            return None
+        kind = message.get("type")
+        if kind == "message":
+            topic = _TOPICS.get(_text(message.get("channel")))
+            if topic is None:
+                return None
+            return Notice(topic, _text(message["data"]))
+        if kind == "subscribe":
+            return Subscribed(int(message.get("data") or 0))
+        return None
+
+    def close(self) -> None:
+        self._pubsub.close()
+
+
+class RedisTransport(Transport):
+    """Coordination through Redis.
+
+    Args:
+        client: a ``redis.Redis`` client (the broker's).
+        broker: Dramatiq's Redis broker on ``client``, whose queues the messages
+            go to; None for a tool that only reads or changes channels and
+            publishes notices (``pypepper-dramatiq channels``, ``cancel``).
+    """
+
+    where = "Redis"
+    message_id_option = "redis_message_id"
+
+    def __init__(self, client: Any, broker: Any = None) -> None:
+        self.client = client
+        self.broker = broker
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisTransport:
+        """A transport with a client of its own on ``url`` (``options`` go to the
+        client), for a tool; :meth:`close` it.
+
+        Raises:
+            ValueError: ``url`` is no Redis URL the client can use.
+        """
+        import redis
+
+        return cls(redis.Redis.from_url(url, **options))
+
+    #: What the client raises when Redis cannot be used.
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        import redis
+
+        return (redis.RedisError,)
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
+
+    @property
+    def shared(self) -> bool:
+        return True
+
+    @property
+    def takes_undeclared_queues(self) -> bool:
+        return True
+
+    # -- admission -----------------------------------------------------------------------
+
+    def gate(self, channel_id: str, maxsize: int | None = None) -> Gate:
+        return RedisGate(self.client, channel_id, maxsize)
+
+    def enqueues_with(self, gate: Gate) -> bool:
+        return isinstance(gate, RedisGate)
+
+    def message_options(
+        self, queue_name: str, delay: int | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        return layout.enqueue_options(queue_name, delay)
+
+    def admit_and_enqueue(self, offers: Sequence[Offer]) -> list[SendResult]:
+        return admit_and_enqueue(self.broker, offers)
+
+    def channel_states(self) -> list[ChannelState] | None:
+        return channel_states(self.client)
+
+    # -- notices -------------------------------------------------------------------------
+
+    def publish(self, topic: Topic, text: str) -> int | None:
+        if topic is Topic.ENDED:  # one per job end: coalesced with the other threads'
+            return int(batch.send(self.client, "PUBLISH", CHANNELS[topic], text))
+        return int(self.client.publish(CHANNELS[topic], text))
+
+    @property
+    def carries_notices(self) -> bool:
+        return True
+
+    def subscribe(self, topics: Collection[Topic]) -> Subscription:
+        return RedisSubscription(self.client, topics)
+
+    @property
+    def connection(self) -> Any:
+        return self.client
+
+    # -- the recovery sweep --------------------------------------------------------------
+
+    def lead(self, owner: str, ttl_seconds: float) -> bool:
+        ttl = int(ttl_seconds * 1000)
+        client = self.client
+        if client.set(layout.LEADER_KEY, owner, nx=True, px=ttl):
+            return True
+        holder = client.get(layout.LEADER_KEY)
+        if holder in (owner, owner.encode()):
+            client.pexpire(layout.LEADER_KEY, ttl)
+            return True
+        return False
+
+    def requeue_dead_workers(self, queue_name: str) -> None:
+        layout.requeue_dead_workers(self.broker, queue_name)
+
+    def queues_held_by_dead_workers(self) -> set[str]:
+        return layout.queues_held_by_dead_workers(self.broker)
+
+    def messages_exist(self, messages: Sequence[tuple[str, str | None]]) -> list[bool] | None:
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue, message_id in messages:
+                pipe.hexists(layout.messages_key(self.broker, queue), message_id or "")
+                pipe.hexists(layout.messages_key(self.broker, dq_name(queue)), message_id or "")
+            answers = pipe.execute()
+        return [bool(answers[2 * i] or answers[2 * i + 1]) for i in range(len(messages))]
+
+    # -- what a worker's consumers hold --------------------------------------------------
+
+    def find_fetched(self, queue_name: str, data: bytes | str) -> list[str]:
+        """The ack set is small (the consumer's prefetch and what is being processed);
+        the lengths are compared first, so only data of the same size is read again."""
+        client = self.client
+        hash_key = layout.messages_key(self.broker, queue_name)
+        ids = [
+            _text(member) for member in client.smembers(layout.acks_key(self.broker, queue_name))
+        ]
+        if not ids:
+            return []
+        size = len(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
+        with client.pipeline(transaction=False) as pipe:
+            for message_id in ids:
+                pipe.hstrlen(hash_key, message_id)
+            lengths = pipe.execute()
+        same_size = [message_id for message_id, n in zip(ids, lengths, strict=True) if n == size]
+        return [
+            message_id
+            for message_id, stored in zip(
+                same_size, client.hmget(hash_key, same_size) if same_size else [], strict=True
+            )
+            if stored == data
+        ]
+
+    def fetched_ids(self, queue_name: str) -> set[str] | None:
+        members = self.client.smembers(layout.acks_key(self.broker, queue_name))
+        return {_text(member) for member in members}
+
+    def stored_messages(self, queue_name: str, message_ids: Sequence[str]) -> list[Any]:
+        return list(self.client.hmget(layout.messages_key(self.broker, queue_name), message_ids))
+
+    def requeue(self, queue_name: str, message_ids: Sequence[str]) -> None:
+        """Dramatiq's own "requeue": out of this worker's ack set, back on the queue."""
+        self.broker.do_requeue(queue_name, *message_ids)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
