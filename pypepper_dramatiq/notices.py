@@ -15,7 +15,7 @@ also calls :func:`wake`): waiters listen to both channels.
 
 A waiter (:func:`wait_for`, :func:`wait_for_async`) reads the row once; a job
 that has ended is returned at once. Otherwise it registers, makes sure this
-process's one listener (a daemon thread, started by the first wait) is
+process's one listener (on the notice loop, started by the first wait) is
 subscribed, reads the row again, and sleeps until a notice for its job, or
 :data:`POLL_SECONDS`, whichever comes first, then reads again. The poll bounds
 what a lost notice costs (Redis restarted, a publisher that died between its
@@ -44,7 +44,10 @@ from .outage import REDIS, broker_unreachable, shared_outage
 from .record import JobRecord
 from .start_times import duration
 from .stores.registry import get_job_store
-from .transport import Notice, Subscribed, Topic, Transport
+from .transport import Notice, Topic, Transport
+from .transport.listening import Listener
+from .transport.listening import listen as join_notices
+from .transport.listening import stop_listening as leave_notices
 
 logger = get_logger(__name__)
 
@@ -204,22 +207,25 @@ def publish_ended(job_id: str, transport: Transport | None = None) -> bool:
     return True
 
 
-class EndedListener(threading.Thread):
-    """One per process: hears the ended and cancel channels, wakes the job's waiters.
+class EndedListener(Listener):
+    """One per process: hears the ended and cancel topics, wakes the job's waiters.
 
-    Subscribes again after a Redis error (every :data:`RECONNECT_SECONDS`);
-    ends when told to (:func:`stop_listening`, or another broker was installed),
-    or at an error while no one waits (the next wait starts a new one).
+    It is one listener of the process's notice loop
+    (:mod:`pypepper_dramatiq.transport.listening`, shared with a worker's cancel
+    listener), which subscribes again after a Redis error (every
+    :data:`RECONNECT_SECONDS`). It ends when told to (:func:`stop_listening`, or
+    another broker was installed), or at an error while no one waits (the next
+    wait starts a new one).
     """
 
     def __init__(self, transport: Transport, reconnect_delay: float = RECONNECT_SECONDS) -> None:
-        super().__init__(name="pypepper-ended", daemon=True)
+        super().__init__(frozenset({Topic.ENDED, Topic.CANCEL}), reconnect_delay)
         self.transport = transport
-        self.reconnect_delay = reconnect_delay
-        #: Set while the subscription to both channels is confirmed by Redis.
+        #: Set while the subscription to both topics is confirmed.
         self.ready = threading.Event()
         #: When to wake every waiter again after announcing (monotonic), if due.
         self._settle_at: float | None = None
+        self._started = False
         self._stop_event = threading.Event()
         self._outage = shared_outage(REDIS)
 
@@ -227,51 +233,52 @@ class EndedListener(threading.Thread):
     def stopping(self) -> bool:
         return self._stop_event.is_set()
 
+    def start(self) -> None:
+        """Join the process's notice loop (started if none runs)."""
+        self._started = True
+        join_notices(self.transport, self)
+
     def stop(self) -> None:
         self._stop_event.set()
+        leave_notices(self.transport, self)
 
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            subscription = None
-            try:
-                subscription = self.transport.subscribe((Topic.ENDED, Topic.CANCEL))
-                while not self._stop_event.is_set():
-                    self._dispatch(subscription.poll(self._next_wait()))
-                    self._settle()
-            except Exception as exc:
-                self.ready.clear()
-                if _retire(self):
-                    return
-                self._outage.failed(exc)
-                self._stop_event.wait(self.reconnect_delay)
-            finally:
-                if subscription is not None:
-                    try:
-                        subscription.close()
-                    except Exception:
-                        logger.debug("closing the ended subscription failed", exc_info=True)
+    def is_alive(self) -> bool:
+        """Whether it hears notices (started, not stopped)."""
+        return self._started and not self.stopping
 
-    def _dispatch(self, event: Notice | Subscribed | None) -> None:
-        if isinstance(event, Notice):
-            waiters.wake(event.text)
-        elif isinstance(event, Subscribed) and event.count == 2:
-            # Both channels confirmed (also after redis-py reconnected by itself):
-            # what was published while we were not subscribed is lost, so every
-            # waiter reads its row again. Quiet workers are told someone listens;
-            # what they ended before they heard it, the waiters read again later.
-            self.ready.set()
-            self._outage.ok()
-            waiters.wake_all()
-            self.transport.publish(Topic.LISTENING, "1")
-            self._settle_at = time.monotonic() + SETTLE_SECONDS
+    def join(self, timeout: float | None = None) -> None:
+        """Nothing to wait for: the loop calls a stopped listener no more."""
 
-    def _next_wait(self) -> float:
-        """How long to wait for a message: until the settle wake-up, at most 0.5 s."""
+    def subscribed(self) -> None:
+        if self.stopping:
+            return
+        # Both topics confirmed (also after the client reconnected by itself):
+        # what was published while we were not subscribed is lost, so every
+        # waiter reads its row again. Quiet workers are told someone listens;
+        # what they ended before they heard it, the waiters read again later.
+        self.ready.set()
+        self._outage.ok()
+        waiters.wake_all()
+        self.transport.publish(Topic.LISTENING, "1")
+        self._settle_at = time.monotonic() + SETTLE_SECONDS
+
+    def heard(self, notice: Notice) -> None:
+        waiters.wake(notice.text)
+
+    def lost(self, exc: Exception) -> bool:
+        self.ready.clear()
+        if _retire(self):
+            return False
+        self._outage.failed(exc)
+        return True
+
+    def next_wait(self) -> float:
+        """How long to wait for a notice: until the settle wake-up, at most 0.5 s."""
         if self._settle_at is None:
             return 0.5
         return max(0.0, min(0.5, self._settle_at - time.monotonic()))
 
-    def _settle(self) -> None:
+    def tick(self) -> None:
         """Wake every waiter once more, :data:`SETTLE_SECONDS` after announcing."""
         if self._settle_at is not None and time.monotonic() >= self._settle_at:
             self._settle_at = None

@@ -16,55 +16,67 @@ from ..logs import get_logger
 from ..notices import audience
 from ..outage import REDIS, shared_outage
 from ..transport import Notice, Topic, Transport
+from ..transport.listening import Listener, listen, stop_listening
 
 logger = get_logger(__name__)
 
 
-class CancelListener(threading.Thread):
-    """Sets the cancel event of attempts in this process when their job is cancelled."""
+class CancelListener(Listener):
+    """Sets the cancel event of attempts in this process when their job is cancelled.
+
+    One listener of the process's notice loop
+    (:mod:`pypepper_dramatiq.transport.listening`), which subscribes again after
+    a Redis error (every ``reconnect_delay`` seconds).
+    """
 
     def __init__(
         self, transport: Transport, inflight: InFlight, reconnect_delay: float = 1.0
     ) -> None:
-        super().__init__(name="pypepper-cancel", daemon=True)
+        super().__init__(frozenset({Topic.CANCEL, Topic.LISTENING}), reconnect_delay)
         self.transport = transport
         self.inflight = inflight
-        self.reconnect_delay = reconnect_delay
         self.ready = threading.Event()
+        self._started = False
         self._stop_event = threading.Event()
+        # Held by the loop's calls and by stop(): no hearing(True) after a stop.
+        self._lock = threading.Lock()
         self._outage = shared_outage(REDIS)
 
+    def start(self) -> None:
+        """Join the process's notice loop (started if none runs)."""
+        self._started = True
+        listen(self.transport, self)
+
     def stop(self) -> None:
-        self._stop_event.set()
+        with self._lock:
+            self._stop_event.set()
+            stop_listening(self.transport, self)
+            audience.hearing(False)
 
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            subscription = None
-            try:
-                subscription = self.transport.subscribe((Topic.CANCEL, Topic.LISTENING))
-                self.ready.set()
-                self._outage.ok()
-                audience.hearing(True)
-                while not self._stop_event.is_set():
-                    event = subscription.poll(0.5)
-                    if isinstance(event, Notice):
-                        self._dispatch(event)
-            except Exception as exc:
-                self.ready.clear()
-                audience.hearing(False)
-                self._outage.failed(exc)
-                self._stop_event.wait(self.reconnect_delay)
-            finally:
-                if self._stop_event.is_set():
-                    audience.hearing(False)
-                if subscription is not None:
-                    try:
-                        subscription.close()
-                    except Exception:
-                        logger.debug("closing the cancel subscription failed", exc_info=True)
+    def is_alive(self) -> bool:
+        """Whether it hears cancels (started, not stopped)."""
+        return self._started and not self._stop_event.is_set()
 
-    def _dispatch(self, notice: Notice) -> None:
+    def join(self, timeout: float | None = None) -> None:
+        """Nothing to wait for: the loop calls a stopped listener no more."""
+
+    def subscribing(self) -> None:
+        with self._lock:
+            if self._stop_event.is_set():
+                return
+            self.ready.set()
+            self._outage.ok()
+            audience.hearing(True)
+
+    def heard(self, notice: Notice) -> None:
         if notice.topic is Topic.LISTENING:
             audience.heard()
             return
         self.inflight.cancel(notice.text)
+
+    def lost(self, exc: Exception) -> bool:
+        with self._lock:
+            self.ready.clear()
+            audience.hearing(False)
+            self._outage.failed(exc)
+        return True

@@ -187,6 +187,14 @@ class Subscription(abc.ABC):
         """
 
     @abc.abstractmethod
+    def add(self, topics: Collection[Topic]) -> None:
+        """Subscribe to ``topics`` too (confirmed by a later poll).
+
+        Raises:
+            Exception: the connection was lost.
+        """
+
+    @abc.abstractmethod
     def close(self) -> None:
         """End the subscription."""
 

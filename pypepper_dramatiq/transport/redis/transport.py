@@ -54,6 +54,9 @@ class RedisSubscription(Subscription):
             return Subscribed(int(message.get("data") or 0))
         return None
 
+    def add(self, topics: Collection[Topic]) -> None:
+        self._pubsub.subscribe(*(CHANNELS[topic] for topic in topics))
+
     def close(self) -> None:
         self._pubsub.close()
 
