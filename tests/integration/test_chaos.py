@@ -10,6 +10,11 @@ end with its expected status and results, no task whose success was recorded
 may have run again, nothing may be left Scheduled or InProgress, and the
 channel's waiting set must be empty.
 
+The same run exercises the seed-002 capabilities (issue 22: recurring schedules,
+racing unique keys, ``after=`` children, ``on_final_failure`` hooks,
+transactional enqueue, retention), whose scenario and invariants are in
+``chaos_seed002``; their jobs go through the checks above as well.
+
 The default size is what ``.ci/run`` runs (about a minute); ``PYPEPPER_CHAOS_LONG=1``
 runs the long one (a few minutes). ``PYPEPPER_CHAOS_SEED=<n>`` replays a seed
 (the seed is printed; the fault timing still depends on the machine).
@@ -28,7 +33,7 @@ from typing import Any
 import pytest
 from services import PostgresServer, RedisServer
 
-from pypepper_dramatiq import Job, Status, Task, Workflow
+from pypepper_dramatiq import Job, Status, Task, Workflow, get_job_store
 from pypepper_dramatiq.errors import (
     BrokerUnavailableError,
     InvalidTransitionError,
@@ -37,6 +42,8 @@ from pypepper_dramatiq.errors import (
 )
 from pypepper_dramatiq.stores.base import JobRecord
 
+from .chaos_plan import Planned, report
+from .chaos_seed002 import RETENTION, RETENTION_SECONDS, Seed002, wait_for_a_purge
 from .harness import READY_LINE, Cluster, WorkerProcess
 from .worker_app import CHANNEL, probe
 
@@ -81,31 +88,6 @@ OUTAGE_WAVE = 3
 
 #: The Redis set of the jobs admitted to the channel and not yet taken by a worker.
 WAITING_KEY = f"pypepper:channel:{CHANNEL}:waiting"
-
-
-def report(title: str, **figures: object) -> None:
-    """Print one line of figures (visible with ``pytest -s``)."""
-    print(f"\n[{title}] " + ", ".join(f"{k}={v}" for k, v in figures.items()))
-
-
-@dataclass
-class Planned:
-    """One submitted job and what must become of it."""
-
-    kind: str
-    job: Job
-    names: tuple[str, ...]
-    expected: Status
-    #: Exact expected ``state["results"]`` (None: not checked, e.g. cancelled jobs).
-    results: dict[str, Any] | None
-    #: Task names that must never run.
-    never: tuple[str, ...] = ()
-    #: Task keys expected in ``state["skipped"]``.
-    skipped: tuple[str, ...] = ()
-    #: "running": cancel once it runs; "queued": cancel right after submitting.
-    cancel: str | None = None
-    submitted_at: float = 0.0
-    cancelled_at: float | None = None
 
 
 def build(kind: str, i: int, rng: random.Random) -> tuple[list[Task], dict[str, Any]]:
@@ -186,6 +168,7 @@ class Chaos:
     failed_boots: list[WorkerProcess] = field(default_factory=list)
     replacements_due: int = 0
     submitted: int = 0
+    seed002: Seed002 | None = None
 
     def worker(self) -> WorkerProcess:
         return self.cluster.start_worker(
@@ -196,6 +179,7 @@ class Chaos:
             dispatch_seconds=DISPATCH,
             heartbeat_timeout_ms=HEARTBEAT_MS,
             shutdown_grace=0,
+            retention=RETENTION,
             wait=False,
         )
 
@@ -214,19 +198,30 @@ class Chaos:
             tasks, spec = build(kind, i, self.rng)
             job = Job(category="chaos", channel_id=CHANNEL)
             job.workflows.append(Workflow(tasks))
-            planned = Planned(kind, job, tuple(t.name for t in tasks), **spec)
-            planned.submitted_at = time.time()
-            try:
-                job.scheduled()
-            except BrokerUnavailableError:
-                self.refused.append(planned)
-                continue
-            except Exception as exc:
-                self.unexpected.append(f"job {i} ({kind}): scheduled() raised {exc!r}")
-                continue
-            self.accepted.append(planned)
-            if planned.cancel == "queued":
-                self.try_cancel(planned)
+            self.submit_planned(Planned(kind, job, tuple(t.name for t in tasks), **spec))
+
+    def submit_planned(
+        self, planned: Planned, tolerate: tuple[type[Exception], ...] = (), **options: Any
+    ) -> bool:
+        """``planned.job.scheduled(**options)``; whether it was accepted. An exception
+        of ``tolerate`` is raised to the caller; any other than a refusal is noted."""
+        planned.submitted_at = time.time()
+        try:
+            planned.job.scheduled(**options)
+        except BrokerUnavailableError:
+            self.refused.append(planned)
+            return False
+        except tolerate:
+            raise
+        except Exception as exc:
+            self.unexpected.append(
+                f"job {planned.job.id} ({planned.kind}): scheduled() raised {exc!r}"
+            )
+            return False
+        self.accepted.append(planned)
+        if planned.cancel == "queued":
+            self.try_cancel(planned)
+        return True
 
     def try_cancel(self, planned: Planned) -> None:
         """Cancel ``planned`` now if its row can take it; else a later call tries again."""
@@ -326,10 +321,13 @@ def test_chaos_every_job_ends_as_expected_and_no_finished_task_reruns(
     began = time.time()
     cluster = Cluster(own_redis.url, own_postgres.uri, tmp_path)
     chaos = Chaos(cluster, rng)
+    chaos.seed002 = Seed002(cluster, random.Random(seed + 2), tmp_path / "hook-calls.txt")
     try:
+        chaos.seed002.start(chaos)
         run_chaos(chaos, own_redis, own_postgres)
         check_outcomes(chaos, seed, began)
     finally:
+        chaos.seed002.close()
         cluster.close()
 
 
@@ -341,7 +339,8 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
         worker.wait_ready()
     per_wave = [SIZE.jobs // SIZE.waves + (w < SIZE.jobs % SIZE.waves) for w in range(SIZE.waves)]
     events = plan_faults(chaos.rng)
-    postgres_up = True
+    postgres_up = redis_up = True
+    assert chaos.seed002 is not None
     down_at: dict[str, float] = {}
     start, wall_start = time.monotonic(), time.time()
     for at, action in events:
@@ -351,19 +350,23 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
         while time.monotonic() - start < at:
             chaos.cancels_due()
             chaos.replace(postgres_up)
+            chaos.seed002.tick(chaos, servers_up=postgres_up and redis_up)
             time.sleep(0.1)
         if action == "wave":
             chaos.submit(per_wave.pop(0))
+            chaos.seed002.waves_due += 1  # run by tick() once both servers are up
         elif action == "outage_wave":
             chaos.submit(OUTAGE_WAVE)
         elif action == "kill":
             chaos.kill_one()
         elif action == "redis_down":
             down_at["redis"] = time.time()
+            redis_up = False
             cluster.redis.close()
             own_redis.stop()  # SIGTERM: Redis flushes its append-only file and exits
         elif action == "redis_up":
             own_redis.start()
+            redis_up = True
             chaos.outages["redis"] = (down_at["redis"], time.time())
         elif action == "postgres_down":
             down_at["postgres"] = time.time()
@@ -375,39 +378,48 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
             postgres_up = True
             chaos.outages["postgres"] = (down_at["postgres"], time.time())
         chaos.replace(postgres_up)
+        chaos.seed002.tick(chaos, servers_up=postgres_up and redis_up)
     chaos.replace(postgres_up)
     assert not per_wave and len(chaos.outages) == 2
 
 
 def wait_for_ends(chaos: Chaos, timeout: float) -> dict[str, JobRecord]:
-    """Every accepted job's terminal row (cancels still due are sent meanwhile)."""
-    records: dict[str, JobRecord] = {}
+    """Every accepted job's terminal row (cancels still due are sent meanwhile): as
+    stored now, or as the harvester saw it before retention deleted it."""
+    assert chaos.seed002 is not None
+    harvested = chaos.seed002.harvester.records
     deadline = time.monotonic() + timeout
     while True:
         chaos.cancels_due()
         chaos.replace(postgres_up=True)
-        for planned in chaos.accepted:
-            job_id = planned.job.id
-            if job_id in records:
-                continue
-            try:
-                record = Job.get_saved(job_id)
-            except StoreError:
-                break
-            if record is not None and record.status.is_terminal:
-                records[job_id] = record
-        if len(records) == len(chaos.accepted) or time.monotonic() > deadline:
-            return records
+        ended = [p.job.id for p in chaos.accepted if p.job.id in harvested]
+        if len(ended) == len(chaos.accepted) or time.monotonic() > deadline:
+            break
         time.sleep(0.3)
+    records = {job_id: harvested[job_id] for job_id in ended}
+    while True:
+        try:
+            stored = get_job_store().get_many(ended)
+            break
+        except StoreError:
+            if time.monotonic() > deadline + 30:
+                raise
+            time.sleep(0.3)
+    records.update({r.id: r for r in stored if r.damaged is None and r.status.is_terminal})
+    return records
 
 
 def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     cluster = chaos.cluster
+    assert chaos.seed002 is not None
     chaos_ended = time.time()
+    problems: list[str] = chaos.seed002.finish(chaos)
     bound = LEASE + SWEEP + DISPATCH + HEARTBEAT_MS / 1000 + 30 + 0.1 * SIZE.jobs
     records = wait_for_ends(chaos, bound)
     all_ended = time.time()
-    problems: list[str] = list(chaos.unexpected)
+    wait_for_a_purge(chaos.seed002.harvester, RETENTION_SECONDS + 30)
+    chaos.seed002.resolve(records)
+    problems += chaos.unexpected
 
     # 3. nothing stuck
     for planned in chaos.accepted:
@@ -519,7 +531,12 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         if worker.proc.poll() is not None:
             problems.append(f"worker {worker.log_path.name} exited {worker.proc.returncode}")
 
+    # 5. the seed-002 invariants (chaos_seed002's docstring)
+    found, figures = chaos.seed002.check(chaos, records, list(chaos.outages.values()))
+    problems += found
+
     outages = {k: f"{up - down:.1f}s" for k, (down, up) in chaos.outages.items()}
+    report("chaos seed-002", **figures)
     report(
         "chaos",
         seed=seed,

@@ -165,6 +165,7 @@ def probe(
     add_to: str | None = None,
     block: bool = False,
     patient: bool = False,
+    log_key: str | None = None,
 ) -> Any:
     """A task that reports what happens to it.
 
@@ -186,6 +187,8 @@ def probe(
             lands only when it returns) instead of 10 ms slices.
         patient: while Redis is unreachable (a restart), retry each trace write
             for up to :data:`PATIENCE_SECONDS` instead of failing the task.
+        log_key: also RPUSH the job id to this Redis list at each start (how a test
+            finds the jobs a recurring schedule fired, whatever retention deleted).
     """
     r = counters()
     job, name = context.job_id, task.name
@@ -197,6 +200,8 @@ def probe(
             pipe.rpush(trace_key("pids", job, name), os.getpid())
             pipe.rpush(trace_key("starts", job, name), repr(started))
             pipe.set(trace_key("running", job, name), repr(started))
+            if log_key is not None:
+                pipe.rpush(log_key, str(job))
             pipe.execute()
 
     _traced(patient, trace_start)
@@ -357,6 +362,27 @@ def fail_with_hook(
     """Fails every attempt (its runs counted in ``runs:J:N``); its hook is :func:`hook_probe`."""
     runs = counters().incr(trace_key("runs", context.job_id, task.name))
     raise RuntimeError(f"{task.name}: planned failure {runs}")
+
+
+def file_hook(task: Task, context: Context, error: str) -> None:
+    """The ``on_final_failure`` hook of :func:`hooked_probe`: appends one line
+    ``<job id> <task name> <pid> <time> <error>`` to the file ``hook_file`` of the
+    task's params (one ``write`` in append mode: a line survives a SIGKILL right
+    after it, and the file needs neither Redis nor the store)."""
+    line = f"{context.job_id} {task.name} {os.getpid()} {time.time()!r} {error}"
+    line = line.replace("\n", " ") + "\n"
+    fd = os.open(task.params["hook_file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@workflow_task(name="it.hooked-probe", on_final_failure=file_hook)
+def hooked_probe(task: Task, context: Context, *, hook_file: str, **params: Any) -> Any:
+    """:func:`probe` (``params`` are its keyword arguments) with :func:`file_hook` as
+    its ``on_final_failure`` hook, which writes to ``hook_file``."""
+    return probe.fn(task, context, **params)
 
 
 @workflow_task(name="it.cancel-own-job")
