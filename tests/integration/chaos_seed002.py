@@ -65,6 +65,7 @@ nothing stuck):
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -143,8 +144,9 @@ SCHEDULES = (Schedule("chaos-every-second", 1, "all"), Schedule("chaos-every-2s"
 
 def slot_of(job_id: str) -> datetime:
     """The slot a firing id names (``rec-<digest>-<YYYYmmddTHHMMSSZ>``)."""
-    stamp = job_id.rsplit("-", 1)[1]
-    return datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    stamp = re.search(r"-(\d{8}T\d{6}Z)", job_id)
+    assert stamp is not None, f"not a firing id: {job_id}"
+    return datetime.strptime(stamp[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
 
 
 class ChaosRun(Protocol):
@@ -230,8 +232,8 @@ class Harvester:
             key = schedule.log_key
             pushed = self._redis.lrange(key, self._pushed[key], -1)
             self._pushed[key] += len(pushed)
-            for job_id in pushed:
-                self._found(key, job_id.decode())
+            for pushed_id in pushed:
+                self._found(key, pushed_id.decode() if isinstance(pushed_id, bytes) else pushed_id)
             for status in (Status.SCHEDULED, Status.IN_PROGRESS):
                 for record in get_job_store().list(category=schedule.category, status=status):
                     self._found(key, record.id)
@@ -325,8 +327,11 @@ class Seed002:
     uncertain: list[Planned] = field(default_factory=list)
     #: (start, end) of each moment when no worker was ready.
     no_worker: list[tuple[float, float]] = field(default_factory=list)
-    registered_at: float = 0.0
+    #: Each schedule's name -> when its ``recurring()`` call began and returned.
+    registered: dict[str, tuple[float, float]] = field(default_factory=dict)
     end_mark: float = 0.0
+    #: What the transactions that raised raised.
+    tx_errors: list[str] = field(default_factory=list)
     waves_due: int = 0
     waves_done: int = 0
     _count: int = 0
@@ -343,8 +348,8 @@ class Seed002:
         self._engine = create_engine(self.cluster.store_uri)
         self.harvester = Harvester(lambda: self._watched(chaos), self.cluster.redis_url)
         paris_hour = datetime.now(ZoneInfo(ZONE)).hour
-        self.registered_at = time.time()
         for schedule in SCHEDULES:
+            began = time.time()
             template = _job(
                 schedule.category,
                 probe.task(
@@ -359,6 +364,7 @@ class Seed002:
                 overlap="allow",
                 catch_up=schedule.catch_up,
             )
+            self.registered[schedule.name] = (began, time.time())
         self.harvester.start()
 
     def close(self) -> None:
@@ -559,7 +565,8 @@ class Seed002:
                 else:
                     committing = True
                     session.commit()
-        except (*OUTAGE_ERRORS, BrokerUnavailableError):
+        except (*OUTAGE_ERRORS, BrokerUnavailableError) as exc:
+            self.tx_errors.append(f"{planned.kind}: {type(exc).__name__}")
             if committing:
                 self.uncertain.append(planned)  # the commit may or may not have happened
             else:
@@ -594,6 +601,12 @@ class Seed002:
         for schedule in SCHEDULES:
             if not remove_recurring(schedule.name):
                 problems.append(f"{schedule.name}: was not stored any more")
+        # One more race on each key once it is free: a second job of each key for sure.
+        for key in KEYS:
+            deadline = time.monotonic() + 60
+            while get_job_store().key_holder(key) is not None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self._race(chaos, key)
         for schedule in SCHEDULES:
             for job_id in list(self.harvester.fired[schedule.log_key]):
                 chaos.accepted.append(
@@ -666,6 +679,7 @@ class Seed002:
 
         figures: dict[str, object] = {}
         for schedule in SCHEDULES:
+            began, registered = self.registered[schedule.name]
             by_slot: dict[datetime, list[str]] = {}
             for job_id in self.harvester.fired[schedule.log_key]:
                 by_slot.setdefault(slot_of(job_id), []).append(job_id)
@@ -673,9 +687,9 @@ class Seed002:
                 where = f"{schedule.name} slot {slot:%H:%M:%S}"
                 if ids != [firing_id(schedule.name, slot)]:
                     problems.append(f"{where}: fired as {ids}")
-                if slot.timestamp() <= self.registered_at or slot.second % schedule.every:
+                if slot.timestamp() <= began or slot.second % schedule.every:
                     problems.append(f"{where}: not a slot of the schedule ({ids})")
-            first = int(self.registered_at) + 1
+            first = int(registered) + 1
             expected = [
                 datetime.fromtimestamp(s, timezone.utc)
                 for s in range(first, int(self.end_mark) + 1)
@@ -813,8 +827,8 @@ class Seed002:
             problems.append(f"hooks ran for jobs without a hooked task: {sorted(strays)}")
         if not ran or not never:
             problems.append(f"hooks: {ran} ran, {never} cancelled: the check saw too little")
-        calls = sum(len(lines.get(i, [])) for i in self.hooks_expected)
-        return problems, {"hooks_due": ran, "hook_calls": calls, "hooks_cancelled": never}
+        total = sum(len(lines.get(i, [])) for i in self.hooks_expected)
+        return problems, {"hooks_due": ran, "hook_calls": total, "hooks_cancelled": never}
 
     def _orders(self) -> set[str]:
         return {row[0] for row in raw(self.cluster.store_uri, f"SELECT job_id FROM {ORDERS}")}
@@ -833,6 +847,7 @@ class Seed002:
         return problems, {
             "tx_committed": len(self.committed),
             "tx_rolled_back": len(self.rolled_back),
+            "tx_errors": self.tx_errors,
         }
 
     def _check_nothing(self) -> tuple[list[str], dict[str, object]]:
