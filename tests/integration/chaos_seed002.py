@@ -345,7 +345,9 @@ class Seed002:
         raw(
             self.cluster.store_uri, f"CREATE TABLE IF NOT EXISTS {ORDERS} (job_id text PRIMARY KEY)"
         )
-        self._engine = create_engine(self.cluster.store_uri)
+        # As an application's engine would be: a connection PostgreSQL's restart cut is
+        # replaced, not handed to the next transaction.
+        self._engine = create_engine(self.cluster.store_uri, pool_pre_ping=True)
         self.harvester = Harvester(lambda: self._watched(chaos), self.cluster.redis_url)
         paris_hour = datetime.now(ZoneInfo(ZONE)).hour
         for schedule in SCHEDULES:
