@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -542,6 +543,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         seed=seed,
         jobs_accepted=len(chaos.accepted),
         jobs_refused=len(chaos.refused),
+        refused_kinds=dict(Counter(p.kind for p in chaos.refused)),
         statuses=statuses,
         kills=len(chaos.kills),
         restarts=outages,

@@ -166,6 +166,7 @@ def probe(
     block: bool = False,
     patient: bool = False,
     log_key: str | None = None,
+    cancel_job: bool = False,
 ) -> Any:
     """A task that reports what happens to it.
 
@@ -189,6 +190,8 @@ def probe(
             for up to :data:`PATIENCE_SECONDS` instead of failing the task.
         log_key: also RPUSH the job id to this Redis list at each start (how a test
             finds the jobs a recurring schedule fired, whatever retention deleted).
+        cancel_job: raise ``JobCancellationError`` (after any planned failures):
+            the task cancels its own job.
     """
     r = counters()
     job, name = context.job_id, task.name
@@ -211,6 +214,8 @@ def probe(
             and _traced(patient, lambda: r.incr(trace_key("fails", job, name))) <= fail_times
         ):
             raise RuntimeError(f"{name}: planned failure")
+        if cancel_job:
+            raise JobCancellationError(f"{name}: nothing to do")
         if block:
             time.sleep(sleep)
         deadline = started + sleep
