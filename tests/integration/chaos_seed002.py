@@ -64,6 +64,15 @@ nothing stuck):
    exists; a rolled-back one has no row, no order row, and never ran.
 6. **retention**: some ended jobs were purged during the run, none before it had
    ended :data:`RETENTION_SECONDS` ago, and none while Scheduled or InProgress.
+
+**A known bug, counted apart.** The first message of a job whose first step's
+worker was SIGKILLed comes back (Dramatiq requeues a dead worker's messages);
+when retention deleted the job meanwhile, the claim heals its row from the
+message and the whole job runs again (``tests/driver/test_purged_job_messages.py``,
+a strict xfail). The workers log each heal; a job healed and started again after
+it had ended is reported as ``resurrected_after_purge`` and the problems naming
+it are set aside, so that the run judges everything else. Fix the bug, then
+remove this (the xfail turns into a failure to say so).
 """
 
 from __future__ import annotations
@@ -80,7 +89,7 @@ from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 import redis
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
@@ -117,6 +126,8 @@ RACERS = 3
 CALLS = 2
 #: A keyed job's task runs this long: jobs of one key that overlapped would show it.
 KEYED_SLEEP = 1.0
+#: What a worker logs when it heals a row from a message (``PYPEPPER_IT_LOG_HEALS``).
+HEAL_LINE = re.compile(r"job ([\w-]+): its row was not stored yet")
 #: The table our transactional producer writes in the same transaction as its jobs.
 ORDERS = "chaos_orders"
 
@@ -272,23 +283,22 @@ class Harvester:
                 self.vanished[job_id] = now
 
     def _sample_keys(self) -> None:
-        """Count the active jobs of each raced key in one statement (one snapshot)."""
+        """Read the active jobs of each raced key in one statement (one snapshot)."""
         store = get_job_store()
         assert isinstance(store, SqlJobStore)
-        query = (
-            select(jobs_table.c.unique_key, func.count())
-            .where(
-                jobs_table.c.unique_key.in_(KEYS),
-                jobs_table.c.status.in_([Status.SCHEDULED.value, Status.IN_PROGRESS.value]),
-            )
-            .group_by(jobs_table.c.unique_key)
+        query = select(jobs_table.c.unique_key, jobs_table.c.id).where(
+            jobs_table.c.unique_key.in_(KEYS),
+            jobs_table.c.status.in_([Status.SCHEDULED.value, Status.IN_PROGRESS.value]),
         )
         with store.engine.connect() as connection:
-            counts = list(connection.execute(query))
+            rows = list(connection.execute(query))
         self.key_samples += 1
-        for key, count in counts:
-            if count > 1:
-                self.key_overlaps.append(f"{time.time():.2f}: key {key} held by {count} jobs")
+        active: dict[str, list[str]] = {}
+        for key, job_id in rows:
+            active.setdefault(key, []).append(job_id)
+        for key, ids in active.items():
+            if len(ids) > 1:
+                self.key_overlaps.append(f"{time.time():.2f}: key {key} held by {sorted(ids)}")
 
 
 def _job(category: str, *tasks: Task) -> Job:
@@ -660,6 +670,26 @@ class Seed002:
             parent = records.get(parent_id)
             if parent is not None and parent.status is not Status.COMPLETED:
                 planned.expected, planned.results, planned.never = Status.FAILED, {}, ("child",)
+
+    def resurrected(self, chaos: ChaosRun) -> dict[str, float]:
+        """The jobs that hit the known bug of ``tests/driver/test_purged_job_messages.py``
+        (a stale first message of a purged job heals its row: the job runs again),
+        with when they had ended: healed by a worker, and started after they ended.
+
+        Call it after reading the traces a check judges: a rerun's start is traced
+        after its heal is logged."""
+        healed = {m[1] for w in chaos.cluster.workers for m in HEAL_LINE.finditer(w.log())}
+        by_id = {p.job.id: p for p in chaos.accepted}
+        found: dict[str, float] = {}
+        for job_id in healed:
+            record, planned = self.harvester.records.get(job_id), by_id.get(job_id)
+            if record is None or planned is None:
+                continue
+            ended = record.updated.timestamp()
+            for name in planned.names:
+                if any(s > ended for s in self.cluster.times("starts", planned.job, name)):
+                    found[job_id] = ended
+        return found
 
     # -- the invariants
 

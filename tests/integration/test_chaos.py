@@ -46,7 +46,7 @@ from pypepper_dramatiq.stores.base import JobRecord
 from .chaos_plan import Planned, report
 from .chaos_seed002 import RETENTION, RETENTION_SECONDS, Seed002, wait_for_a_purge
 from .harness import READY_LINE, Cluster, WorkerProcess
-from .worker_app import CHANNEL, probe
+from .worker_app import CHANNEL, ENV, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -181,6 +181,7 @@ class Chaos:
             heartbeat_timeout_ms=HEARTBEAT_MS,
             shutdown_grace=0,
             retention=RETENTION,
+            extra_env={ENV["log_heals"]: "1"},
             wait=False,
         )
 
@@ -436,7 +437,8 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     waiting: set[bytes] = set()
     deadline = time.monotonic() + LEASE + DISPATCH + HEARTBEAT_MS / 1000 + 10
     while time.monotonic() < deadline:
-        waiting = cluster.redis.smembers(WAITING_KEY)
+        resurrected = {i.encode() for i in chaos.seed002.resurrected(chaos)}
+        waiting = cluster.redis.smembers(WAITING_KEY) - resurrected
         if not waiting:
             break
         time.sleep(0.3)
@@ -535,6 +537,13 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     # 5. the seed-002 invariants (chaos_seed002's docstring)
     found, figures = chaos.seed002.check(chaos, records, list(chaos.outages.values()))
     problems += found
+
+    # The known bug (chaos_seed002's docstring): judged apart, after every trace was read.
+    resurrected = chaos.seed002.resurrected(chaos)
+    set_aside = [p for p in problems if any(job_id in p for job_id in resurrected)]
+    problems = [p for p in problems if p not in set_aside]
+    figures["resurrected_after_purge"] = sorted(resurrected)
+    figures["problems_set_aside"] = len(set_aside)
 
     outages = {k: f"{up - down:.1f}s" for k, (down, up) in chaos.outages.items()}
     report("chaos seed-002", **figures)

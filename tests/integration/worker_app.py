@@ -64,6 +64,8 @@ ENV = {
     "continue_seconds": "PYPEPPER_IT_CONTINUE_SECONDS",
     #: the channels this worker serves, comma-separated (unset: :data:`CHANNEL`).
     "channels": "PYPEPPER_IT_CHANNELS",
+    #: "1": log each row the ledger heals from a message (DEBUG), and no other step line.
+    "log_heals": "PYPEPPER_IT_LOG_HEALS",
 }
 
 #: The channel every test job goes to.
@@ -74,6 +76,12 @@ STORE_URI = os.environ.get(ENV["store_uri"])
 
 if os.environ.get(ENV["debug_steps"]) == "1":
     logging.getLogger("pypepper_dramatiq.engine.ledger").setLevel(logging.DEBUG)
+elif os.environ.get(ENV["log_heals"]) == "1":
+    _ledger_logger = logging.getLogger("pypepper_dramatiq.engine.ledger")
+    _ledger_logger.setLevel(logging.DEBUG)
+    _ledger_logger.addFilter(
+        lambda r: r.levelno > logging.DEBUG or getattr(r, "action", None) == "heal"
+    )
 
 if REDIS_URL and STORE_URI:
     broker = setup(
