@@ -629,6 +629,7 @@ class Seed002:
                     problems.append(f"{schedule.name}: nothing fired after the chaos (60 s)")
                     break
                 chaos.cancels_due()
+                self.tick(chaos, servers_up=True)  # also ends a span with no worker ready
                 time.sleep(0.2)
         for schedule in SCHEDULES:
             if not remove_recurring(schedule.name):
@@ -718,8 +719,8 @@ class Seed002:
         """When no sweep could run: a server down (and recovering), or no worker ready."""
         spans = [(down - 1.0, up + RECOVERY_SECONDS) for down, up in outages]
         spans += [(lo, hi + RECOVERY_SECONDS) for lo, hi in self.no_worker]
-        if self._no_worker_since is not None:
-            spans.append((self._no_worker_since, float("inf")))
+        if self._no_worker_since is not None:  # still none ready when the chaos ended
+            spans.append((self._no_worker_since, time.time() + RECOVERY_SECONDS))
         return _merged(spans)
 
     def _sweeps(self, records: dict[str, JobRecord]) -> list[tuple[float, float]]:
