@@ -1,0 +1,224 @@
+"""The job store's listings and counts: pages of jobs, due and held jobs, counts."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+    union_all,
+)
+from sqlalchemy.sql import Select
+
+from ...state import HOOKS_KEY
+from ...status import Status
+from ..base import (
+    HELD_FOR_JOBS,
+    HELD_FOR_TIME,
+    JobRecord,
+    check_ended,
+)
+from ..rows import (
+    listed_jobs,
+)
+from ..schema import jobs
+from .boundary import boundary
+from .parts import SqlStorePart
+from .statements import filters, status_is
+
+
+class JobListings(SqlStorePart):
+    """Listings and counts of jobs."""
+
+    def list(
+        self,
+        *,
+        status: Status | str | None = None,
+        channel_id: str | None = None,
+        category: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        before: tuple[datetime, str] | None = None,
+        after: tuple[datetime, str] | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        search: str | None = None,
+    ) -> Sequence[JobRecord]:
+        # Both columns in one direction, and the cursor as one row comparison, so
+        # that a status filter (alone, or with a channel or a category) reads the
+        # (status, ...) / (channel_id, status, ...) / (category, status, ...) index
+        # in order, backwards for newest first, starting at the cursor: a page
+        # costs its own rows, however deep it is.
+        where = filters(
+            channel_id=channel_id,
+            category=category,
+            before=before,
+            after=after,
+            created_from=created_from,
+            created_until=created_until,
+            search=search,
+        )
+
+        def ordered(query: Select[Any]) -> Select[Any]:
+            columns = query.selected_columns
+            if newest_first:
+                return query.order_by(columns.created.desc(), columns.id.desc())
+            return query.order_by(columns.created, columns.id)
+
+        if status is not None:
+            query = ordered(select(jobs).where(status_is(Status(status)), *where))
+            if limit is not None:
+                query = query.limit(limit)
+        elif limit is not None:
+            # No status: the first ``limit`` rows of each status, each read in its
+            # index's order, merged. No index leads with ``created``, and sorting
+            # every row for one page is what a million rows cannot afford.
+            branches = [
+                ordered(select(jobs).where(status_is(value), *where)).limit(limit)
+                for value in Status
+            ]
+            merged = union_all(*branches).subquery()
+            query = ordered(select(merged)).limit(limit)
+        else:
+            query = ordered(select(jobs).where(*where))
+        with boundary(self._engine, "listing jobs"), self._engine.connect() as conn:
+            return listed_jobs(conn.execute(query).mappings())
+
+    def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.status == Status.SCHEDULED.value, jobs.c.release_at <= until)
+            .order_by(jobs.c.release_at, jobs.c.id)
+            .limit(limit)
+        )
+        with boundary(self._engine, "listing jobs due for release"), self._engine.connect() as c:
+            return listed_jobs(c.execute(query).mappings())
+
+    def overdue(self, now: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.status == Status.SCHEDULED.value, jobs.c.start_deadline < now)
+            .order_by(jobs.c.start_deadline, jobs.c.id)
+            .limit(limit)
+        )
+        with boundary(self._engine, "listing overdue jobs"), self._engine.connect() as c:
+            return listed_jobs(c.execute(query).mappings())
+
+    def waiting(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        query = (
+            select(jobs)
+            .where(jobs.c.waiting_since.is_not(None), jobs.c.status == Status.SCHEDULED.value)
+            .order_by(jobs.c.waiting_since, jobs.c.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(tuple_(jobs.c.waiting_since, jobs.c.id) > (after[0], after[1]))
+        with boundary(self._engine, "listing waiting jobs"), self._engine.connect() as c:
+            return listed_jobs(c.execute(query).mappings())
+
+    def held_counts(self) -> dict[tuple[str, str], int]:
+        reason = case(
+            (jobs.c.waiting_since.is_not(None), literal(HELD_FOR_JOBS)),
+            else_=literal(HELD_FOR_TIME),
+        ).label("reason")
+        query = (
+            select(jobs.c.channel_id, reason, func.count())
+            .where(
+                jobs.c.status == Status.SCHEDULED.value,
+                or_(jobs.c.waiting_since.is_not(None), jobs.c.release_at.is_not(None)),
+            )
+            .group_by(jobs.c.channel_id, reason)
+        )
+        with boundary(self._engine, "counting held jobs"), self._engine.connect() as conn:
+            return {(str(ch), str(why)): int(n) for ch, why, n in conn.execute(query)}
+
+    def ended_since(
+        self, status: Status, after: tuple[datetime, str], limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        check_ended(status)
+        at, job_id = after
+        # The keyset spelt out (not a row comparison) so that MySQL ranges over
+        # ix_scheduler_jobs_status_updated as PostgreSQL does.
+        query = (
+            select(jobs)
+            .where(
+                jobs.c.status == status.value,
+                jobs.c.updated >= at,
+                or_(jobs.c.updated > at, jobs.c.id > job_id),
+            )
+            .order_by(jobs.c.updated, jobs.c.id)
+            .limit(limit)
+        )
+        with boundary(self._engine, "listing ended jobs"), self._engine.connect() as c:
+            return listed_jobs(c.execute(query).mappings())
+
+    # -- on_final_failure hooks -------------------------------------------------------
+
+    def pending_hooks(
+        self, limit: int = 100, after: tuple[datetime, str] | None = None
+    ) -> builtins.list[JobRecord]:
+        # The key is absent from a row with no hook due (JobState.to_dict drops it);
+        # ``->`` on PostgreSQL, ``JSON_EXTRACT`` on MySQL. No index serves it: the
+        # recovery sweep runs it at most every interval.
+        query = (
+            select(jobs)
+            .where(jobs.c.state[HOOKS_KEY].is_not(None))
+            .order_by(jobs.c.created, jobs.c.id)
+            .limit(limit)
+        )
+        if after is not None:
+            query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
+        with boundary(self._engine, "listing jobs with hooks due"), self._engine.connect() as c:
+            return listed_jobs(c.execute(query).mappings())
+
+    # -- counts (the dashboard) ---------------------------------------------------------
+
+    def count_by_status(
+        self,
+        *,
+        channel_id: str | None = None,
+        category: str | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+        limit: int | None = None,
+    ) -> dict[Status, int]:
+        where = filters(
+            channel_id=channel_id,
+            category=category,
+            created_from=created_from,
+            created_until=created_until,
+        )
+        if limit is None:
+            # One GROUP BY over the (status, ...) index of the filter.
+            query: Any = select(jobs.c.status, func.count()).where(*where).group_by(jobs.c.status)
+        else:
+            # Per status, count at most limit + 1 entries of its index: bounded
+            # however many rows match.
+            query = union_all(
+                *(
+                    select(literal(value.value), func.count()).select_from(
+                        select(literal(1).label("one"))
+                        .select_from(jobs)
+                        .where(status_is(value), *where)
+                        .limit(max(0, limit) + 1)
+                        .subquery()
+                    )
+                    for value in Status
+                )
+            )
+        counts = dict.fromkeys(Status, 0)
+        with boundary(self._engine, "counting jobs"), self._engine.connect() as conn:
+            for status, count in conn.execute(query):
+                if status in counts:  # a status no version knows is not counted
+                    counts[Status(status)] = int(count)
+        return counts

@@ -1,0 +1,270 @@
+"""The SQL store's statements, each defined once by name: SQLAlchemy Core
+(portable, compiled once per dialect by SQLAlchemy's cache) or PostgreSQL's
+hot statements as text."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.sql import ColumnElement, Select
+
+from ...links import AFTER
+from ...status import Status, overwritable_by
+from ..base import (
+    JobRecord,
+)
+from ..schema import jobs, links
+from .mapping import row_values
+
+
+def status_is(status: Status) -> ColumnElement[bool]:
+    """``status = '<value>'`` with the value written into the statement, not bound.
+
+    The statuses are few and fixed, and how many rows each has differs by orders of
+    magnitude. Bound, a statement run often on one connection gets PostgreSQL's
+    generic plan (psycopg prepares it after a few runs), one plan for every status:
+    for a rare status, a scan of the whole table. Written in, each status keeps its
+    own plan.
+    """
+    return jobs.c.status == literal(status.value, literal_execute=True)
+
+
+#: The escape character of the ``search`` filter's LIKE pattern (the same on every dialect).
+_LIKE_ESCAPE = "!"
+
+
+def _like_pattern(text: str) -> str:
+    """``%text%`` with the LIKE wildcards in ``text`` made plain characters."""
+    for char in (_LIKE_ESCAPE, "%", "_"):
+        text = text.replace(char, _LIKE_ESCAPE + char)
+    return f"%{text}%"
+
+
+def filters(
+    *,
+    channel_id: str | None = None,
+    category: str | None = None,
+    before: tuple[datetime, str] | None = None,
+    after: tuple[datetime, str] | None = None,
+    created_from: datetime | None = None,
+    created_until: datetime | None = None,
+    search: str | None = None,
+) -> builtins.list[ColumnElement[bool]]:
+    """The conditions of :meth:`IJobStore.list`'s filters other than the status."""
+    where: builtins.list[ColumnElement[bool]] = []
+    if channel_id is not None:
+        where.append(jobs.c.channel_id == channel_id)
+    if category is not None:
+        where.append(jobs.c.category == category)
+    if before is not None:
+        # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
+        where.append(tuple_(jobs.c.created, jobs.c.id) < (before[0], before[1]))
+    if after is not None:
+        where.append(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
+    if created_from is not None:
+        where.append(jobs.c.created >= created_from)
+    if created_until is not None:
+        where.append(jobs.c.created < created_until)
+    if search is not None:
+        pattern = _like_pattern(search)
+        where.append(
+            or_(
+                jobs.c.id.ilike(pattern, escape=_LIKE_ESCAPE),
+                jobs.c.category.ilike(pattern, escape=_LIKE_ESCAPE),
+            )
+        )
+    return where
+
+
+COLUMNS = (
+    "id, channel_id, category, status, version, created, updated, payload, state, error, "
+    "lease_owner, lease_expires, not_before, release_at, start_deadline, unique_key, waits, "
+    "waiting_since"
+)
+
+#: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
+#: on every call cost more CPU than the database spent running them.
+PG_UPSERT = f"""
+INSERT INTO scheduler_jobs ({COLUMNS})
+VALUES (%(id)s, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1, %(created)s,
+        %(updated)s, %(payload)s::jsonb, %(state)s::jsonb, %(error)s, %(lease_owner)s,
+        %(lease_expires)s, %(not_before)s, %(release_at)s, %(start_deadline)s,
+        %(unique_key)s, %(waits)s::jsonb, %(waiting_since)s)
+ON CONFLICT (id) DO UPDATE SET
+    channel_id = EXCLUDED.channel_id, category = EXCLUDED.category,
+    status = EXCLUDED.status, version = scheduler_jobs.version + 1,
+    updated = EXCLUDED.updated, payload = EXCLUDED.payload, state = EXCLUDED.state,
+    error = EXCLUDED.error, lease_owner = EXCLUDED.lease_owner,
+    lease_expires = EXCLUDED.lease_expires, not_before = EXCLUDED.not_before,
+    release_at = EXCLUDED.release_at, start_deadline = EXCLUDED.start_deadline,
+    unique_key = EXCLUDED.unique_key, waits = EXCLUDED.waits,
+    waiting_since = EXCLUDED.waiting_since
+WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
+"""
+
+PG_ADVANCE = """
+UPDATE scheduler_jobs SET
+    status = %(status)s, version = version + 1, updated = %(updated)s,
+    state = %(state)s::jsonb, error = %(error)s, lease_owner = %(lease_owner)s,
+    lease_expires = %(lease_expires)s, not_before = %(not_before)s,
+    release_at = %(release_at)s, start_deadline = %(start_deadline)s,
+    unique_key = %(unique_key)s, waits = %(waits)s::jsonb, waiting_since = %(waiting_since)s
+WHERE id = %(id)s AND version = %(version)s AND status = ANY(%(allowed)s)
+"""
+
+PG_GET = f"SELECT {COLUMNS} FROM scheduler_jobs WHERE id = %(id)s"
+
+# The claims below leave a row whose state is not an object (a damaged row) as it
+# is: jsonb_set would fail on it; the caller's read of the row then names it.
+# They are base.why_not_claimable in SQL; ``retry`` is start_times.is_retry of the
+# cursor (the cursor must equal the row's), so that a late retry is refused by
+# the same rule (start_times.late_retry) in every store.
+
+PG_CLAIM = f"""
+UPDATE scheduler_jobs SET
+    status = 'InProgress', version = version + 1, updated = %(now)s,
+    state = jsonb_set(state, '{{cursor}}', %(cursor)s::jsonb),
+    lease_owner = %(owner)s, lease_expires = %(lease_until)s
+WHERE id = %(id)s AND jsonb_typeof(state) = 'object' AND (
+    (status = 'InProgress' AND state -> 'cursor' = %(cursor)s::jsonb
+        AND (lease_owner IS NULL OR lease_expires < %(now)s)
+        AND (NOT %(retry)s OR start_deadline IS NULL OR start_deadline >= %(now)s))
+    OR (status = 'Scheduled' AND %(start)s
+        AND (not_before IS NULL OR not_before <= %(now)s)
+        AND (start_deadline IS NULL OR start_deadline >= %(now)s)
+        AND waiting_since IS NULL))
+RETURNING {COLUMNS}
+"""
+
+
+def _prefixed(columns: str, table: str) -> str:
+    return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
+
+
+#: Group commit's claims: the predicate of PG_CLAIM, for each row of the arrays.
+PG_CLAIM_MANY = f"""
+UPDATE scheduler_jobs AS j SET
+    status = 'InProgress', version = j.version + 1, updated = c.now,
+    state = jsonb_set(j.state, '{{cursor}}', c.cursor::jsonb),
+    lease_owner = c.owner, lease_expires = c.lease_until
+FROM unnest(%(n)s::int[], %(id)s::text[], %(cursor)s::text[], %(owner)s::text[],
+            %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[],
+            %(retry)s::bool[])
+    AS c(n, id, cursor, owner, now, lease_until, start, retry)
+WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND (
+    (j.status = 'InProgress' AND j.state -> 'cursor' = c.cursor::jsonb
+        AND (j.lease_owner IS NULL OR j.lease_expires < c.now)
+        AND (NOT c.retry OR j.start_deadline IS NULL OR j.start_deadline >= c.now))
+    OR (j.status = 'Scheduled' AND c.start
+        AND (j.not_before IS NULL OR j.not_before <= c.now)
+        AND (j.start_deadline IS NULL OR j.start_deadline >= c.now)
+        AND j.waiting_since IS NULL))
+RETURNING c.n, {_prefixed(COLUMNS, "j")}
+"""
+
+#: Group commit's outcome records: PG_ADVANCE for each row of the arrays (the
+#: allowed statuses of a row as one comma-separated text).
+PG_ADVANCE_MANY = """
+UPDATE scheduler_jobs AS j SET
+    status = a.status, version = j.version + 1, updated = a.updated,
+    state = a.state::jsonb, error = a.error, lease_owner = a.lease_owner,
+    lease_expires = a.lease_expires, not_before = a.not_before,
+    release_at = a.release_at, start_deadline = a.start_deadline,
+    unique_key = a.unique_key, waits = a.waits::jsonb, waiting_since = a.waiting_since
+FROM unnest(%(n)s::int[], %(id)s::text[], %(version)s::int[], %(allowed)s::text[],
+            %(status)s::text[], %(updated)s::timestamptz[], %(state)s::text[],
+            %(error)s::text[], %(lease_owner)s::text[], %(lease_expires)s::timestamptz[],
+            %(not_before)s::timestamptz[], %(release_at)s::timestamptz[],
+            %(start_deadline)s::timestamptz[], %(unique_key)s::text[], %(waits)s::text[],
+            %(waiting_since)s::timestamptz[])
+    AS a(n, id, version, allowed, status, updated, state, error, lease_owner,
+         lease_expires, not_before, release_at, start_deadline, unique_key, waits,
+         waiting_since)
+WHERE j.id = a.id AND j.version = a.version
+    AND j.status = ANY(string_to_array(a.allowed, ','))
+RETURNING a.n
+"""
+
+
+def advance_statement(record: JobRecord) -> Any:
+    """The compare-and-set UPDATE of ``advance``: every column but id, created, payload."""
+    values = row_values(record)
+    for column in ("id", "created", "version", "payload"):
+        del values[column]
+    values["version"] = jobs.c.version + 1
+    return update(jobs).where(jobs.c.id == record.id, put_guard(record)).values(values)
+
+
+def put_guard(record: JobRecord) -> ColumnElement[bool]:
+    """The stored row may be replaced by ``record``: seen version, allowed status."""
+    allowed = sorted(s.value for s in overwritable_by(record.status))
+    return (jobs.c.version == record.version) & jobs.c.status.in_(allowed)
+
+
+def lapsed(now: datetime, limit: int) -> Select[Any]:
+    """Up to ``limit`` InProgress rows whose lease lapsed before ``now``, oldest first,
+    locked for this transaction; rows another recoverer holds are skipped, not awaited."""
+    return (
+        select(jobs.c.id)
+        .where(jobs.c.status == Status.IN_PROGRESS.value, jobs.c.lease_expires < now)
+        .order_by(jobs.c.lease_expires, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+#: Each JSON object becomes a row typed as the table's (a JSON null is SQL NULL,
+#: a nested object the value of a JSON column).
+PG_INSERT_MANY = f"""
+INSERT INTO scheduler_jobs ({COLUMNS})
+SELECT {COLUMNS} FROM json_populate_recordset(NULL::scheduler_jobs, %(rows)s::json)
+ON CONFLICT (id) DO NOTHING
+RETURNING id
+"""
+
+
+def unawaited(ids: Sequence[str]) -> ColumnElement[bool]:
+    """The rows of ``ids`` no Scheduled job waits for through a link (``after=``).
+
+    Run after the rows are locked for update, in a statement of its own (a fresh
+    read under READ COMMITTED): it sees a child whose insert committed meanwhile.
+    """
+    child = jobs.alias("child")
+    waiting_child = (
+        select(links.c.parent_id)
+        .select_from(links.join(child, child.c.id == links.c.child_id))
+        .where(
+            links.c.parent_id.in_(ids),
+            links.c.kind == AFTER,
+            child.c.status == Status.SCHEDULED.value,
+            child.c.waiting_since.is_not(None),
+        )
+    )
+    return jobs.c.id.not_in(waiting_child)
+
+
+def purge_guard(
+    ended: Status,
+    older_than: datetime,
+    chosen: Sequence[tuple[str, int]],
+    pairs: Select[Any] | None = None,
+) -> ColumnElement[bool]:
+    """The rows of ``chosen`` (id, version) still at that version, ended ``ended``
+    before ``older_than``: the purge's delete checks it all again. ``pairs``: the
+    same pairs as a query (default: a list of row values)."""
+    return (
+        jobs.c.id.in_([job_id for job_id, _ in chosen])
+        & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen) if pairs is None else pairs)
+        & (jobs.c.status == ended.value)
+        & (jobs.c.updated < older_than)
+    )
