@@ -20,10 +20,10 @@ from ..links import Link, parent_order, parents_of
 from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..recurring import RecurringSchedule
 from ..retention import awaited, ended_status, still_needed
-from ..start_times import late_retry
 from ..state import HOOKS_KEY
 from ..status import TERMINAL, Status
 from ..workers import WorkerInfo
+from . import claims
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -620,57 +620,28 @@ def why_not_claimable(
 ) -> str | None:
     """Why the step at ``cursor`` of ``record`` cannot be claimed now; None if it can.
 
-    The one definition of when a step may be taken (the SQL stores express the
-    same predicate in their claiming statement): the job is InProgress at that
-    cursor, no live lease holds it (no owner, or an expiry before ``now``;
-    an owner without expiry holds it for good) and it is not a retry past the
-    job's start deadline (:func:`~pypepper_dramatiq.start_times.late_retry`;
-    see :func:`retry_past_deadline`), or, with ``start``, the job is
-    Scheduled (its first step), its planned start has come, its start
-    deadline has not passed and it waits for no other job.
+    The claim rule of :mod:`~pypepper_dramatiq.stores.claims`, evaluated in Python
+    (the SQL stores render the same conditions in their claiming statement): the
+    job is InProgress at that cursor, no live lease holds it (no owner, or an
+    expiry before ``now``; an owner without expiry holds it for good) and it is
+    not a retry past the job's start deadline
+    (:func:`~pypepper_dramatiq.start_times.late_retry`; see
+    :func:`retry_past_deadline`), or, with ``start``, the job is Scheduled (its
+    first step), its planned start has come, its start deadline has not passed
+    and it waits for no other job.
     """
-    if record.status is Status.SCHEDULED:
-        if not start:
-            return f"not started, message for {cursor}"
-        if record.not_before is not None and record.not_before > now:
-            return f"planned to start at {record.not_before.isoformat()}"
-        if record.start_deadline is not None and record.start_deadline < now:
-            return f"its start deadline passed at {record.start_deadline.isoformat()}"
-        if record.waiting_since is not None:
-            return "it waits for other jobs to end"
-        return None
-    reason = _why_step_not_free(record, cursor, now)
-    if reason is None and late_retry(record.start_deadline, cursor, now):
-        assert record.start_deadline is not None
-        return f"a retry after its start deadline passed at {record.start_deadline.isoformat()}"
-    return reason
+    return claims.why_not(record, (cursor, now, start))
 
 
 def retry_past_deadline(record: JobRecord, cursor: Sequence[int] | None, now: datetime) -> bool:
     """Whether the step at ``cursor`` of ``record`` is refused only for being a retry
     picked up after the job's start deadline: its claimer then cancels the job
     (a step held by a live lease, running somewhere, is never cancelled so)."""
+    asked = (cursor, now, False)
     return (
-        record.status is Status.IN_PROGRESS
-        and _why_step_not_free(record, cursor, now) is None
-        and late_retry(record.start_deadline, cursor, now)
+        claims.first_refusal(claims.STEP_FREE, record, asked) is None
+        and claims.NOT_LATE_RETRY.refusal(record, asked) is not None
     )
-
-
-def _why_step_not_free(
-    record: JobRecord, cursor: Sequence[int] | None, now: datetime
-) -> str | None:
-    """Why the running job's step at ``cursor`` cannot be taken, its deadline aside."""
-    if record.status is not Status.IN_PROGRESS:
-        return f"job is {record.status.value}"
-    at = list(record.state.get("cursor") or [])
-    if cursor is None or not at or at != list(cursor):
-        return f"stale message for {cursor}, at {at or None}"
-    if record.lease_owner is not None and (
-        record.lease_expires is None or record.lease_expires >= now
-    ):
-        return f"step {at} is held by {record.lease_owner}"
-    return None
 
 
 def claimed_row(current: JobRecord, request: StepClaim) -> JobRecord:

@@ -8,24 +8,12 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import (
-    insert,
-)
+from sqlalchemy import insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ...errors import (
-    CorruptRecordError,
-    StoreError,
-    retry_may_cure,
-)
+from ...errors import CorruptRecordError, StoreError, retry_may_cure
 from ...links import parents_of
-from ..base import (
-    IJobStore,
-    JobRecord,
-    StepClaim,
-    claimed_row,
-    why_not_claimable,
-)
+from ..base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
 from ..schema import jobs
 from .boundary import once_more_if_stale, refused_by_key_index
 from .engine import transaction

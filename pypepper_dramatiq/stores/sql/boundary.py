@@ -6,16 +6,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import (
-    Engine,
-)
+from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
-from ...errors import (
-    StoreDataError,
-    StoreError,
-    StoreUnavailableError,
-)
+from ...errors import StoreDataError, StoreError, StoreUnavailableError
 from ..schema import ACTIVE_KEY_INDEX
 
 #: MySQL's "Duplicate entry" error number.

@@ -6,18 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    create_engine,
-)
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from ...errors import (
-    ConfigError,
-    StoreError,
-)
+from ...errors import ConfigError, StoreError
 
 #: The extra that installs each dialect's driver.
 _EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}

@@ -7,28 +7,14 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sqlalchemy import (
-    delete,
-    insert,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy import exc as sa_exc
 
-from ...errors import (
-    DuplicateJobError,
-    StoreError,
-)
+from ...errors import DuplicateJobError, StoreError
 from ...links import Link, parents_of, required_parents
 from ...progress import PROGRESS_KEY
-from ..base import (
-    JobRecord,
-)
-from ..rows import (
-    job_record,
-    listed_jobs,
-)
+from ..base import JobRecord
+from ..rows import job_record, listed_jobs
 from ..schema import jobs, links
 from .boundary import boundary, is_duplicate_key, once_more_if_stale, refused_by_key_index
 from .links import lock_parents

@@ -7,19 +7,11 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    select,
-    update,
-)
+from sqlalchemy import select, update
 
 from ...status import Status
-from ..base import (
-    JobRecord,
-)
-from ..rows import (
-    listed_jobs,
-    status_or_unknown,
-)
+from ..base import JobRecord
+from ..rows import listed_jobs, status_or_unknown
 from ..schema import jobs
 from .boundary import boundary
 from .engine import transaction

@@ -5,14 +5,9 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 
-from sqlalchemy import (
-    Connection,
-    select,
-)
+from sqlalchemy import Connection, select
 
-from ...errors import (
-    UnknownJobError,
-)
+from ...errors import UnknownJobError
 from ...links import Link, parent_order
 from ..schema import jobs, links
 from .boundary import boundary

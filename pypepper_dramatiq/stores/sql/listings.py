@@ -7,28 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    case,
-    func,
-    literal,
-    or_,
-    select,
-    tuple_,
-    union_all,
-)
+from sqlalchemy import case, func, literal, or_, select, tuple_, union_all
 from sqlalchemy.sql import Select
 
 from ...state import HOOKS_KEY
 from ...status import Status
-from ..base import (
-    HELD_FOR_JOBS,
-    HELD_FOR_TIME,
-    JobRecord,
-    check_ended,
-)
-from ..rows import (
-    listed_jobs,
-)
+from ..base import HELD_FOR_JOBS, HELD_FOR_TIME, JobRecord, check_ended
+from ..rows import listed_jobs
 from ..schema import jobs
 from .boundary import boundary
 from .parts import SqlStorePart

@@ -7,18 +7,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import (
-    CorruptRecordError,
-    CorruptScheduleError,
-)
+from ...errors import CorruptRecordError, CorruptScheduleError
 from ...recurring import RecurringSchedule
 from ...start_times import is_retry
 from ...status import Status, overwritable_by
 from ...workers import WorkerInfo
-from ..base import (
-    JobRecord,
-    StepClaim,
-)
+from ..base import JobRecord, StepClaim
 from ..schema import UtcDateTime, jobs
 
 

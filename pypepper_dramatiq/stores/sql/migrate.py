@@ -12,16 +12,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import (
-    Connection,
-    Engine,
-    func,
-    select,
-)
+from sqlalchemy import Connection, Engine, func, select
 
-from ...errors import (
-    SchemaVersionError,
-)
+from ...errors import SchemaVersionError
 from ...logs import get_logger
 from ..schema import VERSION_TABLE
 from .boundary import boundary, masked

@@ -9,31 +9,15 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    delete,
-    func,
-    literal,
-    select,
-    update,
-)
+from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.dialects import postgresql
 
 from ...engine.group_commit import rounds_of
-from ...errors import (
-    CorruptRecordError,
-    DuplicateJobError,
-    StoreError,
-)
+from ...errors import CorruptRecordError, DuplicateJobError, StoreError
 from ...start_times import is_retry
 from ...status import Status
-from ..base import (
-    JobRecord,
-    StepClaim,
-)
-from ..rows import (
-    job_record,
-    listed_jobs,
-)
+from ..base import JobRecord, StepClaim
+from ..rows import job_record, listed_jobs
 from ..schema import jobs
 from .boundary import DRIVER_DISCONNECTS, dict_row, once_more_if_stale
 from .engine import transaction

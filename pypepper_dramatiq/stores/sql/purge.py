@@ -7,17 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import (
-    delete,
-    select,
-    tuple_,
-)
+from sqlalchemy import delete, select, tuple_
 
 from ... import retention
 from ...status import Status
-from ..rows import (
-    readable_waits,
-)
+from ..rows import readable_waits
 from ..schema import jobs
 from .boundary import boundary
 from .engine import transaction

@@ -5,23 +5,12 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import (
-    delete,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy import exc as sa_exc
 
-from ...errors import (
-    StoreError,
-)
+from ...errors import StoreError
 from ...recurring import RecurringSchedule
-from ..rows import (
-    due_schedules,
-    listed_schedules,
-    recurring_schedule,
-)
+from ..rows import due_schedules, listed_schedules, recurring_schedule
 from ..schema import recurring
 from .boundary import boundary
 from .engine import transaction

@@ -9,20 +9,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    literal,
-    or_,
-    select,
-    tuple_,
-    update,
-)
+from sqlalchemy import literal, or_, select, tuple_, update
 from sqlalchemy.sql import ColumnElement, Select
 
 from ...links import AFTER
 from ...status import Status, overwritable_by
-from ..base import (
-    JobRecord,
-)
+from ..base import JobRecord
+from ..claims import postgres_condition
 from ..schema import jobs, links
 from .mapping import row_values
 
@@ -126,23 +119,24 @@ PG_GET = f"SELECT {COLUMNS} FROM scheduler_jobs WHERE id = %(id)s"
 
 # The claims below leave a row whose state is not an object (a damaged row) as it
 # is: jsonb_set would fail on it; the caller's read of the row then names it.
-# They are base.why_not_claimable in SQL; ``retry`` is start_times.is_retry of the
+# Their condition is the claim rule of stores.claims rendered (the one the
+# memory store evaluates in Python); ``retry`` is start_times.is_retry of the
 # cursor (the cursor must equal the row's), so that a late retry is refused by
 # the same rule (start_times.late_retry) in every store.
+
+_CLAIMABLE = postgres_condition(
+    "", {"cursor": "%(cursor)s", "now": "%(now)s", "start": "%(start)s", "retry": "%(retry)s"}
+)
+_CLAIMABLE_MANY = postgres_condition(
+    "j.", {"cursor": "c.cursor", "now": "c.now", "start": "c.start", "retry": "c.retry"}
+)
 
 PG_CLAIM = f"""
 UPDATE scheduler_jobs SET
     status = 'InProgress', version = version + 1, updated = %(now)s,
     state = jsonb_set(state, '{{cursor}}', %(cursor)s::jsonb),
     lease_owner = %(owner)s, lease_expires = %(lease_until)s
-WHERE id = %(id)s AND jsonb_typeof(state) = 'object' AND (
-    (status = 'InProgress' AND state -> 'cursor' = %(cursor)s::jsonb
-        AND (lease_owner IS NULL OR lease_expires < %(now)s)
-        AND (NOT %(retry)s OR start_deadline IS NULL OR start_deadline >= %(now)s))
-    OR (status = 'Scheduled' AND %(start)s
-        AND (not_before IS NULL OR not_before <= %(now)s)
-        AND (start_deadline IS NULL OR start_deadline >= %(now)s)
-        AND waiting_since IS NULL))
+WHERE id = %(id)s AND jsonb_typeof(state) = 'object' AND {_CLAIMABLE}
 RETURNING {COLUMNS}
 """
 
@@ -161,14 +155,7 @@ FROM unnest(%(n)s::int[], %(id)s::text[], %(cursor)s::text[], %(owner)s::text[],
             %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[],
             %(retry)s::bool[])
     AS c(n, id, cursor, owner, now, lease_until, start, retry)
-WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND (
-    (j.status = 'InProgress' AND j.state -> 'cursor' = c.cursor::jsonb
-        AND (j.lease_owner IS NULL OR j.lease_expires < c.now)
-        AND (NOT c.retry OR j.start_deadline IS NULL OR j.start_deadline >= c.now))
-    OR (j.status = 'Scheduled' AND c.start
-        AND (j.not_before IS NULL OR j.not_before <= c.now)
-        AND (j.start_deadline IS NULL OR j.start_deadline >= c.now)
-        AND j.waiting_since IS NULL))
+WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND {_CLAIMABLE_MANY}
 RETURNING c.n, {_prefixed(COLUMNS, "j")}
 """
 

@@ -16,16 +16,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import (
-    Engine,
-)
+from sqlalchemy import Engine
 
-from ...errors import (
-    ConfigError,
-)
-from ..base import (
-    IJobStore,
-)
+from ...errors import ConfigError
+from ..base import IJobStore
 from .batches import BatchRows
 from .boundary import masked
 from .engine import backend_name, create_store_engine, database_of

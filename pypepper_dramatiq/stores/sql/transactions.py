@@ -6,16 +6,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    event,
-)
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session
 
-from ...errors import (
-    ConfigError,
-)
+from ...errors import ConfigError
 from .parts import SqlStorePart
 
 

@@ -7,22 +7,14 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    delete,
-    select,
-)
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...status import Status
 from ...workers import WorkerInfo, forget_before, listed
-from ..base import (
-    JobRecord,
-)
-from ..rows import (
-    listed_jobs,
-    listed_workers,
-)
+from ..base import JobRecord
+from ..rows import listed_jobs, listed_workers
 from ..schema import jobs
 from ..schema import workers as worker_rows
 from .boundary import boundary, once_more_if_stale
