@@ -8,13 +8,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import insert
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...errors import CorruptRecordError, StoreError, retry_may_cure
 from ...links import parents_of
 from ..base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
-from ..schema import jobs
 from .boundary import once_more_if_stale, refused_by_key_index
 from .engine import transaction
 from .mapping import row_values
@@ -161,17 +158,13 @@ class BatchRows(SqlStorePart):
         # A VALUES list built with .values(rows) would be compiled anew per call,
         # at about 1 ms a row. PostgresJobStore sends arrays instead.
         rows = [row_values(record) for record in records]
-        if self._engine.dialect.name == "postgresql":
-            stmt = (
-                pg_insert(jobs)
-                .on_conflict_do_nothing(index_elements=[jobs.c.id])
-                .returning(jobs.c.id)
-            )
+        stmt = self._dialect.insert_new
+        if self._dialect.answers_each_new_row:
             with self._engine.connect() as connection:
                 return {row[0] for row in connection.execute(stmt, rows)}
         # MySQL and MariaDB answer no row by row: an id stored already fails the
         # insert, and the transaction (PyMySQL splits a long one in several
         # statements) leaves nothing written.
         with self._linked_write() as connection:
-            connection.execute(insert(jobs), rows)
+            connection.execute(stmt, rows)
         return {record.id for record in records}

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from ...errors import DuplicateJobError, StoreError
@@ -99,23 +99,12 @@ class JobRows(SqlStorePart):
         # One statement that merges the entry into state["progress"] on the server
         # and leaves version and status alone.
         patch = json.dumps({PROGRESS_KEY: {key: value}})
-        if self._engine.dialect.name == "postgresql":
-            merged = text(
-                "UPDATE scheduler_jobs SET state = jsonb_set(state, '{progress}', "
-                "COALESCE(state -> 'progress', '{}'::jsonb) || "
-                "(CAST(:patch AS jsonb) -> 'progress')) "
-                "WHERE id = :id AND status = 'InProgress'"
-            )
-        else:  # MySQL and MariaDB: RFC 7396 merge, objects merged key by key
-            merged = text(
-                "UPDATE scheduler_jobs SET state = JSON_MERGE_PATCH(state, :patch) "
-                "WHERE id = :id AND status = 'InProgress'"
-            )
+        merge = self._dialect.progress_merge
         with (
             boundary(self._engine, f"writing the progress of job {job_id}"),
             self._engine.connect() as connection,
         ):
-            return connection.execute(merged, {"id": job_id, "patch": patch}).rowcount == 1
+            return connection.execute(merge, {"id": job_id, "patch": patch}).rowcount == 1
 
     def get(self, job_id: str) -> JobRecord | None:
         row = once_more_if_stale(self._engine, f"loading job {job_id}", lambda: self._get(job_id))
@@ -140,9 +129,7 @@ class JobRows(SqlStorePart):
         return found
 
     def key_holder(self, key: str) -> JobRecord | None:
-        # On MySQL the column holds the key's utf8mb4 bytes (see schema.active_key_type).
-        mysql = self._engine.dialect.name in ("mysql", "mariadb")
-        query = select(jobs).where(jobs.c.active_key == (key.encode() if mysql else key))
+        query = select(jobs).where(jobs.c.active_key == self._dialect.active_key(key))
         with boundary(self._engine, f"looking up key {key!r}"), self._engine.connect() as c:
             row = c.execute(query).mappings().first()
         return None if row is None else job_record(row)

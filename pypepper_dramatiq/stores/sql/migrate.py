@@ -12,21 +12,19 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine
 
 from ...errors import SchemaVersionError
 from ...logs import get_logger
 from ..schema import VERSION_TABLE
 from .boundary import boundary, masked
+from .dialects import dialect_named
 from .engine import create_store_engine, transaction
 
 logger = get_logger(__name__)
 
 #: Where the Alembic scripts ship, inside the package.
 MIGRATIONS = Path(__file__).parent.parent / "migrations"
-
-#: Key of the PostgreSQL advisory lock held while migrating ("pypepper" in ASCII, truncated).
-_MIGRATION_LOCK = 0x7079706570706572
 
 
 def _config(connection: Connection) -> Config:
@@ -67,10 +65,8 @@ def _current(connection: Connection) -> str | None:
 
 def upgrade_to_head(engine: Engine) -> str:
     with boundary(engine, "migrating the schema"), transaction(engine) as connection:
-        if connection.dialect.name == "postgresql":
-            # Serialise concurrent migrators; PostgreSQL DDL is transactional, so
-            # the loser then finds the schema at head and does nothing.
-            connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+        # Serialise concurrent migrators (on PostgreSQL).
+        dialect_named(connection.dialect.name).lock_migrations(connection)
         before = _current(connection)
         with _quiet_alembic():
             command.upgrade(_config(connection), "head")

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Engine
 
 from ...errors import CorruptRecordError
 from ..base import IJobStore
+from .dialects import Dialect, dialect_named
 from .engine import transaction
 
 
@@ -19,6 +20,11 @@ class SqlStorePart(IJobStore):
     store is all of them over one engine."""
 
     _engine: Engine
+
+    @property
+    def _dialect(self) -> Dialect:
+        """What differs on this store's backend in the portable statements."""
+        return dialect_named(self._engine.dialect.name)
 
     @contextmanager
     def _linked_write(self) -> Iterator[Connection]:

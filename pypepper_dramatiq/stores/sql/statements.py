@@ -9,14 +9,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import literal, or_, select, tuple_, update
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy import literal, or_, select, text, tuple_, update
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from ...links import AFTER
 from ...status import Status, overwritable_by
 from ..base import JobRecord
 from ..claims import postgres_condition
 from ..schema import jobs, links
+from ..schema import workers as worker_rows
 from .mapping import row_values
 
 
@@ -254,4 +257,42 @@ def purge_guard(
         & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen) if pairs is None else pairs)
         & (jobs.c.status == ended.value)
         & (jobs.c.updated < older_than)
+    )
+
+
+#: ``write_progress`` on PostgreSQL: the entry merged into state["progress"] on the
+#: server, version and status left alone.
+PG_PROGRESS_MERGE = text(
+    "UPDATE scheduler_jobs SET state = jsonb_set(state, '{progress}', "
+    "COALESCE(state -> 'progress', '{}'::jsonb) || "
+    "(CAST(:patch AS jsonb) -> 'progress')) "
+    "WHERE id = :id AND status = 'InProgress'"
+)
+#: ``write_progress`` on MySQL and MariaDB: RFC 7396 merge, objects merged key by key.
+MYSQL_PROGRESS_MERGE = text(
+    "UPDATE scheduler_jobs SET state = JSON_MERGE_PATCH(state, :patch) "
+    "WHERE id = :id AND status = 'InProgress'"
+)
+
+#: ``put_many``'s new rows on PostgreSQL in the portable path (a caller's
+#: transaction): ids stored already are skipped, the inserted ones returned.
+PG_INSERT_NEW = (
+    pg_insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.id]).returning(jobs.c.id)
+)
+
+
+def pg_worker_upsert(values: dict[str, Any], kept: tuple[str, ...]) -> Executable:
+    """A worker's row written by PostgreSQL's ON CONFLICT DO UPDATE."""
+    stmt = pg_insert(worker_rows).values(values)
+    return stmt.on_conflict_do_update(
+        index_elements=[worker_rows.c.owner],
+        set_={name: stmt.excluded[name] for name in values if name not in kept},
+    )
+
+
+def mysql_worker_upsert(values: dict[str, Any], kept: tuple[str, ...]) -> Executable:
+    """A worker's row written by MySQL's and MariaDB's ON DUPLICATE KEY UPDATE."""
+    stmt = mysql_insert(worker_rows).values(values)
+    return stmt.on_duplicate_key_update(
+        {name: stmt.inserted[name] for name in values if name not in kept}
     )

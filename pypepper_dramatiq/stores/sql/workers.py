@@ -5,11 +5,8 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...status import Status
 from ...workers import WorkerInfo, forget_before, listed
@@ -31,18 +28,7 @@ class WorkerRows(SqlStorePart):
         # value first written; a retry after a stale connection writes the same row.
         values = worker_values(worker)
         kept = ("owner", "started")
-        stmt: Any
-        if self._engine.dialect.name == "postgresql":
-            stmt = pg_insert(worker_rows).values(values)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[worker_rows.c.owner],
-                set_={name: stmt.excluded[name] for name in values if name not in kept},
-            )
-        else:
-            stmt = mysql_insert(worker_rows).values(values)
-            stmt = stmt.on_duplicate_key_update(
-                {name: stmt.inserted[name] for name in values if name not in kept}
-            )
+        stmt = self._dialect.worker_upsert(values, kept)
 
         def beat() -> None:
             with self._engine.connect() as connection:
