@@ -13,10 +13,27 @@ from ...errors import StoreDataError, StoreError, StoreUnavailableError
 from ..schema import ACTIVE_KEY_INDEX
 
 #: MySQL's "Duplicate entry" error number.
-MYSQL_DUPLICATE_KEY = 1062
+_MYSQL_DUPLICATE_KEY = 1062
+
+T = TypeVar("T")
+
+try:  # the PostgreSQL driver is an extra
+    import psycopg
+    from psycopg.rows import dict_row as dict_row
+
+    _DRIVER_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,)
+    DRIVER_DISCONNECTS: tuple[type[Exception], ...] = (
+        psycopg.OperationalError,
+        psycopg.InterfaceError,
+    )
+    _DRIVER_DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError,)
+except ImportError:  # pragma: no cover - MySQL-only installs
+    dict_row = None  # type: ignore[assignment]
+    _DRIVER_ERRORS = DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = ()
 
 
 def masked(engine: Engine) -> str:
+    """``engine``'s URL with its password hidden: what messages and logs name."""
     return engine.url.render_as_string(hide_password=True)
 
 
@@ -62,7 +79,7 @@ _MYSQL_DATA_ERRORS = frozenset(
     | {3819, 4025}
 )
 #: MySQL's duplicate-key refusals (the store answers them itself, as PostgreSQL's 23505).
-_MYSQL_DUPLICATE_KEYS = frozenset({1022, MYSQL_DUPLICATE_KEY, 1586})
+_MYSQL_DUPLICATE_KEYS = frozenset({1022, _MYSQL_DUPLICATE_KEY, 1586})
 
 
 def is_data_error(exc: BaseException) -> bool:
@@ -121,22 +138,6 @@ def boundary(engine: Engine, doing: str) -> Iterator[None]:
         raise _store_error(engine, doing, exc) from exc
 
 
-T = TypeVar("T")
-
-try:  # the PostgreSQL driver is an extra
-    import psycopg
-    from psycopg.rows import dict_row as dict_row
-
-    _DRIVER_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,)
-    DRIVER_DISCONNECTS: tuple[type[Exception], ...] = (
-        psycopg.OperationalError,
-        psycopg.InterfaceError,
-    )
-    _DRIVER_DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError,)
-except ImportError:  # pragma: no cover - MySQL-only installs
-    dict_row = None  # type: ignore[assignment]
-    _DRIVER_ERRORS = DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = ()
-
 #: What ``boundary`` turns into our errors: SQLAlchemy's, the driver's (the hot
 #: statements), and text the driver cannot encode (a lone surrogate).
 _CLASSIFIED: tuple[type[BaseException], ...] = (
@@ -175,5 +176,6 @@ def refused_by_key_index(exc: BaseException | None) -> bool:
 
 
 def is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
+    """Whether ``exc`` is MySQL's "Duplicate entry" (the portable upsert's cue to update)."""
     args: tuple[Any, ...] = getattr(exc.orig, "args", ())
-    return bool(args) and args[0] == MYSQL_DUPLICATE_KEY
+    return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY

@@ -19,6 +19,13 @@ _EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
 def create_store_engine(
     uri: str, engine_kwargs: dict[str, Any] | None = None, given: list[str] | None = None
 ) -> Engine:
+    """The engine of ``uri``; our errors for a missing driver, a bad URL or option.
+
+    Args:
+        uri: the SQLAlchemy URL.
+        engine_kwargs: passed on to :func:`sqlalchemy.create_engine`.
+        given: the options the caller named (the error of a wrong one lists them).
+    """
     try:
         return create_engine(uri, **(engine_kwargs or {}))
     except ImportError as exc:

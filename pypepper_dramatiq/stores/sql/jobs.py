@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, select
 from sqlalchemy import exc as sa_exc
 
 from ...errors import DuplicateJobError, StoreError
@@ -20,7 +20,7 @@ from .boundary import boundary, is_duplicate_key, once_more_if_stale, refused_by
 from .links import lock_parents
 from .mapping import row_values
 from .parts import SqlStorePart
-from .statements import advance_statement, put_guard
+from .statements import advance_statement, guarded_update
 
 
 class JobRows(SqlStorePart):
@@ -77,11 +77,8 @@ class JobRows(SqlStorePart):
         except sa_exc.IntegrityError as exc:
             if not is_duplicate_key(exc) or refused_by_key_index(exc):
                 raise
-        del values["id"], values["created"], values["version"]
-        values["version"] = jobs.c.version + 1
-        stmt = update(jobs).where(jobs.c.id == record.id, put_guard(record)).values(values)
         with self._engine.connect() as connection:
-            return connection.execute(stmt).rowcount == 1
+            return connection.execute(guarded_update(record, payload=True)).rowcount == 1
 
     def advance(self, record: JobRecord) -> bool:
         return self._keyed(

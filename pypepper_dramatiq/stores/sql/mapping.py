@@ -50,7 +50,7 @@ def row_values(record: JobRecord) -> dict[str, Any]:
 
 
 #: The stored statuses each status may replace, as the arrays the statements take.
-_ALLOWED = {status: sorted(s.value for s in overwritable_by(status)) for status in Status}
+ALLOWED = {status: sorted(s.value for s in overwritable_by(status)) for status in Status}
 
 
 def pg_params(record: JobRecord) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def pg_params(record: JobRecord) -> dict[str, Any]:
         payload=None if record.payload is None else json.dumps(record.payload),
         state=json.dumps(record.state),
         waits=None if record.waits is None else json.dumps(record.waits),
-        allowed=_ALLOWED[record.status],
+        allowed=ALLOWED[record.status],
     )
     return params
 

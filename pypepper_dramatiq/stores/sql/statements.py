@@ -15,12 +15,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from ...links import AFTER
-from ...status import Status, overwritable_by
+from ...status import Status
 from ..base import JobRecord
 from ..claims import postgres_condition
 from ..schema import jobs, links
 from ..schema import workers as worker_rows
-from .mapping import row_values
+from .mapping import ALLOWED, row_values
 
 
 def status_is(status: Status) -> ColumnElement[bool]:
@@ -186,19 +186,25 @@ RETURNING a.n
 """
 
 
-def advance_statement(record: JobRecord) -> Any:
-    """The compare-and-set UPDATE of ``advance``: every column but id, created, payload."""
+def guarded_update(record: JobRecord, *, payload: bool = False) -> Any:
+    """The compare-and-set UPDATE of ``record``'s row under :func:`put_guard`: every
+    column but id and created, and but the payload unless ``payload`` (a put
+    rewrites it, ``advance`` leaves it)."""
     values = row_values(record)
-    for column in ("id", "created", "version", "payload"):
+    for column in ("id", "created", "version", *(() if payload else ("payload",))):
         del values[column]
     values["version"] = jobs.c.version + 1
     return update(jobs).where(jobs.c.id == record.id, put_guard(record)).values(values)
 
 
+def advance_statement(record: JobRecord) -> Any:
+    """The compare-and-set UPDATE of ``advance``: every column but id, created, payload."""
+    return guarded_update(record)
+
+
 def put_guard(record: JobRecord) -> ColumnElement[bool]:
     """The stored row may be replaced by ``record``: seen version, allowed status."""
-    allowed = sorted(s.value for s in overwritable_by(record.status))
-    return (jobs.c.version == record.version) & jobs.c.status.in_(allowed)
+    return (jobs.c.version == record.version) & jobs.c.status.in_(ALLOWED[record.status])
 
 
 def lapsed(now: datetime, limit: int) -> Select[Any]:
