@@ -78,6 +78,10 @@ HOSTILE = st.sampled_from(
     ["\x00", "\udc80", "\ud800", "\x1b[2J", "\r\n", "\u202e", "\x7f", "\ufeff", "\U0001f600", "'"]
 )
 
+# Replaying a failing example with its (long) texts would warn of an overly large
+# repr, and the warning, an error here, would hide the failure it reports.
+pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
+
 
 def any_text(*, min_size: int = 0) -> st.SearchStrategy[str]:
     """Any text: short, hostile pieces mixed in, or over every column's limit."""

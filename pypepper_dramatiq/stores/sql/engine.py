@@ -11,6 +11,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from ...errors import ConfigError, StoreError
+from ...storable import json_text
 
 #: The extra that installs each dialect's driver.
 _EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
@@ -27,7 +28,9 @@ def create_store_engine(
         given: the options the caller named (the error of a wrong one lists them).
     """
     try:
-        return create_engine(uri, **(engine_kwargs or {}))
+        # JSON columns bound as values are written as every store writes JSON text.
+        options = {"json_serializer": json_text, **(engine_kwargs or {})}
+        return create_engine(uri, **options)
     except ImportError as exc:
         backend = make_url(uri).get_backend_name()
         extra = _EXTRAS.get(backend, backend)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -13,6 +12,7 @@ from sqlalchemy import exc as sa_exc
 from ...errors import DuplicateJobError, StoreError
 from ...links import Link, parents_of, required_parents
 from ...progress import PROGRESS_KEY
+from ...storable import json_text
 from ..base import JobRecord
 from ..rows import job_record, listed_jobs
 from ..schema import jobs, links
@@ -95,7 +95,7 @@ class JobRows(SqlStorePart):
     def write_progress(self, job_id: str, key: str, value: dict[str, Any]) -> bool:
         # One statement that merges the entry into state["progress"] on the server
         # and leaves version and status alone.
-        patch = json.dumps({PROGRESS_KEY: {key: value}})
+        patch = json_text({PROGRESS_KEY: {key: value}})
         merge = self._dialect.progress_merge
         with (
             boundary(self._engine, f"writing the progress of job {job_id}"),

@@ -11,6 +11,7 @@ from ...errors import CorruptRecordError, CorruptScheduleError
 from ...recurring import RecurringSchedule
 from ...start_times import is_retry
 from ...status import Status, overwritable_by
+from ...storable import json_text
 from ...workers import WorkerInfo
 from ..base import JobRecord, StepClaim
 from ..schema import UtcDateTime, jobs
@@ -58,9 +59,9 @@ def pg_params(record: JobRecord) -> dict[str, Any]:
     params = row_values(record)
     params.update(
         version=record.version,
-        payload=None if record.payload is None else json.dumps(record.payload),
-        state=json.dumps(record.state),
-        waits=None if record.waits is None else json.dumps(record.waits),
+        payload=None if record.payload is None else json_text(record.payload),
+        state=json_text(record.state),
+        waits=None if record.waits is None else json_text(record.waits),
         allowed=ALLOWED[record.status],
     )
     return params

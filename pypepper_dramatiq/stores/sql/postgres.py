@@ -16,6 +16,7 @@ from ...engine.group_commit import rounds_of
 from ...errors import CorruptRecordError, DuplicateJobError, StoreError
 from ...start_times import is_retry
 from ...status import Status
+from ...storable import json_text
 from ..base import JobRecord, StepClaim
 from ..rows import job_record, listed_jobs
 from ..schema import jobs
@@ -198,5 +199,5 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
                 if row[name] is not None:
                     row[name] = row[name].isoformat()
         with self._driver_cursor() as cursor:
-            cursor.execute(PG_INSERT_MANY, {"rows": json.dumps(rows)}, prepare=True)
+            cursor.execute(PG_INSERT_MANY, {"rows": json_text(rows)}, prepare=True)
             return {row["id"] for row in cursor.fetchall()}
