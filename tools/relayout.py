@@ -78,7 +78,7 @@ MOVES: list[tuple[str, str]] = [
     # transport/: batching writes to a service, and Redis's keys
     ("redis_layout", "transport.redis_layout"),
     ("redis_batch", "transport.redis_batch"),
-    ("engine.group_commit", "transport.group_commit"),
+    ("engine.group_commit", "ops.group_commit"),
     # ops/: what an operator sees: logs, observers, outages, isolated bad rows
     ("logs", "ops.logs"),
     ("display", "ops.display"),
