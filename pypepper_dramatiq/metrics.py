@@ -33,8 +33,9 @@ counted by whichever worker with metrics sets the row's ``state["counted"]``
 marker by compare-and-set (:mod:`~pypepper_dramatiq.state`): the worker that
 meets the ended row (its attempt lost to the cancel, the cancelled job's message
 reached it, the in-process driver took it), else the recovery sweep's leader,
-whose ``count_ends`` duty reads the Cancelled rows updated since its watermark
-(a job cancelled while held in the store, delayed or waiting, meets no worker).
+whose ``count_ends`` duty reads the Cancelled and Failed rows updated since its
+watermark (a job cancelled while held in the store, delayed or waiting, meets no
+worker; a job a worker without metrics failed when its parent failed).
 That watermark is kept in memory: a new leader looks back an hour, so the ends
 of such jobs cancelled while no worker with metrics led the sweep for longer
 than that stay uncounted. Run the workers with metrics: a leader without them

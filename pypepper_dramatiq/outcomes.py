@@ -388,6 +388,7 @@ def outcome_write(
     else:
         changes["status"] = transition(row.status, FAIL)
         changes["error"] = f"task {attempt.task_name} failed: {outcome.error}"
+        state.counted = state.counted or writer.observes  # the shell tells them
         notice = Notice.ENDED
     retried = (
         step.action is rules.Action.RUN

@@ -38,8 +38,8 @@ it. The stored form is a JSON object with these keys (all optional):
   set in the write that ends the job by a writer that tells them, or later by
   compare-and-set (a worker whose attempt lost to the cancel, the worker that
   meets the message of a job cancelled while Scheduled, the recovery sweep's
-  leader reading recent Cancelled rows): whoever sets it counts the end, so
-  each end is counted once across processes.
+  leader reading recent Cancelled and Failed rows, :data:`MARKED_ENDS`): whoever
+  sets it counts the end, so each end is counted once across processes.
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
@@ -54,6 +54,7 @@ from typing import Any
 from . import observers
 from .progress import PROGRESS_KEY
 from .rules import Position
+from .status import Status
 from .storable import storable_text
 
 #: Key of the broker message that carries the job's first step (the producer writes it).
@@ -68,6 +69,10 @@ HOOKS_DONE_KEY = "hooks_done"
 CANCELLED_BY_KEY = "cancelled_by"
 #: Key of the marker that the job's end was counted.
 COUNTED_KEY = "counted"
+#: The ends that carry the marker: those a process other than a worker may write (a
+#: cancel; a failure decided at submit, a parent having failed). The recovery sweep
+#: counts those left unmarked; a Completed end is only ever written by a worker.
+MARKED_ENDS = (Status.CANCELLED, Status.FAILED)
 #: The keys :class:`JobState` knows.
 KNOWN_KEYS = frozenset(
     {"cursor", "results", "errors", "attempts", "skipped", "history", "history_dropped"}

@@ -40,6 +40,7 @@ from ..notices import publish_ended
 from ..outage import broker_unreachable
 from ..record import JobRecord, utcnow
 from ..rules import Position
+from ..state import counting
 from ..status import Status
 from ..storable_job import check_job_record
 from ..stores.registry import get_job_store
@@ -406,7 +407,10 @@ def _fail_stored(record: JobRecord, error: str) -> None:
         elif current.status is not Status.SCHEDULED:
             return  # running, finished or cancelled elsewhere: leave it
         failed = current.evolve(
-            status=transition(current.status, FAIL), error=error, updated=utcnow()
+            status=transition(current.status, FAIL),
+            error=error,
+            updated=utcnow(),
+            state=counting(current.state),
         )
         if store.put(failed):
             observers.job_ended(failed)

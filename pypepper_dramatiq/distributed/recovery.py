@@ -52,7 +52,7 @@ from ..record import JobRecord, utcnow
 from ..retention import BATCH
 from ..rules import Position
 from ..schedules import fire_due
-from ..state import is_counted
+from ..state import MARKED_ENDS, is_counted
 from ..status import Status
 from ..stores.registry import get_job_store
 from ..waits import Waits
@@ -122,7 +122,8 @@ class RecoverySweeper(threading.Thread):
         self._waiting_after: tuple[datetime, str] | None = None
         #: Where the next look at ended rows starts (updated, id); None: as a new
         #: leader, :data:`COUNT_LOOKBACK_SECONDS` back.
-        self._ends_after: tuple[datetime, str] | None = None
+        #: Per status of MARKED_ENDS, the (updated, id) of the last end read.
+        self._ends_after: dict[Status, tuple[datetime, str]] = {}
         self._store_outage = shared_outage(JOB_STORE)
         self._broker_outage = shared_outage(REDIS)
         #: Each duty's failures, logged as an outage of it is (once per cause).
@@ -195,7 +196,7 @@ class RecoverySweeper(threading.Thread):
         self._leading = leader
         self._broker_outage.ok()
         if not leader:
-            self._ends_after = None  # another leader counts meanwhile
+            self._ends_after = {}  # another leader counts meanwhile
             return
         try:
             self.sweep(full=full)
@@ -462,27 +463,33 @@ class RecoverySweeper(threading.Thread):
         return len(depths)
 
     def count_ends(self, now: datetime) -> int:
-        """Count the ends of the Cancelled jobs whose end nobody counted (a cancel by a
-        process without metrics of a job no worker meets again: held in the store,
-        waiting for other jobs or its channel); returns how many. Only in a
-        process that tells observers.
+        """Count the ends nobody counted (:data:`~pypepper_dramatiq.state.MARKED_ENDS`:
+        a cancel, or a failure decided at submit, by a process without metrics, of a
+        job no worker meets again); returns how many. Only in a process that tells
+        observers.
 
-        Reads the Cancelled rows updated since a watermark kept here (a new leader
+        Reads, per status, the rows updated since a watermark kept here (a new leader
         starts :data:`COUNT_LOOKBACK_SECONDS` back), batch after batch, and counts
         each unmarked one as a worker meeting it would
         (:meth:`~pypepper_dramatiq.engine.ledger.StepBook.count_end`: whoever sets
-        ``state["counted"]`` counts). Completed and Failed rows are not read: the
-        worker that writes them counts them.
+        ``state["counted"]`` counts). Completed rows are not read: only a worker
+        writes them, and it counts them.
         """
         if not observers.observing():
-            self._ends_after = None
+            self._ends_after = {}
             return 0
+        return sum(self._count_ends_of(status, now) for status in MARKED_ENDS)
+
+    def _count_ends_of(self, status: Status, now: datetime) -> int:
         store = get_job_store()
         lagging = (now - timedelta(seconds=COUNT_LAG_SECONDS), "")
-        after = self._ends_after or (now - timedelta(seconds=COUNT_LOOKBACK_SECONDS), "")
+        after = self._ends_after.get(status) or (
+            now - timedelta(seconds=COUNT_LOOKBACK_SECONDS),
+            "",
+        )
         counted = 0
         for _ in range(END_BATCHES):
-            batch = store.ended_since(Status.CANCELLED, after, self.batch)
+            batch = store.ended_since(status, after, self.batch)
             for record in self.rows.readable("count_ends", batch):
                 if is_counted(record.state):
                     continue
@@ -495,7 +502,7 @@ class RecoverySweeper(threading.Thread):
                 after = max(after, min(last, lagging))
                 break
             after = last
-        self._ends_after = after
+        self._ends_after[status] = after
         return counted
 
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:

@@ -39,7 +39,7 @@ from ..rules import Position, RetryPolicy
 from ..settings import Settings
 from ..spec import TaskSpec
 from ..start_times import missed_deadline
-from ..state import JobState, counting, is_counted, mark_counted
+from ..state import MARKED_ENDS, JobState, counting, is_counted, mark_counted
 from ..status import Status
 from ..stores.base import IJobStore, StepClaim, retry_past_deadline, why_not_claimable
 from ..task import Task
@@ -682,12 +682,13 @@ class StepBook:
             row = self._store().get(row.id)
 
     def count_end(self, record: JobRecord) -> bool:
-        """Count the end of the Cancelled ``record`` if nobody did (no process that
-        tells observers wrote it): mark it counted by compare-and-set, and tell the
-        observers only if this write set the marker. True if it did."""
+        """Count the end of the Cancelled or Failed ``record`` (``MARKED_ENDS``) if
+        nobody did (no process that tells observers wrote it): mark it counted by
+        compare-and-set, and tell the observers only if this write set the marker.
+        True if it did."""
         row: JobRecord | None = record
         for _ in range(REBASE_ATTEMPTS):
-            if not observers.observing() or row is None or row.status is not Status.CANCELLED:
+            if not observers.observing() or row is None or row.status not in MARKED_ENDS:
                 return False
             if is_counted(row.state):
                 return False

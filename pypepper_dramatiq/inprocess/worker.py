@@ -470,6 +470,7 @@ class Worker:
         # The database's words, not its URL.
         reason = str(exc) if refused is None else refused.reason
         job.error = storable_text(f"the job store refused the job's row: {reason}")
+        _mark_end(job)
         if refused is not None and job.persist():
             _observe_end(job)
         return False
@@ -487,6 +488,7 @@ class Worker:
                 return False
             raise
         job.error = "the RUN snapshot could not be persisted"
+        _mark_end(job)
         if job.persist():
             _log(job, "fail_unpersisted_run")
             _observe_end(job)
@@ -520,6 +522,8 @@ class Worker:
                 if not _cancelled(job):
                     raise
         _log(job, "end", job.status)
+        if new_end:
+            _mark_end(job)
         if job.persist():
             if new_end:
                 _observe_end(job)
@@ -658,6 +662,14 @@ def _log(job: Job, action: str, detail: object = None) -> None:
         words,
         extra={"action": action, "job_id": job.id, "status": job.status.value},
     )
+
+
+def _mark_end(job: Job) -> None:
+    """Mark the Failed end this worker is about to write counted when it tells the
+    observers (told by ``_observe_end`` after the write), so that no sweep leader
+    counts it again; other ends are left as they are."""
+    if job.status is Status.FAILED:
+        job.state = counting(job.state)
 
 
 def _observe_end(job: Job) -> None:

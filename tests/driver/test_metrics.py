@@ -680,3 +680,48 @@ def test_a_sweep_without_observers_counts_nothing_and_marks_nothing(
     assert sweeper.count_ends(now) == 0
     record = get_job_store().get("uncounted")
     assert record is not None and "counted" not in record.state
+
+
+def test_jobs_failed_by_a_worker_with_metrics_are_not_counted_again_by_the_sweep(
+    driver: Driver, registry: CollectorRegistry, stub_broker: StubBroker
+) -> None:
+    failed = [make_job([work.task(name="broken", always_fail=True)]) for _ in range(2)]
+
+    records = run(driver, *failed)
+
+    assert [r.status for r in records] == [Status.FAILED] * 2
+    assert all(r.state.get("counted") is True for r in records)
+    assert ended(registry, "Failed") == 2
+    sweeper = RecoverySweeper(stub_broker, "leader", lease_seconds=3, interval=0.5)
+    assert sweeper.count_ends(datetime.now(timezone.utc)) == 0
+    assert ended(registry, "Failed") == 2
+
+
+def test_a_child_failed_by_a_sweep_without_metrics_is_counted_once_by_a_leader_with_them(
+    stub_broker: StubBroker,
+) -> None:
+    """A child waiting for a parent that failed is failed by whoever settles it: a
+    worker without metrics leaves its end to a sweep leader that has them."""
+    parent = make_job([work.task(name="parent")])
+    parent.scheduled()
+    stored_parent = get_job_store().get(parent.id)
+    assert stored_parent is not None
+    # Failed, and counted, by the worker that ran it.
+    failed_parent = stored_parent.evolve(
+        status=Status.FAILED, error="it failed", state={**stored_parent.state, "counted": True}
+    )
+    assert get_job_store().put(failed_parent)
+    child = make_job([work.task(name="child")])
+    child.scheduled(after=[parent.id])
+    # This process has no metrics: its sweep settles the child without counting it.
+    RecoverySweeper(stub_broker, "plain", lease_seconds=3, interval=0.5).sweep(full=True)
+    row = get_job_store().get(child.id)
+    assert row is not None and row.status is Status.FAILED and "counted" not in row.state
+
+    with _Process() as registry:
+        sweeper = RecoverySweeper(stub_broker, "leader", lease_seconds=3, interval=0.5)
+        assert sweeper.count_ends(datetime.now(timezone.utc)) == 1
+        assert sweeper.count_ends(datetime.now(timezone.utc)) == 0
+    assert ended(registry, "Failed") == 1
+    row = get_job_store().get(child.id)
+    assert row is not None and row.state["counted"] is True

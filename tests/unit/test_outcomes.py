@@ -4,7 +4,7 @@ The decision is pure, so its rules are checked here on their own, with
 Hypothesis drawing the plan, the step, the row's earlier state, the outcome
 (any text in its error, results no row can store) and the writer's settings:
 an ended job never comes back to InProgress, attempts only grow, the attempt's
-history entry is appended once, the end of a cancel is marked counted exactly
+history entry is appended once, the end of a cancel or a failure is marked counted exactly
 when the writer observes, what is written is storable, the effects match the
 row, and a write decided again on a row whose hooks moved keeps both sides'.
 The shell that writes and performs the effects is tested with real stores in
@@ -214,8 +214,9 @@ def test_property_the_row_records_one_attempt_and_what_the_rules_decided(
     for error in [write.row.error, *after.errors.values()]:
         assert error is None or unstorable_in(error) is None
 
-    # The end of a cancel is marked counted iff this writer observes (or it was).
-    if step.action is Action.CANCEL:
+    # A cancel's or a failure's end is marked counted iff this writer observes (or it
+    # was); a Completed end is never swept, so never marked.
+    if step.action in (Action.CANCEL, Action.FAIL):
         assert after.counted is (before.counted or writer.observes)
     else:
         assert after.counted is before.counted
