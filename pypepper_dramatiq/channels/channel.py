@@ -516,6 +516,11 @@ class ChannelManager:
         """
         return self._gate_of(channel_id, broker).admit_released(job_ids)
 
+    def gate_of(self, channel_id: str, broker: Broker | None = None) -> Gate:
+        """The gate of ``channel_id``: its channel's here, else one made on ``broker``
+        (no queue declared), for a channel this process does not serve."""
+        return self._gate_of(channel_id, broker)
+
     def _gate_of(self, channel_id: str, broker: Broker | None) -> Gate:
         channel = self._channels.get(channel_id)
         return channel.gate if channel is not None else gate_for(broker or get_broker(), channel_id)

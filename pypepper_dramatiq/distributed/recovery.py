@@ -40,6 +40,7 @@ from .. import cron, observers
 from ..channels.broker import transport_of
 from ..channels.channel import manager
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
+from ..display import printable
 from ..engine.hooks import HookSweep
 from ..engine.ledger import StepBook, cursor_of
 from ..engine.waiting import Settled, settle
@@ -137,6 +138,8 @@ class RecoverySweeper(threading.Thread):
         self._failing: dict[str, DutyFailure] = {}
         self._leading = False
         self._last_full_pass: datetime | None = None
+        #: Where the next look at each channel's waiting set starts (0: its start).
+        self._slot_cursors: dict[str, int] = {}
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -505,6 +508,49 @@ class RecoverySweeper(threading.Thread):
         self._ends_after[status] = after
         return counted
 
+    def reclaim_slots(self, now: datetime) -> int:
+        """Give back the channel slots of jobs that left their channel while the
+        release could not be made (Redis unreachable as a worker took the job):
+        returns how many.
+
+        Every channel the transport knows (the leader's own when the state lives in
+        this process) is looked at, about ``batch`` waiting ids a pass each (the
+        next pass goes on from there), with one store read for them. An id whose
+        row is InProgress or ended left the channel: its slot is given back (its
+        worker's release, if it comes, changes nothing). One whose row is
+        Scheduled still waits, and one with no row may be a producer's that has
+        not inserted it yet: both keep their slot. Each channel fails alone.
+        """
+        states = self.transport.channel_states()
+        if states is None:
+            names = manager.ids()
+        else:
+            names = [state.name for state in states if state.waiting]
+        for gone in set(self._slot_cursors) - set(names):
+            del self._slot_cursors[gone]
+        store = get_job_store()
+        given_back = 0
+        for name in names:
+            with self.rows.row("reclaim_slots", name, what="channel"):
+                gate = manager.gate_of(name, self.broker)
+                cursor, ids = gate.waiting_ids(self._slot_cursors.get(name, 0), self.batch)
+                self._slot_cursors[name] = cursor
+                rows = self.rows.readable("reclaim_slots", store.get_many(ids)) if ids else []
+                left = sorted(r.id for r in rows if r.status in _LEFT_THE_CHANNEL)
+                for job_id in left:
+                    gate.release(job_id)
+                given_back += len(left)
+                if left:
+                    logger.info(
+                        "channel %s: %d slot(s) given back, of jobs that had left it (%s)",
+                        name,
+                        len(left),
+                        ", ".join(printable(i) for i in left[:5])
+                        + (", ..." if len(left) > 5 else ""),
+                        extra={"action": "reclaim_slots", "channel_id": name, "slots": len(left)},
+                    )
+        return given_back
+
     def _send(self, step: StepMessage, channel_id: str, delay: float = 0.0) -> Any:
         return send_step(self.broker, step, channel_id, delay)
 
@@ -646,6 +692,12 @@ DUTIES: tuple[Duty, ...] = (
     Duty("lapsed_hooks", RecoverySweeper.run_lapsed_hooks),
     Duty("depth_reports", RecoverySweeper.report_depths, full_only=True),
     Duty("count_ends", RecoverySweeper.count_ends, full_only=True),
+    Duty("reclaim_slots", RecoverySweeper.reclaim_slots, full_only=True),
+)
+
+#: The statuses of a job no longer waiting in its channel: taken by a worker, or ended.
+_LEFT_THE_CHANNEL = frozenset(
+    {Status.IN_PROGRESS, Status.COMPLETED, Status.FAILED, Status.CANCELLED}
 )
 
 

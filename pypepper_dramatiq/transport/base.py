@@ -107,6 +107,16 @@ class Gate(abc.ABC):
     def waiting(self) -> int:
         """How many jobs wait."""
 
+    @abc.abstractmethod
+    def waiting_ids(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        """Some of the ids counted waiting, from ``cursor`` (0: the start): the cursor
+        to go on from (0: the end was reached) and about ``count`` ids.
+
+        For the recovery sweep, which gives back the slots of jobs that left the
+        channel while their release could not be made. Going from 0 to 0 returns
+        every id waiting throughout (an id may come twice).
+        """
+
     @property
     def connected(self) -> bool:
         """Whether the gate made its first call to the server holding its state.

@@ -88,6 +88,14 @@ class LocalGate(Gate):
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def waiting_ids(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        # The ids in order, the cursor an offset: ids released meanwhile shift the
+        # rest back, so one may be skipped until the next round (it is still there).
+        with self._lock:
+            ordered = sorted(self._waiting)
+        end = cursor + max(1, count)
+        return (end if end < len(ordered) else 0), ordered[cursor:end]
+
 
 class LocalTransport(Transport):
     """Coordination within one process: what the package does without a server."""

@@ -27,11 +27,13 @@ from pypepper_dramatiq import (
     Status,
     Task,
     Workflow,
+    manager,
     observers,
     recurring,
     set_job_store,
     workflow_task,
 )
+from pypepper_dramatiq.channels.broker import transport_of
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY, StepMessage
 from pypepper_dramatiq.cron import firing_id
 from pypepper_dramatiq.distributed.recovery import DUTIES, RecoverySweeper
@@ -161,6 +163,9 @@ class World:
         if duty == "count_ends":
             uncounted = store.get("uncounted")
             return uncounted is not None and uncounted.state.get("counted") is True
+        if duty == "reclaim_slots":
+            _, waiting = manager.gate_of(CHANNEL).waiting_ids(0, 1000)
+            return "leaked" not in waiting and "admitted" in waiting
         raise AssertionError(f"no check for duty {duty}")
 
 
@@ -190,6 +195,10 @@ def world(store: IJobStore, broker: RedisBroker) -> World:
     assert store.put(row("lost", created=old, updated=old, state={DISPATCH_KEY: lost}))
     assert store.put(row("old", status=Status.COMPLETED, created=old, updated=old))
     assert store.put(row("uncounted", status=Status.CANCELLED))  # by a process without metrics
+    # A slot a worker could not give back (Redis unreachable as it took the job).
+    assert store.put(row("leaked", status=Status.COMPLETED))
+    assert manager.gate_of(CHANNEL).admit("leaked") == "ok"
+    assert manager.gate_of(CHANNEL).admit("admitted") == "ok"  # its row not inserted yet
     slot = due_schedule(store, SCHEDULE, now)
     made = World(store, broker, slot)
     counting(made, broker, "get_declared_queues")
@@ -216,6 +225,7 @@ BREAKS = {
     "purge": ("store", "purge"),
     "lapsed_hooks": ("store", "pending_hooks"),
     "count_ends": ("store", "ended_since"),
+    "reclaim_slots": ("transport", "channel_states"),
 }
 
 
@@ -246,7 +256,12 @@ def test_a_failing_duty_leaves_the_others_to_do_their_work(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     where, method = BREAKS[duty]
-    target = world.store if where == "store" else world.broker
+    targets = {
+        "store": world.store,
+        "broker": world.broker,
+        "transport": transport_of(world.broker),
+    }
+    target = targets[where]
     breaking(target, method, RuntimeError(f"{method} is broken"))
     sweep = sweeper(world.broker)
     with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):

@@ -200,6 +200,13 @@ class RedisGate(Gate):
     def waiting(self) -> int:
         return int(self.client.scard(self.waiting_key))
 
+    @_connected_first
+    def waiting_ids(self, cursor: int, count: int) -> tuple[int, list[str]]:
+        """One SSCAN of the waiting set (``count`` is Redis's hint: a small set comes
+        whole)."""
+        after, members = self.client.sscan(self.waiting_key, cursor, count=count)
+        return int(after), [_text(member) for member in members]
+
     @_broker_errors
     def reset(self) -> None:
         """Forget the stop flag, the bound and the waiting set (tests, re-provisioning).
@@ -214,6 +221,10 @@ class RedisGate(Gate):
     def known(self) -> bool:
         """Whether Redis holds a key of this channel (its hash or its waiting set)."""
         return bool(self.client.exists(self.meta_key, self.waiting_key))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def admit_and_enqueue(broker: Any, offers: Sequence[Offer]) -> list[SendResult]:
