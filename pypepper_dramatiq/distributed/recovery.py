@@ -688,11 +688,12 @@ DUTIES: tuple[Duty, ...] = (
     Duty("release_held", RecoverySweeper.release_due, sends=True),
     Duty("cancel_overdue", RecoverySweeper.cancel_overdue),
     Duty("resend_first_steps", RecoverySweeper.resend_lost_first_steps, full_only=True, sends=True),
+    # Before the purge: a job whose slot it gives back must still have its row.
+    Duty("reclaim_slots", RecoverySweeper.reclaim_slots, full_only=True),
     Duty("purge", RecoverySweeper.purge_ended, full_only=True),
     Duty("lapsed_hooks", RecoverySweeper.run_lapsed_hooks),
     Duty("depth_reports", RecoverySweeper.report_depths, full_only=True),
     Duty("count_ends", RecoverySweeper.count_ends, full_only=True),
-    Duty("reclaim_slots", RecoverySweeper.reclaim_slots, full_only=True),
 )
 
 #: The statuses of a job no longer waiting in its channel: taken by a worker, or ended.
