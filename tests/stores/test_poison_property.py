@@ -18,8 +18,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from dramatiq.brokers.stub import StubBroker
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from process_state import clean_process_state
 from sqlalchemy import create_engine, delete, make_url
 from sqlalchemy import text as sql_text
 
@@ -206,6 +208,16 @@ def utf8mb4_store(mysql_uri: str) -> Iterator[SqlJobStore]:
     )
     yield store
     store.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_state() -> Iterator[StubBroker]:
+    """Each test starts on a new stub broker, no channels, no config, the default
+    store, whatever an earlier test of the session left installed."""
+    stub = StubBroker()
+    with clean_process_state(stub):
+        yield stub
+    stub.close()
 
 
 def queued() -> int:
