@@ -61,7 +61,7 @@ def test_a_slot_not_given_back_in_an_outage_is_given_back_by_the_sweep(
         assert gate.admit("taken") == "ok"
         stored("taken", Status.IN_PROGRESS)  # a worker took it...
         own_redis.stop()
-        with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.channels"):
+        with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.channels.channel"):
             manager.release_slot(CHANNEL, "taken")  # ...and could not give its slot back
         assert "slot of job taken not given back" in caplog.text
         own_redis.start()
