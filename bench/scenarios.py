@@ -556,7 +556,7 @@ def recurring(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     from datetime import datetime, timezone
 
     import pypepper_dramatiq as pd
-    from pypepper_dramatiq.cron import firing_id
+    from pypepper_dramatiq.schedules.cron import firing_id
 
     stack.reset()
     stack.probe.delete("tick:n", "tick:runs", "tick:start")
@@ -741,7 +741,7 @@ def purge(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     from datetime import datetime, timedelta, timezone
 
     from pypepper_dramatiq import get_job_store
-    from pypepper_dramatiq.retention import BATCH
+    from pypepper_dramatiq.rules.retention import BATCH
 
     old, jobs = sizes.purge
     # A real completed job's row, for the seeded rows to be like it.
@@ -834,7 +834,7 @@ def wait(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     """
     import threading
 
-    from pypepper_dramatiq import notices
+    from pypepper_dramatiq.channels import end_notices as notices
 
     count = sizes.wait_jobs
     stack.reset()

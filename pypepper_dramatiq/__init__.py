@@ -8,12 +8,22 @@ their paths
 ``build_scheduler_fsm`` are in ``pypepper_dramatiq.events``.
 """
 
-from . import gateway  # noqa: F401  (installs the gateway the Job methods use)
 from .channels.channel import Channel, ChannelManager, manager
 from .config import config
-from .context import CANCEL_EVENT_KEY, Context
-from .distributed.middleware import WorkflowMiddleware
-from .distributed.setup import setup
+from .drivers.dramatiq.middleware import WorkflowMiddleware
+from .drivers.dramatiq.setup import setup
+from .drivers.inprocess.worker import Worker
+from .engine import job_io as gateway  # noqa: F401  (installs the gateway the Job methods use)
+from .engine.firing import (
+    list_recurring,
+    pause_recurring,
+    recurring,
+    remove_recurring,
+    resume_recurring,
+    trigger_recurring,
+)
+from .engine.functions import WorkflowTask, actor_task, workflow_task
+from .engine.job_io import schedule_many
 from .errors import (
     AmbiguousTaskNameError,
     BrokerUnavailableError,
@@ -47,22 +57,14 @@ from .errors import (
     WaitInsideJobError,
     WaitTimeoutError,
 )
-from .executor import CallableExecutor, IExecutor, executor_registry
-from .functions import WorkflowTask, actor_task, workflow_task
-from .gateway import schedule_many
-from .inprocess.worker import Worker
-from .job import Job, chain
-from .recurring import RecurringSchedule
-from .rules import RetryPolicy
-from .schedules import (
-    list_recurring,
-    pause_recurring,
-    recurring,
-    remove_recurring,
-    resume_recurring,
-    trigger_recurring,
-)
-from .status import Status
+from .model.context import CANCEL_EVENT_KEY, Context
+from .model.executor import CallableExecutor, IExecutor, executor_registry
+from .model.job import Job, chain
+from .model.task import Task
+from .model.workflow import TaskOutcome, Workflow, WorkflowResult
+from .rules.status import Status
+from .rules.steps import RetryPolicy
+from .schedules.recurring import RecurringSchedule
 from .stores.registry import (
     IJobStore,
     JobRecord,
@@ -73,9 +75,7 @@ from .stores.registry import (
     set_job_store,
     setup_from_config,
 )
-from .task import Task
 from .transport import SendResult
-from .workflow import TaskOutcome, Workflow, WorkflowResult
 
 __version__ = "0.1.0"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from .durations import MAX_SECONDS, MAX_SHOWN, bounded
 from .errors import ConfigError
+from .limits.durations import MAX_SECONDS, MAX_SHOWN, bounded
 
 
 class Config:
@@ -93,7 +93,7 @@ def section(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 def seconds(name: str, value: object, *, zero: bool = False) -> float:
     """``value`` as finite seconds > 0 (>= 0 with ``zero``), at most
-    :data:`~pypepper_dramatiq.durations.MAX_SECONDS`; ConfigError naming ``name``."""
+    :data:`~pypepper_dramatiq.limits.durations.MAX_SECONDS`; ConfigError naming ``name``."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = _as_float(value)
         if number >= 0 if zero else number > 0:  # NaN fails both

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from .job import Job
+    from .model.job import Job
 
 
 class PypepperError(Exception):

@@ -1,7 +1,7 @@
 """The timing settings of a worker process, parsed once into one typed object.
 
 ``setup()`` reads them from its arguments and the YAML's ``scheduler`` section;
-:class:`~pypepper_dramatiq.distributed.middleware.WorkflowMiddleware` and the
+:class:`~pypepper_dramatiq.drivers.dramatiq.middleware.WorkflowMiddleware` and the
 Redis broker take them from here. Each value is checked once, and a bad one is
 a :class:`~pypepper_dramatiq.errors.ConfigError` naming the option (or the YAML
 key it came from). The defaults are written here and nowhere else.
@@ -16,9 +16,9 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .config import duration, seconds
-from .durations import MAX_SECONDS, MAX_SHOWN
 from .errors import ConfigError
-from .status import TERMINAL, Status
+from .limits.durations import MAX_SECONDS, MAX_SHOWN
+from .rules.status import TERMINAL, Status
 
 
 @dataclass(frozen=True)

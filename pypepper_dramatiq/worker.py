@@ -1,5 +1,6 @@
-"""The pypepper.scheduler import path of the in-process worker (:mod:`.inprocess.worker`)."""
+"""The pypepper.scheduler import path of the in-process worker
+(:mod:`.drivers.inprocess.worker`)."""
 
-from .inprocess.worker import Worker
+from .drivers.inprocess.worker import Worker
 
 __all__ = ["Worker"]

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from pypepper_dramatiq import Job, Workflow, setup, workflow_task
-from pypepper_dramatiq.context import POSITION_KEY
+from pypepper_dramatiq.model.context import POSITION_KEY
 
 from . import probe
 

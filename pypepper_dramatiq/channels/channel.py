@@ -30,22 +30,22 @@ import dramatiq
 from dramatiq.broker import Broker, Consumer
 from dramatiq.middleware import Middleware
 
-from .. import observers
 from ..config import count
 from ..errors import BrokerUnavailableError, MessageError, StoreError
-from ..events import FAIL, transition
-from ..job import Job
-from ..logs import get_logger
-from ..notices import publish_ended
-from ..outage import broker_unreachable
-from ..record import JobRecord, utcnow
-from ..rules import Position
-from ..state import counting
-from ..status import Status
-from ..storable_job import check_job_record
+from ..model.job import Job
+from ..ops import observers
+from ..ops.logs import get_logger
+from ..ops.outage import broker_unreachable
+from ..records.record import JobRecord, utcnow
+from ..records.state import counting
+from ..records.storable_job import check_job_record
+from ..rules.events import FAIL, transition
+from ..rules.status import Status
+from ..rules.steps import Position
 from ..stores.registry import get_job_store
 from ..transport import Gate, Offer, SendResult
 from .broker import get_broker, transport_of
+from .end_notices import publish_ended
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
 
 logger = get_logger(__name__)

@@ -8,9 +8,9 @@ from typing import Any
 import dramatiq
 
 from ..errors import MessageError
-from ..record import JobRecord
-from ..rules import Position
-from ..state import DISPATCH_KEY
+from ..records.record import JobRecord
+from ..records.state import DISPATCH_KEY
+from ..rules.steps import Position
 
 __all__ = ["DISPATCH_KEY", "OPTION_KEY", "STEP_ACTOR", "StepMessage", "dispatch_of"]
 

@@ -5,5 +5,5 @@
 * :mod:`.hooks`: the ``on_final_failure`` hooks, called once per job and task
   (by the worker that recorded the failure, or by the recovery sweep).
 
-The decisions themselves are :mod:`pypepper_dramatiq.rules` (pure).
+The decisions themselves are :mod:`pypepper_dramatiq.rules.steps` (pure).
 """

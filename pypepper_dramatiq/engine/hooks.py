@@ -1,7 +1,7 @@
 """``on_final_failure`` hooks: called once per (job, task), also when a worker dies.
 
 The write that records a task's final failure also marks its hook due
-(``state["hooks"]``, see :mod:`~pypepper_dramatiq.state`), held by the worker
+(``state["hooks"]``, see :mod:`~pypepper_dramatiq.records.state`), held by the worker
 that wrote it for ``lease_seconds``. That worker calls the hook right after
 the write (before it sends the job's next step), renews its hold while the
 hook runs, then moves the entry to ``state["hooks_done"]`` with a
@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..context import (
+from ..errors import StoreError, UnknownExecutorError, describe, retry_may_cure
+from ..limits.storable import storable_text
+from ..model.context import (
     CANCEL_EVENT_KEY,
     JOB_ID_KEY,
     PARENT_RESULTS_KEY,
@@ -44,17 +46,15 @@ from ..context import (
     RESULTS_KEY,
     Context,
 )
-from ..errors import StoreError, UnknownExecutorError, describe, retry_may_cure
-from ..executor import FinalFailureHook, run_awaitable
-from ..isolation import RowGuard
-from ..logs import get_logger
-from ..record import JobRecord, utcnow
-from ..rules import Position
-from ..spec import TaskSpec
-from ..state import HOOK_RUNNING, JobState
-from ..storable import storable_text
+from ..model.executor import FinalFailureHook, run_awaitable
+from ..model.task import Task
+from ..ops.isolation import RowGuard
+from ..ops.logs import get_logger
+from ..records.record import JobRecord, utcnow
+from ..records.spec import TaskSpec
+from ..records.state import HOOK_RUNNING, JobState
+from ..rules.steps import Position
 from ..stores.base import IJobStore
-from ..task import Task
 
 logger = get_logger(__name__)
 

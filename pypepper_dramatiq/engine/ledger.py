@@ -3,16 +3,16 @@
 One message runs one attempt of one task. Before the attempt the worker
 *claims* the step with a compare-and-set on the job row (the cursor must
 match the message, the lease must be free); after it, the worker *records*
-the outcome and the next position that :mod:`~pypepper_dramatiq.rules`
+the outcome and the next position that :mod:`~pypepper_dramatiq.rules.steps`
 decides, again with compare-and-set. A stale or duplicate message fails the
 claim and is acknowledged without running user code.
 
 What an outcome's write holds and what must follow it is decided, without I/O,
-by :mod:`~pypepper_dramatiq.outcomes`; :meth:`StepBook.record_outcome` is the
+by :mod:`~pypepper_dramatiq.engine.outcomes`; :meth:`StepBook.record_outcome` is the
 shell that writes it, decides again over a fresher row when only its hooks
 moved, and performs the effects (observers, notices, hooks, the held step).
 
-The row's ``state`` is :class:`~pypepper_dramatiq.state.JobState`.
+The row's ``state`` is :class:`~pypepper_dramatiq.records.state.JobState`.
 """
 
 from __future__ import annotations
@@ -25,26 +25,28 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, overload
 
-from .. import history, observers, outcomes, rules
+from ..channels.end_notices import publish_ended
 from ..channels.messages import StepMessage
 from ..errors import StoreDataError, StoreError, retry_may_cure
-from ..events import CANCEL, COMPLETE, RUN, transition
-from ..gateway import publish_cancel
-from ..logs import get_logger
-from ..notices import publish_ended
-from ..outcomes import Outcome as Outcome
-from ..progress import ProgressReporter
-from ..record import JobRecord, utcnow
-from ..rules import Position, RetryPolicy
+from ..model.task import Task
+from ..ops import observers
+from ..ops.group_commit import Combiner, in_rounds
+from ..ops.logs import get_logger
+from ..records import history
+from ..records.progress import ProgressReporter
+from ..records.record import JobRecord, utcnow
+from ..records.spec import TaskSpec
+from ..records.state import MARKED_ENDS, JobState, counting, is_counted, mark_counted
+from ..rules import steps as rules
+from ..rules.events import CANCEL, COMPLETE, RUN, transition
+from ..rules.start_times import missed_deadline
+from ..rules.status import Status
+from ..rules.steps import Position, RetryPolicy
 from ..settings import Settings
-from ..spec import TaskSpec
-from ..start_times import missed_deadline
-from ..state import MARKED_ENDS, JobState, counting, is_counted, mark_counted
-from ..status import Status
 from ..stores.base import IJobStore, StepClaim, retry_past_deadline, why_not_claimable
-from ..task import Task
-from . import hooks
-from .group_commit import Combiner, in_rounds
+from . import hooks, outcomes
+from .job_io import publish_cancel
+from .outcomes import Outcome as Outcome
 from .running import running_here
 
 logger = get_logger(__name__)
@@ -235,7 +237,7 @@ class StepBook:
         #: Calls the ``on_final_failure`` hooks of the failures this book records.
         self.hooks = hooks.HookRunner(store)
         #: Group commit: the claims of this process's threads, coalesced into one
-        #: store call per batch (:mod:`.group_commit`); each thread its own answer.
+        #: store call per batch (:mod:`..ops.group_commit`); each thread its own answer.
         self.claims: Combiner[StepClaim, JobRecord | None] = Combiner(self._claim_batch)
         #: The same for the writes that record outcomes.
         self.outcomes: Combiner[JobRecord, bool] = Combiner(self._outcome_batch)
@@ -360,7 +362,7 @@ class StepBook:
         """End a job past its start deadline: Cancelled, with an error naming the
         deadline, before any (more) of its code runs. ``record`` is a Scheduled job,
         or with ``retry_of`` a running one whose retry of that task came too late
-        (:func:`~pypepper_dramatiq.start_times.late_retry`). Returns the row as
+        (:func:`~pypepper_dramatiq.rules.start_times.late_retry`). Returns the row as
         written; None if the row moved meanwhile."""
         assert record.start_deadline is not None
         error = missed_deadline(record.start_deadline, now, retry_of)
@@ -431,9 +433,9 @@ class StepBook:
     ) -> Recorded | None:
         """:meth:`record`, also returning the row as written (None: the write lost).
 
-        The row and what follows its write are :mod:`~pypepper_dramatiq.outcomes`'s
-        decision (:func:`~pypepper_dramatiq.outcomes.decide`, then
-        :func:`~pypepper_dramatiq.outcomes.outcome_write`); here they are written
+        The row and what follows its write are :mod:`~pypepper_dramatiq.engine.outcomes`'s
+        decision (:func:`~pypepper_dramatiq.engine.outcomes.decide`, then
+        :func:`~pypepper_dramatiq.engine.outcomes.outcome_write`); here they are written
         and carried out.
 
         ``hold_next`` says, for a step to run, whether the caller runs it at once
@@ -844,7 +846,7 @@ def _job_of_record(record: JobRecord) -> str:
 
 
 def _attempt_of(claim: Claim) -> outcomes.Attempt:
-    """The claimed step as :mod:`~pypepper_dramatiq.outcomes` decides its outcome."""
+    """The claimed step as :mod:`~pypepper_dramatiq.engine.outcomes` decides its outcome."""
     return outcomes.Attempt(
         claim.position,
         claim.spec.name,

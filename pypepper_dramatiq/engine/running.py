@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dramatiq.middleware import Interrupt
 from dramatiq.middleware.threading import raise_thread_exception
 
-from ..logs import get_logger
+from ..ops.logs import get_logger
 
 logger = get_logger(__name__)
 

@@ -1,6 +1,6 @@
 """Ending the wait of a job scheduled after other jobs (or after a key's holder).
 
-:func:`~pypepper_dramatiq.waits.verdict` decides; :func:`settle` writes the
+:func:`~pypepper_dramatiq.rules.waits.verdict` decides; :func:`settle` writes the
 decision with a compare-and-set on the waiting row. The Dramatiq driver's
 recovery sweep settles the waiting rows it finds, the in-process worker the
 job it took: the same decision and the same write on both drivers.
@@ -14,15 +14,15 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from .. import observers
+from ..channels.end_notices import publish_ended
 from ..errors import DuplicateJobError, NoTaskResultError
-from ..events import CANCEL, FAIL, transition
-from ..logs import get_logger
-from ..notices import publish_ended
-from ..record import JobRecord, utcnow
-from ..state import PARENT_RESULTS_KEY, counting
+from ..ops import observers
+from ..ops.logs import get_logger
+from ..records.record import JobRecord, utcnow
+from ..records.state import PARENT_RESULTS_KEY, counting
+from ..rules.events import CANCEL, FAIL, transition
+from ..rules.waits import Action, Waits, verdict
 from ..stores.base import IJobStore
-from ..waits import Action, Waits, verdict
 
 logger = get_logger(__name__)
 

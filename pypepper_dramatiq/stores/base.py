@@ -1,4 +1,5 @@
-"""The contract every job store keeps (the record itself is :mod:`pypepper_dramatiq.record`)."""
+"""The contract every job store keeps (the record itself is
+:mod:`pypepper_dramatiq.records.record`)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from ..errors import (
     StoreDataError,
     StoreError,
 )
-from ..events import RUN, transition
-from ..links import Link, parent_order, parents_of
-from ..record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
-from ..recurring import RecurringSchedule
-from ..retention import awaited, ended_status, still_needed
-from ..state import HOOKS_KEY
-from ..status import TERMINAL, Status
-from ..workers import WorkerInfo
+from ..records.links import Link, parent_order, parents_of
+from ..records.record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
+from ..records.state import HOOKS_KEY
+from ..records.workers import WorkerInfo
+from ..rules.events import RUN, transition
+from ..rules.retention import awaited, ended_status, still_needed
+from ..rules.status import TERMINAL, Status
+from ..schedules.recurring import RecurringSchedule
 from . import claims
 
 __all__ = [
@@ -63,7 +64,7 @@ class IJobStore(abc.ABC):
       store then holds ``record.version + 1``;
     * ``created`` of an existing row is never overwritten;
     * a status never moves back to an earlier lifecycle, and distinct
-      terminals never replace each other (:func:`~pypepper_dramatiq.status.may_overwrite`).
+      terminals never replace each other (:func:`~pypepper_dramatiq.rules.status.may_overwrite`).
 
     A write that would give a second job the ``unique_key`` of an active
     (Scheduled or InProgress) job raises
@@ -78,7 +79,7 @@ class IJobStore(abc.ABC):
     (``list``, ``get_many``, ``waiting``, ``due_releases``, ``overdue``,
     ``recover_expired``, ``pending_hooks``, ``held_by``, ``ended_since``) answers
     a placeholder in its place instead, :attr:`JobRecord.damaged
-    <pypepper_dramatiq.record.JobRecord.damaged>` set, so that one row never
+    <pypepper_dramatiq.records.record.JobRecord.damaged>` set, so that one row never
     fails a page or a batch. Nothing acts on a placeholder but to show or skip
     it. (The SQL stores check rows as they read them, :mod:`.rows`; the memory
     store keeps records, which nothing can damage so.)
@@ -174,7 +175,7 @@ class IJobStore(abc.ABC):
         Raises:
             CorruptRecordError: the row cannot be read; the error names the column.
                 (Listings and batch reads answer a placeholder with
-                :attr:`JobRecord.damaged <pypepper_dramatiq.record.JobRecord.damaged>`
+                :attr:`JobRecord.damaged <pypepper_dramatiq.records.record.JobRecord.damaged>`
                 set instead, so that one row never fails a page or a batch.)
         """
 
@@ -306,7 +307,7 @@ class IJobStore(abc.ABC):
     ) -> builtins.list[JobRecord]:
         """Jobs that ended ``status`` (a final status), by ``(updated, id)``, strictly
         after ``after``: the recovery sweep's look at recent ends, for those whose
-        end no process counted (``state["counted"]``, see :mod:`~pypepper_dramatiq.state`).
+        end no process counted (``state["counted"]``, see :mod:`~pypepper_dramatiq.records.state`).
         Stores with an index override it.
 
         Raises:
@@ -357,7 +358,7 @@ class IJobStore(abc.ABC):
         self, limit: int = 100, after: tuple[datetime, str] | None = None
     ) -> builtins.list[JobRecord]:
         """Jobs whose state holds ``on_final_failure`` hooks not run yet
-        (``state["hooks"]``, see :mod:`~pypepper_dramatiq.state`), by ``(created,
+        (``state["hooks"]``, see :mod:`~pypepper_dramatiq.records.state`), by ``(created,
         id)``, strictly after ``after``. Stores that can filter in a query override it."""
         return [r for r in self.list(after=after) if r.state.get(HOOKS_KEY)][:limit]
 
@@ -401,7 +402,7 @@ class IJobStore(abc.ABC):
         Failed or Cancelled; anything else is a ValueError) and both its
         ``updated`` (when it ended) and its ``created`` are before ``older_than``,
         unless another job still needs it
-        (:func:`~pypepper_dramatiq.retention.still_needed`: a Scheduled job waits
+        (:func:`~pypepper_dramatiq.rules.retention.still_needed`: a Scheduled job waits
         for it, or one of its ``on_final_failure`` hooks has not run). Oldest
         created first; the delete checks status, time and version again, so a
         row that changed meanwhile stays. Scheduled and InProgress rows are never
@@ -471,7 +472,7 @@ class IJobStore(abc.ABC):
     # -- links (the dashboard) ----------------------------------------------------------
 
     def links(self, job_id: str, limit: int = 100) -> builtins.list[Link]:
-        """The links of ``job_id`` (:mod:`~pypepper_dramatiq.links`): to the jobs it came
+        """The links of ``job_id`` (:mod:`~pypepper_dramatiq.records.links`): to the jobs it came
         from, then to at most ``limit`` jobs that came from it (oldest first).
 
         This default reads every row; the SQL stores keep the links in a table of
@@ -495,14 +496,15 @@ class IJobStore(abc.ABC):
     def beat_worker(self, worker: WorkerInfo) -> None:  # noqa: B027 - optional
         """Insert or refresh the row of ``worker.owner``, in one statement: every field
         as given, but ``started``, which stays as first written. A worker process's
-        lease keeper calls it once per heartbeat (:mod:`~pypepper_dramatiq.workers`)."""
+        lease keeper calls it once per heartbeat (:mod:`~pypepper_dramatiq.records.workers`)."""
 
     def forget_worker(self, owner: str) -> bool:
         """Delete the row of ``owner`` (a worker stopping cleanly); True if there was one."""
         return False
 
     def workers(self, now: datetime) -> builtins.list[WorkerInfo]:
-        """The worker rows seen within :data:`~pypepper_dramatiq.workers.FORGET_AFTER_SECONDS`
+        """The worker rows seen within
+        :data:`~pypepper_dramatiq.records.workers.FORGET_AFTER_SECONDS`
         of ``now``, live or gone, by host, pid and owner."""
         return []
 
@@ -625,7 +627,7 @@ def why_not_claimable(
     job is InProgress at that cursor, no live lease holds it (no owner, or an
     expiry before ``now``; an owner without expiry holds it for good) and it is
     not a retry past the job's start deadline
-    (:func:`~pypepper_dramatiq.start_times.late_retry`; see
+    (:func:`~pypepper_dramatiq.rules.start_times.late_retry`; see
     :func:`retry_past_deadline`), or, with ``start``, the job is Scheduled (its
     first step), its planned start has come, its start deadline has not passed
     and it waits for no other job.

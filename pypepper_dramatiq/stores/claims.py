@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..record import JobRecord
-from ..start_times import late_retry
-from ..status import Status
+from ..records.record import JobRecord
+from ..rules.start_times import late_retry
+from ..rules.status import Status
 
 #: What a claim asks: the step's cursor, the time, and whether it may start the job.
 Asked = tuple[Sequence[int] | None, datetime, bool]
@@ -30,7 +30,7 @@ class Condition:
         postgres: the same condition in PostgreSQL, a template over ``{row}`` (the
             prefix of the row's columns) and the asked values ``{cursor}`` (JSON
             text), ``{now}``, ``{start}`` and ``{retry}`` (whether the cursor is a
-            retry, :func:`~pypepper_dramatiq.start_times.is_retry`).
+            retry, :func:`~pypepper_dramatiq.rules.start_times.is_retry`).
     """
 
     refusal: Callable[[JobRecord, Asked], str | None]

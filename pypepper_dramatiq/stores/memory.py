@@ -10,13 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import CorruptRecordError, DuplicateJobError, UnknownJobError
-from ..links import parents_of, required_parents
-from ..progress import PROGRESS_KEY
-from ..recurring import RecurringSchedule
-from ..retention import awaited, ended_status, still_needed
-from ..state import HOOKS_KEY
-from ..status import Status, may_overwrite
-from ..workers import WorkerInfo, listed
+from ..records.links import parents_of, required_parents
+from ..records.progress import PROGRESS_KEY
+from ..records.state import HOOKS_KEY
+from ..records.workers import WorkerInfo, listed
+from ..rules.retention import awaited, ended_status, still_needed
+from ..rules.status import Status, may_overwrite
+from ..schedules.recurring import RecurringSchedule
 from .base import IJobStore, JobRecord, StepClaim, as_utc, matches
 
 #: The statuses in which a job holds its unique key.

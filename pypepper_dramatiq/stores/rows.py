@@ -5,14 +5,14 @@ program may hold something else (a list where the state's object goes, a status 
 version knows, MariaDB's zero date). Read as if it were whole, it fails later and
 anywhere: a ``TypeError`` inside a step, a page answering 500, a sweep failing every
 second. So each column is checked here, where a row becomes a
-:class:`~pypepper_dramatiq.record.JobRecord`,
-:class:`~pypepper_dramatiq.recurring.RecurringSchedule` or
-:class:`~pypepper_dramatiq.workers.WorkerInfo`:
+:class:`~pypepper_dramatiq.records.record.JobRecord`,
+:class:`~pypepper_dramatiq.schedules.recurring.RecurringSchedule` or
+:class:`~pypepper_dramatiq.records.workers.WorkerInfo`:
 
 * a single read (``get``, ``claim_step``) raises
   :class:`~pypepper_dramatiq.errors.CorruptRecordError` naming the row and the column;
 * a listing or a batch read of jobs gets a placeholder instead: a record with
-  :attr:`~pypepper_dramatiq.record.JobRecord.damaged` set and what could be read, so
+  :attr:`~pypepper_dramatiq.records.record.JobRecord.damaged` set and what could be read, so
   that one row never fails a page or a batch. A damaged schedule or worker row is
   left out of its listing, logged once per row per process (a placeholder is not
   logged here: the pages and the CLI show it, the recovery sweep logs its skips).
@@ -29,17 +29,17 @@ from datetime import datetime, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..cron import CATCH_UP, OVERLAP
-from ..display import printable
 from ..errors import CorruptRecordError, CorruptScheduleError
-from ..isolation import OnceEach
-from ..logs import get_logger
-from ..progress import PROGRESS_KEY
-from ..record import MAX_ID_LENGTH, JobRecord
-from ..recurring import RecurringSchedule
-from ..state import DISPATCH_KEY, HOOKS_DONE_KEY, HOOKS_KEY, PARENT_RESULTS_KEY
-from ..status import Status
-from ..workers import MAX_OWNER_LENGTH, SweepHealth, WorkerInfo
+from ..ops.display import printable
+from ..ops.isolation import OnceEach
+from ..ops.logs import get_logger
+from ..records.progress import PROGRESS_KEY
+from ..records.record import MAX_ID_LENGTH, JobRecord
+from ..records.state import DISPATCH_KEY, HOOKS_DONE_KEY, HOOKS_KEY, PARENT_RESULTS_KEY
+from ..records.workers import MAX_OWNER_LENGTH, SweepHealth, WorkerInfo
+from ..rules.status import Status
+from ..schedules.cron import CATCH_UP, OVERLAP
+from ..schedules.recurring import RecurringSchedule
 
 __all__ = [
     "job_record",
@@ -240,7 +240,7 @@ def _is_hold(value: Any) -> bool:
 
 
 #: The state's keys the engine reads, and what each must hold when present and not
-#: empty (:meth:`JobState.from_dict <pypepper_dramatiq.state.JobState.from_dict>`
+#: empty (:meth:`JobState.from_dict <pypepper_dramatiq.records.state.JobState.from_dict>`
 #: takes a missing, null or empty one as empty).
 _STATE_KEYS: dict[str, Check] = {
     "cursor": _cursor,

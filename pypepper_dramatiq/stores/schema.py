@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
-from .. import storable as limits
+from ..limits import storable as limits
 
 #: Alembic's bookkeeping table; ours, so we never touch a user's ``alembic_version``.
 VERSION_TABLE = "pypepper_alembic_version"
@@ -160,7 +160,7 @@ recurring = Table(
     Index("ix_scheduler_recurring_next_slot", "next_slot"),
 )
 
-#: Links from a job to the jobs it came from (:mod:`~pypepper_dramatiq.links`), written
+#: Links from a job to the jobs it came from (:mod:`~pypepper_dramatiq.records.links`), written
 #: with the child's row; deleted with it.
 links = Table(
     "scheduler_job_links",
@@ -176,7 +176,7 @@ links = Table(
     Index("ix_scheduler_job_links_child", "child_id"),
 )
 
-#: The worker processes (:mod:`~pypepper_dramatiq.workers`): one row per process,
+#: The worker processes (:mod:`~pypepper_dramatiq.records.workers`): one row per process,
 #: refreshed by its lease keeper once per heartbeat, deleted when it stops cleanly.
 workers = Table(
     "scheduler_workers",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import dramatiq
 
-from ..logs import get_logger
+from ..ops.logs import get_logger
 
 SendResult = Literal["ok", "full", "stopped"]
 

@@ -15,7 +15,7 @@ import threading
 import weakref
 from typing import Any
 
-from ..logs import get_logger
+from ..ops.logs import get_logger
 from .base import Notice, Subscribed, Subscription, Topic, Transport
 
 logger = get_logger(__name__)

@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "with: pip install 'pypepper-dramatiq[dashboard]'"
     ) from exc
 
-from ..paging import decode_cursor, encode_cursor
+from ..records.paging import decode_cursor, encode_cursor
 from .app import Dashboard, make_app
 from .security import Auth, basic_auth
 

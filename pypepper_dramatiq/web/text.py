@@ -4,7 +4,7 @@ A name, an id, a category or an error may hold bidi overrides that reorder what 
 reader sees, zero-width characters that make two names look alike, or controls.
 Every text a template prints goes through :func:`shown` (the Jinja environment's
 ``finalize``), which writes each of them as its visible escape
-(:func:`~pypepper_dramatiq.display.printable`), so that no template can forget it.
+(:func:`~pypepper_dramatiq.ops.display.printable`), so that no template can forget it.
 Two filters say where text is printed otherwise:
 
 * ``block``: a block of lines (an error, a traceback, JSON) in a ``<pre>``, its
@@ -22,7 +22,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from ..display import printable
+from ..ops.display import printable
 
 #: What a block keeps as it is: its layout.
 BLOCK_LAYOUT = "\n\t"

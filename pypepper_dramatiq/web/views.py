@@ -13,17 +13,17 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..channels.broker import transport_of
-from ..display import printable
-from ..links import AFTER, RETRY, Link
-from ..progress import PROGRESS_KEY
-from ..record import JobRecord, utcnow
-from ..recurring import RecurringSchedule
-from ..spec import TaskSpec
-from ..state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
-from ..status import Status
+from ..ops.display import printable
+from ..records.links import AFTER, RETRY, Link
+from ..records.progress import PROGRESS_KEY
+from ..records.record import JobRecord, utcnow
+from ..records.spec import TaskSpec
+from ..records.state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
+from ..records.workers import LIVE, ListedWorker, WorkerInfo, listing, sweep_leader
+from ..rules.status import Status
+from ..rules.waits import Waits
+from ..schedules.recurring import RecurringSchedule
 from ..stores.base import IJobStore
-from ..waits import Waits
-from ..workers import LIVE, ListedWorker, WorkerInfo, listing, sweep_leader
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).
 SHORT = 120
@@ -677,14 +677,15 @@ class WorkerRow:
     channels: str
     dramatiq_version: str
     steps: list[StepRow]
-    #: Whether it leads the recovery sweep now (:func:`~pypepper_dramatiq.workers.sweep_leader`).
+    #: Whether it leads the recovery sweep now
+    #: (:func:`~pypepper_dramatiq.records.workers.sweep_leader`).
     leads_sweep: bool = False
 
 
 @dataclass(frozen=True)
 class FailingDutyRow:
     duty: str
-    #: Its latest error, escaped (:func:`~pypepper_dramatiq.display.printable`).
+    #: Its latest error, escaped (:func:`~pypepper_dramatiq.ops.display.printable`).
     error: str
     since: str
     failures: int

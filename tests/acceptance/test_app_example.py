@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "app.py"

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 import pypepper_dramatiq
-from pypepper_dramatiq.cli import BROKER_ENV, URI_ENV, decode_cursor, encode_cursor, main
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import BROKER_ENV, URI_ENV, decode_cursor, encode_cursor, main
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore, head_revision, schema_revision
 from pypepper_dramatiq.transport.redis.layout import CANCEL_CHANNEL

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from pypepper_dramatiq.cli import BROKER_ENV, main
+from pypepper_dramatiq.cli.commands import BROKER_ENV, main
 from pypepper_dramatiq.transport.redis import RedisGate
 
 pytestmark = pytest.mark.redis

@@ -19,14 +19,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import redis
 
-from pypepper_dramatiq.cli import BROKER_ENV, URI_ENV
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.recurring import RecurringSchedule
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import BROKER_ENV, URI_ENV
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.workers import WorkerInfo
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.transport.redis import RedisGate
-from pypepper_dramatiq.workers import WorkerInfo
 
 pytestmark = pytest.mark.postgres
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pypepper_dramatiq.cli import PIPE_CLOSED
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import PIPE_CLOSED
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

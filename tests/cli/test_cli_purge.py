@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pypepper_dramatiq import retention
-from pypepper_dramatiq.cli import main
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import main
+from pypepper_dramatiq.rules import retention
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

@@ -12,9 +12,9 @@ import pytest
 from process_state import clean_process_state
 
 from pypepper_dramatiq import Context, Job, Task, Workflow, workflow_task
-from pypepper_dramatiq.cli import BROKER_ENV, main
-from pypepper_dramatiq.links import RETRY_OF_KEY
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import BROKER_ENV, main
+from pypepper_dramatiq.records.links import RETRY_OF_KEY
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pypepper_dramatiq.cli import main
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import main
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.workers import WorkerInfo
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
-from pypepper_dramatiq.workers import WorkerInfo
 
 pytestmark = pytest.mark.postgres
 

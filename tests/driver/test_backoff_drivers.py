@@ -1,6 +1,6 @@
 """Retry backoff on both drivers: each retry of a round waits the backed-off delay.
 
-Both drivers carry out :func:`~pypepper_dramatiq.rules.next_step`'s delay (the
+Both drivers carry out :func:`~pypepper_dramatiq.rules.steps.next_step`'s delay (the
 in-process worker as a wait on the job's cancel event, the Dramatiq middleware
 as a delayed message); the gaps are read from the job's stored attempt
 history. Only lower bounds are checked: machines are noisy.

@@ -32,11 +32,11 @@ from pypepper_dramatiq import (
     Workflow,
     executor_registry,
     get_job_store,
-    rules,
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import STEP_ACTOR, StepMessage
-from pypepper_dramatiq.rules import Action, Position
+from pypepper_dramatiq.rules import steps as rules
+from pypepper_dramatiq.rules.steps import Action, Position
 from pypepper_dramatiq.settings import Settings
 
 from .conftest import CHANNEL, workflow_middleware

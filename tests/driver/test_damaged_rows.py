@@ -17,8 +17,8 @@ from pypepper_dramatiq import Job, Status, Worker, Workflow, manager, workflow_t
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.ledger import StepBook
 from pypepper_dramatiq.errors import CorruptRecordError
-from pypepper_dramatiq.record import JobRecord
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.records.record import JobRecord
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

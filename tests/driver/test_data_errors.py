@@ -40,7 +40,7 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.ledger import StepBook
 from pypepper_dramatiq.errors import StoreDataError
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import StepClaim, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

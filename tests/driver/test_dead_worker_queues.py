@@ -15,8 +15,8 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis
 
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.transport.redis.layout import (
     ack_sets_prefix,
     heartbeats_key,

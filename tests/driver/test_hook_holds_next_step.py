@@ -35,8 +35,8 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.engine import ledger
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.rules import Position, Step
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.rules.steps import Position, Step
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .drivers import JOB_TIMEOUT, make_job

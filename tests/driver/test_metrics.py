@@ -33,13 +33,17 @@ from pypepper_dramatiq import (
     Task,
     WorkflowMiddleware,
     get_job_store,
-    observers,
     recurring,
     workflow_task,
 )
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.metrics import PrometheusMetrics, install_metrics, uninstall_metrics
-from pypepper_dramatiq.schedules import fire_due
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.engine.firing import fire_due
+from pypepper_dramatiq.metrics.prometheus import (
+    PrometheusMetrics,
+    install_metrics,
+    uninstall_metrics,
+)
+from pypepper_dramatiq.ops import observers
 
 from .drivers import CHANNEL, DramatiqDriver, InProcessDriver, make_job, run
 
@@ -301,7 +305,7 @@ def test_an_observer_that_raises_changes_nothing_and_is_logged_once(
             raise RuntimeError("observer bug")
 
     observers.install(Broken())
-    with caplog.at_level(logging.ERROR, logger="pypepper_dramatiq.observers"):
+    with caplog.at_level(logging.ERROR, logger="pypepper_dramatiq.ops.observers"):
         records = run(driver, *(make_job([work.task(name="ok")]) for _ in range(2)))
 
     assert [r.status for r in records] == [Status.COMPLETED] * 2
@@ -329,8 +333,8 @@ def test_setup_with_metrics_installs_them_without_importing_prometheus_client() 
     code = (
         "import sys\n"
         "import pypepper_dramatiq\n"
-        "from pypepper_dramatiq import observers\n"
-        "from pypepper_dramatiq.metrics import PrometheusMetrics\n"
+        "from pypepper_dramatiq.ops import observers\n"
+        "from pypepper_dramatiq.metrics.prometheus import PrometheusMetrics\n"
         "pypepper_dramatiq.setup(metrics=True)\n"
         "assert isinstance(observers.installed()[0], PrometheusMetrics)\n"
         "assert 'prometheus_client' not in sys.modules, 'imported too early'\n"
@@ -362,7 +366,7 @@ def test_metrics_made_before_a_multiprocess_boot_are_named_at_worker_start(
 ) -> None:
     install_metrics(CollectorRegistry())  # at once: before the variable below is set
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.metrics"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.metrics.prometheus"):
         observers.worker_started()
     assert "created before this worker process booted" in caplog.text
 
@@ -639,7 +643,7 @@ def test_the_sweep_leader_counts_an_end_nobody_counted_once(
 def test_the_sweep_reads_ends_behind_its_watermark_within_the_lag_and_not_before_the_lookback(
     stub_broker: StubBroker, registry: CollectorRegistry
 ) -> None:
-    from pypepper_dramatiq.distributed import recovery
+    from pypepper_dramatiq.drivers.dramatiq import recovery
 
     now = datetime.now(timezone.utc)
     store = get_job_store()

@@ -29,8 +29,8 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import OPTION_KEY, STEP_ACTOR, StepMessage
-from pypepper_dramatiq.events import INIT, SCHEDULE
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.rules.events import INIT, SCHEDULE
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .conftest import CHANNEL, workflow_middleware

@@ -4,7 +4,7 @@ Between a step's claim and its outcome, the recovery sweep may run (or take
 over) the ``on_final_failure`` hook of an earlier task of the same job: that
 write moves the row's version, so the outcome's compare-and-set fails. The
 outcome is then decided again on the fresher row (``StepBook.record_outcome``
-over :func:`~pypepper_dramatiq.outcomes.outcome_write`) and written over it,
+over :func:`~pypepper_dramatiq.engine.outcomes.outcome_write`) and written over it,
 keeping the sweep's hook bookkeeping; anything else having moved, it is lost.
 On the memory store and on PostgreSQL.
 """
@@ -19,8 +19,8 @@ import pytest
 from pypepper_dramatiq import IJobStore, JobRecord, Status
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.ledger import Claim, Outcome, StepBook
-from pypepper_dramatiq.rules import Position
-from pypepper_dramatiq.state import HOOK_PENDING, JobState
+from pypepper_dramatiq.records.state import HOOK_PENDING, JobState
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

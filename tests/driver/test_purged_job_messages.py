@@ -20,7 +20,7 @@ import pytest
 from pypepper_dramatiq import IJobStore, JobRecord, Status
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.ledger import Outcome, StepBook, StepSkipped
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

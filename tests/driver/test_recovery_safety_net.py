@@ -19,9 +19,9 @@ from dramatiq.brokers.redis import RedisBroker
 
 from pypepper_dramatiq import JobRecord, Status, set_job_store
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY, STEP_ACTOR, StepMessage, dispatch_of
-from pypepper_dramatiq.distributed.orphans import AckKeeper
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.drivers.dramatiq.orphans import AckKeeper
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -145,7 +145,9 @@ def test_a_delayed_step_message_no_consumer_holds_is_put_back(
     worker = SimpleNamespace(consumers={QUEUE: object(), dq: thread})
     keeper = AckKeeper(broker, worker, interval=1)
     clock = [1000.0]
-    monkeypatch.setattr("pypepper_dramatiq.distributed.orphans.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr(
+        "pypepper_dramatiq.drivers.dramatiq.orphans.time.monotonic", lambda: clock[0]
+    )
 
     assert keeper.check() == 0  # missing only now: maybe in transit
     clock[0] += 3

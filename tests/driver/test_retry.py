@@ -40,7 +40,7 @@ from pypepper_dramatiq import (
     manager,
     workflow_task,
 )
-from pypepper_dramatiq.links import RETRY_OF_KEY
+from pypepper_dramatiq.records.links import RETRY_OF_KEY
 
 from .drivers import CHANNEL, Driver, make_job, run
 

@@ -18,7 +18,7 @@ from datetime import timedelta
 import pytest
 
 from pypepper_dramatiq import Context, Job, Status, Task, set_job_store, workflow_task
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

@@ -44,11 +44,11 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.engine import hooks, ledger
+from pypepper_dramatiq.engine.functions import FunctionExecutor
 from pypepper_dramatiq.engine.running import running_here
-from pypepper_dramatiq.functions import FunctionExecutor
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.rules import Position
-from pypepper_dramatiq.state import JobState
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.state import JobState
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .drivers import JOB_TIMEOUT, DramatiqDriver, Driver, InProcessDriver, make_job, run

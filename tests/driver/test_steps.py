@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq import IJobStore, JobRecord, RetryPolicy, Status, rules
+from pypepper_dramatiq import IJobStore, JobRecord, RetryPolicy, Status
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.ledger import (
     Claim,
@@ -21,7 +21,8 @@ from pypepper_dramatiq.engine.ledger import (
     plan_of,
     policy_of,
 )
-from pypepper_dramatiq.rules import Action, Position
+from pypepper_dramatiq.rules import steps as rules
+from pypepper_dramatiq.rules.steps import Action, Position
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -463,8 +464,8 @@ def test_two_threads_claiming_one_step_one_wins(store: IJobStore, started: bool)
 def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> None:
     from pypepper_dramatiq.channels.messages import StepMessage
     from pypepper_dramatiq.engine.ledger import StepBook
-    from pypepper_dramatiq.rules import Position
-    from pypepper_dramatiq.status import Status
+    from pypepper_dramatiq.rules.status import Status
+    from pypepper_dramatiq.rules.steps import Position
     from pypepper_dramatiq.stores.base import JobRecord
     from pypepper_dramatiq.stores.memory import MemoryJobStore
 

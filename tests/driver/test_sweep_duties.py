@@ -28,20 +28,20 @@ from pypepper_dramatiq import (
     Task,
     Workflow,
     manager,
-    observers,
     recurring,
     set_job_store,
     workflow_task,
 )
 from pypepper_dramatiq.channels.broker import transport_of
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY, StepMessage
-from pypepper_dramatiq.cron import firing_id
-from pypepper_dramatiq.distributed.recovery import DUTIES, RecoverySweeper
-from pypepper_dramatiq.metrics import install_metrics, uninstall_metrics
-from pypepper_dramatiq.record import JobRecord, utcnow
+from pypepper_dramatiq.drivers.dramatiq.recovery import DUTIES, RecoverySweeper
+from pypepper_dramatiq.metrics.prometheus import install_metrics, uninstall_metrics
+from pypepper_dramatiq.ops import observers
+from pypepper_dramatiq.records.record import JobRecord, utcnow
+from pypepper_dramatiq.rules.waits import Waits
+from pypepper_dramatiq.schedules.cron import firing_id
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.memory import MemoryJobStore
-from pypepper_dramatiq.waits import Waits
 
 pytestmark = pytest.mark.redis
 
@@ -264,7 +264,7 @@ def test_a_failing_duty_leaves_the_others_to_do_their_work(
     target = targets[where]
     breaking(target, method, RuntimeError(f"{method} is broken"))
     sweep = sweeper(world.broker)
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         sweep.sweep(full=True)
     others = [d.name for d in DUTIES if d.name != duty]
     assert [d for d in others if not world.done(d, depths)] == []
@@ -296,7 +296,7 @@ def test_a_failing_duty_is_logged_once_per_cause_reminded_then_said_back(
 ) -> None:
     sweep = sweeper(broker)
     real = store.overdue
-    name = "pypepper_dramatiq.distributed.recovery"
+    name = "pypepper_dramatiq.drivers.dramatiq.recovery"
 
     def lines() -> list[logging.LogRecord]:
         return [r for r in caplog.records if "cancel_overdue" in r.getMessage()]
@@ -357,7 +357,7 @@ def test_one_schedule_that_cannot_be_evaluated_leaves_the_others_to_fire(
     due_schedule(store, "b-bad", now, cron="61 * * * *")  # read whole, not evaluable
     before = store.get_recurring("b-bad")
     sweep = sweeper(broker)
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         assert sweep.fire_recurring(now) == 2
         assert sweep.fire_recurring(now) == 0  # the good ones moved on; the bad one stays
     assert all(store.get(firing_id(name, slot)) is not None for name, slot in slots.items())
@@ -373,13 +373,13 @@ def test_one_schedule_that_cannot_be_evaluated_leaves_the_others_to_fire(
 def test_fire_due_alone_isolates_schedules_and_logs_each_cause_once(
     store: IJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from pypepper_dramatiq.schedules import fire_due
+    from pypepper_dramatiq.engine.firing import fire_due
 
     now = utcnow()
     bad = f"bad-{uuid.uuid4().hex[:8]}"  # the process remembers what it logged
     slot = due_schedule(store, "good", now)
     due_schedule(store, bad, now, cron="61 * * * *")
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.schedules"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.engine.firing"):
         assert fire_due(now) == [firing_id("good", slot)]
         assert fire_due(now) == []
     [line] = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -401,7 +401,7 @@ def test_damaged_rows_are_skipped_logged_once_each_and_counted(
 
     store.overdue = with_a_damaged_row  # type: ignore[method-assign]
     sweep = sweeper(broker)
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         sweep.sweep(full=False)
         sweep.sweep(full=False)
     late = store.get("late")
@@ -459,7 +459,7 @@ def test_one_end_that_cannot_be_counted_leaves_the_others_counted(
 
     store.advance = advance  # type: ignore[method-assign]
     sweep = sweeper(broker)
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         sweep.sweep(full=True)
     marked = {job_id: stored.state.get("counted") for job_id in ("e1", "e2-bad", "e3")
               if (stored := store.get(job_id)) is not None}  # fmt: skip
@@ -503,9 +503,9 @@ def test_a_worker_without_croniter_says_so_once_at_boot(
 ) -> None:
     now = utcnow()
     due_schedule(store, "nightly", now)
-    monkeypatch.setattr("pypepper_dramatiq.cron._croniter", None)  # as if not importable
+    monkeypatch.setattr("pypepper_dramatiq.schedules.cron._croniter", None)  # as if not importable
     sweep = sweeper(broker)
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         sweep.stop()
         sweep.run()  # its start, then stopped before the first tick
         boot = [r.getMessage() for r in caplog.records]
@@ -527,11 +527,11 @@ def test_no_boot_warning_without_schedules_or_with_croniter(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.distributed.recovery"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         due_schedule(store, "nightly", utcnow())
         assert sweeper(broker).check_cron()
         store.delete_recurring("nightly")
-        monkeypatch.setattr("pypepper_dramatiq.cron._croniter", None)
+        monkeypatch.setattr("pypepper_dramatiq.schedules.cron._croniter", None)
         assert not sweeper(broker).check_cron()
     assert caplog.records == []
 
@@ -542,7 +542,7 @@ def test_no_boot_warning_without_schedules_or_with_croniter(
 def test_the_heartbeat_writes_the_sweep_health_for_the_workers_page(
     store: IJobStore, broker: RedisBroker
 ) -> None:
-    from pypepper_dramatiq.distributed.leases import LeaseKeeper
+    from pypepper_dramatiq.drivers.dramatiq.leases import LeaseKeeper
     from pypepper_dramatiq.engine.running import InFlight
 
     sweep = sweeper(broker)

@@ -25,7 +25,7 @@ from pypepper_dramatiq import (
     setup,
     workflow_task,
 )
-from pypepper_dramatiq.distributed.undecodable import (
+from pypepper_dramatiq.drivers.dramatiq.undecodable import (
     OPTION_KEY,
     UNDECODABLE_ACTOR,
     GuardedEncoder,

@@ -33,10 +33,10 @@ from pypepper_dramatiq import (
     WaitInsideJobError,
     WaitTimeoutError,
     get_job_store,
-    notices,
     workflow_task,
 )
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.channels import end_notices as notices
+from pypepper_dramatiq.records.record import utcnow
 
 from .drivers import JOB_TIMEOUT, Driver, make_job
 

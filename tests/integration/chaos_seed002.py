@@ -102,8 +102,8 @@ from pypepper_dramatiq import (
     recurring,
     remove_recurring,
 )
-from pypepper_dramatiq.cron import ON_TIME_SECONDS, firing_id
 from pypepper_dramatiq.errors import BrokerUnavailableError, StoreError, UnknownJobError
+from pypepper_dramatiq.schedules.cron import ON_TIME_SECONDS, firing_id
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.schema import jobs as jobs_table
 from pypepper_dramatiq.stores.sql import SqlJobStore

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from pypepper_dramatiq import Status, get_job_store
-from pypepper_dramatiq.record import JobRecord, utcnow
+from pypepper_dramatiq.records.record import JobRecord, utcnow
 
 from .harness import Cluster, raw, wait_for
 from .worker_app import CHANNEL, probe

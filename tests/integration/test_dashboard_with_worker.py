@@ -22,8 +22,8 @@ from browser import chromium, launch, screenshot_folder  # tests/browser.py
 from werkzeug.serving import make_server
 
 from pypepper_dramatiq import Job, Workflow
-from pypepper_dramatiq.links import RETRY_OF_KEY
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.links import RETRY_OF_KEY
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.web import basic_auth, make_app
 
 from .harness import Cluster, wait_for

@@ -17,7 +17,7 @@ from refusals import HALVES, POISON, refusing
 
 from pypepper_dramatiq import Job, Status, Workflow
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.rules.steps import Position
 
 from .conftest import BOTH_STORES
 from .harness import Cluster, wait_for

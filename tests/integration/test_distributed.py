@@ -20,7 +20,7 @@ from services import PostgresServer, RedisServer
 
 from pypepper_dramatiq import Status, actor_task
 from pypepper_dramatiq.channels.messages import OPTION_KEY, StepMessage
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.rules.steps import Position
 
 from .conftest import BOTH_STORES, empty_jobs_table, flush_redis
 from .harness import Cluster, wait_for

@@ -22,12 +22,12 @@ import pytest
 from services import PostgresServer
 
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.group_commit import Combiner
 from pypepper_dramatiq.engine.ledger import Claim, Outcome, OutcomeNotRecorded, StepBook
 from pypepper_dramatiq.errors import StoreError
-from pypepper_dramatiq.record import JobRecord, utcnow
-from pypepper_dramatiq.rules import Position
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.ops.group_commit import Combiner
+from pypepper_dramatiq.records.record import JobRecord, utcnow
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]

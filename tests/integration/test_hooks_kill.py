@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pypepper_dramatiq import Job, Status
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.transport.redis.layout import CANCEL_CHANNEL
 
 from .harness import Cluster, wait_for

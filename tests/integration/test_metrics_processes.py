@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services import free_port
 
 from pypepper_dramatiq import Job, Status, Workflow, recurring, remove_recurring
-from pypepper_dramatiq.distributed.recovery import DUTIES
+from pypepper_dramatiq.drivers.dramatiq.recovery import DUTIES
 
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, probe

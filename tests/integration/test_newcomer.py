@@ -13,7 +13,7 @@ import pytest
 
 from pypepper_dramatiq import Job, Status, Task, Workflow
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.rules import Position
+from pypepper_dramatiq.rules.steps import Position
 
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, DEPLOYED_LATER, probe

@@ -20,8 +20,8 @@ import pytest
 from werkzeug.test import Client
 
 from pypepper_dramatiq import Job, Status, Workflow, get_job_store
-from pypepper_dramatiq.record import JobRecord, utcnow
-from pypepper_dramatiq.start_times import SHORT_DELAY_SECONDS
+from pypepper_dramatiq.records.record import JobRecord, utcnow
+from pypepper_dramatiq.rules.start_times import SHORT_DELAY_SECONDS
 from pypepper_dramatiq.web import make_app
 from pypepper_dramatiq.web.app import SECURITY_HEADERS
 

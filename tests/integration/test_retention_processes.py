@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from pypepper_dramatiq import Job, Status, Workflow, get_job_store
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.stores.schema import jobs as jobs_table
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

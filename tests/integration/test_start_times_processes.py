@@ -10,7 +10,7 @@ import pytest
 from services import PostgresServer, RedisServer
 
 from pypepper_dramatiq import Job, Status, Workflow
-from pypepper_dramatiq.start_times import SHORT_DELAY_SECONDS
+from pypepper_dramatiq.rules.start_times import SHORT_DELAY_SECONDS
 
 from .conftest import empty_jobs_table
 from .harness import Cluster, wait_for

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from pypepper_dramatiq import Job, Workflow, get_job_store, recurring
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.start_times import SHORT_DELAY_SECONDS
-from pypepper_dramatiq.workers import sweep_leader
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.workers import sweep_leader
+from pypepper_dramatiq.rules.start_times import SHORT_DELAY_SECONDS
 
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, probe

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from services import RedisServer
 
-from pypepper_dramatiq import Job, JobRecord, Status, notices
+from pypepper_dramatiq import Job, JobRecord, Status
+from pypepper_dramatiq.channels import end_notices as notices
 
 from .conftest import empty_jobs_table
 from .harness import Cluster, wait_for

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.cli import main
-from pypepper_dramatiq.workers import GONE_AFTER_BEATS, heartbeat_seconds
+from pypepper_dramatiq.cli.commands import main
+from pypepper_dramatiq.records.workers import GONE_AFTER_BEATS, heartbeat_seconds
 
 from .harness import Cluster, WorkerProcess, wait_for
 from .worker_app import CHANNEL, probe

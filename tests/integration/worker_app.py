@@ -34,7 +34,7 @@ from pypepper_dramatiq import (
     setup,
     workflow_task,
 )
-from pypepper_dramatiq.functions import FunctionExecutor
+from pypepper_dramatiq.engine.functions import FunctionExecutor
 
 #: Environment variables a worker reads, and their defaults.
 ENV = {

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import delete, text
 
-from pypepper_dramatiq.start_times import is_retry
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.start_times import is_retry
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores import claims
 from pypepper_dramatiq.stores.base import JobRecord, why_not_claimable
 from pypepper_dramatiq.stores.schema import jobs

@@ -40,7 +40,7 @@ from pypepper_dramatiq import (
 )
 from pypepper_dramatiq.channels.broker import get_broker
 from pypepper_dramatiq.errors import ConfigError
-from pypepper_dramatiq.storable import (
+from pypepper_dramatiq.limits.storable import (
     CATEGORY_LENGTH,
     CHANNEL_ID_LENGTH,
     CRON_LENGTH,

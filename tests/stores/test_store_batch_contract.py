@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq.errors import DuplicateJobError
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord, StepClaim
 
 from .test_store_contract import T0, job, store, stored

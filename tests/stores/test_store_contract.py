@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.status import TERMINAL, Status
+from pypepper_dramatiq.rules.status import TERMINAL, Status
 from pypepper_dramatiq.stores.base import (
     IJobStore,
     JobRecord,

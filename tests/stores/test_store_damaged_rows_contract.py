@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy import text
 
 from pypepper_dramatiq.errors import CorruptRecordError, CorruptScheduleError, retry_may_cure
-from pypepper_dramatiq.recurring import RecurringSchedule
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.workers import WorkerInfo
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import StepClaim
 from pypepper_dramatiq.stores.sql import SqlJobStore
-from pypepper_dramatiq.workers import WorkerInfo
 
 from .test_store_contract import T0, job
 

@@ -11,8 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from pypepper_dramatiq.state import mark_counted
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.state import mark_counted
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 
 from .test_store_contract import T0, job, store

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pypepper_dramatiq.state import JobState
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.state import JobState
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 
 from .test_store_contract import T0, job, store, stored

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.progress import entry
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.progress import entry
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 
 from .test_store_contract import MinimalStore, job, store, stored

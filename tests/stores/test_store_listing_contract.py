@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.links import AFTER, RETRY, RETRY_OF_KEY, Link
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.links import AFTER, RETRY, RETRY_OF_KEY, Link
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.rules.waits import Waits
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
-from pypepper_dramatiq.waits import Waits
 
 from .test_store_contract import T0, job, store, stored
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pypepper_dramatiq.progress import entry
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.progress import entry
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 
 from .test_store_contract import T0, MinimalStore, job, store, stored

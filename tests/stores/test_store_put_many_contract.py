@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pypepper_dramatiq.errors import DuplicateJobError
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 
 from .test_store_contract import T0, job, store, stored

@@ -15,10 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from pypepper_dramatiq.status import Status
-from pypepper_dramatiq.stores.base import IJobStore
-from pypepper_dramatiq.stores.sql import SqlJobStore
-from pypepper_dramatiq.workers import (
+from pypepper_dramatiq.records.workers import (
     FORGET_AFTER_SECONDS,
     GONE,
     LIVE,
@@ -28,6 +25,9 @@ from pypepper_dramatiq.workers import (
     running_step,
     steps_by_owner,
 )
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.stores.base import IJobStore
+from pypepper_dramatiq.stores.sql import SqlJobStore
 
 from .test_store_contract import T0, MinimalStore, job, store
 

@@ -33,16 +33,16 @@ from pypepper_dramatiq import (
     trigger_recurring,
     workflow_task,
 )
-from pypepper_dramatiq.cron import _croniter
 from pypepper_dramatiq.errors import StoreError
-from pypepper_dramatiq.events import INIT, SCHEDULE
-from pypepper_dramatiq.storable import (
+from pypepper_dramatiq.limits.storable import (
     CATEGORY_LENGTH,
     CHANNEL_ID_LENGTH,
     ID_LENGTH,
     SCHEDULE_NAME_LENGTH,
     UNIQUE_KEY_LENGTH,
 )
+from pypepper_dramatiq.rules.events import INIT, SCHEDULE
+from pypepper_dramatiq.schedules.cron import _croniter
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

@@ -14,9 +14,10 @@ import pytest
 from process_state import redis_channel_setup
 from prometheus_client import CollectorRegistry
 
-from pypepper_dramatiq import Context, Job, Task, Workflow, get_job_store, observers, workflow_task
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.metrics import install_metrics, uninstall_metrics
+from pypepper_dramatiq import Context, Job, Task, Workflow, get_job_store, workflow_task
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.metrics.prometheus import install_metrics, uninstall_metrics
+from pypepper_dramatiq.ops import observers
 
 pytestmark = pytest.mark.redis
 

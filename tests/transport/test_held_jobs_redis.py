@@ -27,8 +27,8 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.record import JobRecord, utcnow
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.records.record import JobRecord, utcnow
 
 pytestmark = pytest.mark.redis
 

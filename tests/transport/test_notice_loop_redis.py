@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from pypepper_dramatiq.distributed.cancel_listener import CancelListener
+from pypepper_dramatiq.channels.end_notices import EndedListener, audience, waiters
+from pypepper_dramatiq.drivers.dramatiq.cancel_listener import CancelListener
 from pypepper_dramatiq.engine.running import InFlight
-from pypepper_dramatiq.notices import EndedListener, audience, waiters
 from pypepper_dramatiq.transport import Topic
 from pypepper_dramatiq.transport.redis import RedisTransport
 from pypepper_dramatiq.transport.redis.layout import CANCEL_CHANNEL, ENDED_CHANNEL

@@ -21,8 +21,8 @@ from process_state import redis_channel_setup
 from services import RedisServer
 
 from pypepper_dramatiq import Status, get_job_store, manager
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.record import JobRecord, utcnow
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.records.record import JobRecord, utcnow
 
 pytestmark = pytest.mark.redis
 
@@ -66,7 +66,7 @@ def test_a_slot_not_given_back_in_an_outage_is_given_back_by_the_sweep(
         assert "slot of job taken not given back" in caplog.text
         own_redis.start()
         assert gate.admit("next") == "full"  # the slot is still taken
-        with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.distributed.recovery"):
+        with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
             assert sweeper(broker).reclaim_slots(utcnow()) == 1
         assert f"channel {CHANNEL}: 1 slot(s) given back" in caplog.text
         assert gate.admit("next") == "ok"

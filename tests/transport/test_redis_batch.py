@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
+from pypepper_dramatiq.channels.end_notices import publish_ended
 from pypepper_dramatiq.errors import BrokerUnavailableError
-from pypepper_dramatiq.notices import publish_ended
 from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport
 from pypepper_dramatiq.transport.redis.batch import CommandBatcher, batcher_of, send
 from pypepper_dramatiq.transport.redis.layout import ENDED_CHANNEL

@@ -37,8 +37,8 @@ from pypepper_dramatiq import (
 )
 from pypepper_dramatiq.channels.broker import get_transport
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY, StepMessage
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.records.record import utcnow
 
 pytestmark = pytest.mark.redis
 

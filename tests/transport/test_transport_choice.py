@@ -16,7 +16,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq.channels.broker import get_transport, set_broker, transport_of
 from pypepper_dramatiq.channels.channel import Channel, manager
-from pypepper_dramatiq.distributed.setup import setup
+from pypepper_dramatiq.drivers.dramatiq.setup import setup
 from pypepper_dramatiq.stores.registry import reset_job_store
 from pypepper_dramatiq.transport import LocalGate, LocalTransport
 from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport

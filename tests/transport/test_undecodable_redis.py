@@ -17,7 +17,7 @@ from dramatiq import Message
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker
 
-from pypepper_dramatiq.distributed.undecodable import (
+from pypepper_dramatiq.drivers.dramatiq.undecodable import (
     OPTION_KEY,
     UndecodableMiddleware,
     find_redis_id,

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 from pypepper_dramatiq.errors import StoreUnavailableError
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

@@ -30,8 +30,8 @@ from pypepper_dramatiq import (
     manager,
     workflow_task,
 )
-from pypepper_dramatiq.context import CANCEL_EVENT_KEY
-from pypepper_dramatiq.executor import run_awaitable
+from pypepper_dramatiq.model.context import CANCEL_EVENT_KEY
+from pypepper_dramatiq.model.executor import run_awaitable
 
 #: Upper bound for anything that should be prompt (a hang, not a speed check).
 PROMPT = 2.0

@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pypepper_dramatiq import CallableExecutor, RetryPolicy, Task, Workflow, rules, workflow_task
-from pypepper_dramatiq.rules import Action, Position, Step, first_step, next_step
-from pypepper_dramatiq.spec import TaskSpec
+from pypepper_dramatiq import CallableExecutor, RetryPolicy, Task, Workflow, workflow_task
+from pypepper_dramatiq.records.spec import TaskSpec
+from pypepper_dramatiq.rules import steps as rules
+from pypepper_dramatiq.rules.steps import Action, Position, Step, first_step, next_step
 
 #: Timer granularity allowed when asserting that a wait lasted at least its delay.
 EPSILON = 0.01

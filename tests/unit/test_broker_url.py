@@ -6,7 +6,7 @@ import pytest
 
 from pypepper_dramatiq import ConfigError, setup
 from pypepper_dramatiq.channels.broker import get_broker
-from pypepper_dramatiq.display import masked_url
+from pypepper_dramatiq.ops.display import masked_url
 
 # -- broker_url -------------------------------------------------------------------------------
 

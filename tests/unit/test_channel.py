@@ -28,7 +28,7 @@ from pypepper_dramatiq import (
     manager,
 )
 from pypepper_dramatiq import channel as channel_module
-from pypepper_dramatiq.events import INIT, SCHEDULE
+from pypepper_dramatiq.rules.events import INIT, SCHEDULE
 
 FIXED_TIME = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
 

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from pypepper_dramatiq import CANCEL_EVENT_KEY, Context
-from pypepper_dramatiq.context import JOB_ID_KEY, POSITION_KEY, RESULTS_KEY
+from pypepper_dramatiq.model.context import JOB_ID_KEY, POSITION_KEY, RESULTS_KEY
 
 
 def test_an_empty_context_has_no_job_no_event_and_is_not_cancelled() -> None:

@@ -10,8 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pypepper_dramatiq import cron
-from pypepper_dramatiq.cron import (
+from pypepper_dramatiq.errors import ConfigError
+from pypepper_dramatiq.schedules import cron
+from pypepper_dramatiq.schedules.cron import (
     CATCH_UP,
     CATCH_UP_LIMIT,
     ON_TIME_SECONDS,
@@ -22,7 +23,6 @@ from pypepper_dramatiq.cron import (
     due_slots,
     firing_id,
 )
-from pypepper_dramatiq.errors import ConfigError
 
 UTC = timezone.utc
 NEW_YORK = "America/New_York"

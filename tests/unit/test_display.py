@@ -7,7 +7,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pypepper_dramatiq.display import printable
+from pypepper_dramatiq.ops.display import printable
 
 #: The categories printable escapes: controls, format characters (bidi, zero-width),
 #: line and paragraph separators, lone surrogates.

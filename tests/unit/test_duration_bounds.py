@@ -14,10 +14,10 @@ from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import CallableExecutor, ConfigError, Job, RetryPolicy, Task, Workflow, setup
 from pypepper_dramatiq.config import duration as config_duration
-from pypepper_dramatiq.durations import MAX_SECONDS
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.limits.durations import MAX_SECONDS
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.rules.start_times import start_times
 from pypepper_dramatiq.settings import YAML_KEYS, Settings
-from pypepper_dramatiq.start_times import start_times
 from pypepper_dramatiq.stores.registry import get_job_store
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)

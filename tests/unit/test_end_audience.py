@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pypepper_dramatiq.notices import EndAudience
+from pypepper_dramatiq.channels.end_notices import EndAudience
 
 
 def quiet_since(at: float) -> EndAudience:

@@ -1,4 +1,4 @@
-"""The group commit combiner (:mod:`pypepper_dramatiq.engine.group_commit`): threads
+"""The group commit combiner (:mod:`pypepper_dramatiq.ops.group_commit`): threads
 that call while a batch runs go together in the next one, a lone call goes at
 once, and no error or interruption leaves a caller waiting for good."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.engine.group_commit import Combiner, _Slot, in_rounds
+from pypepper_dramatiq.ops.group_commit import Combiner, _Slot, in_rounds
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pypepper_dramatiq.storable import json_text
+from pypepper_dramatiq.limits.storable import json_text
 
 #: Any JSON value, floats of every magnitude and strings that look like numbers included.
 VALUES = st.recursive(

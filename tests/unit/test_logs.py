@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pypepper_dramatiq.logs import PrintableFilter, get_logger, traceback_text
+from pypepper_dramatiq.ops.logs import PrintableFilter, get_logger, traceback_text
 
 #: What a line of text in a log reader must not hold: controls (newline, CR, ESC, BEL),
 #: format characters (bidi overrides), line and paragraph separators, lone surrogates.
@@ -212,7 +212,7 @@ def test_every_logger_of_the_package_holds_the_filter() -> None:
         if name.startswith("pypepper_dramatiq.") and isinstance(logger, logging.Logger)
     }
     assert "pypepper_dramatiq.engine.ledger" in ours
-    assert "pypepper_dramatiq.distributed.middleware.WorkflowMiddleware" in ours
+    assert "pypepper_dramatiq.drivers.dramatiq.middleware.WorkflowMiddleware" in ours
     # Dramatiq names an actor's own logger "<module>.<actor name>", and our actors' names
     # are "pypepper_dramatiq.<...>": such a logger is Dramatiq's, not one of ours.
     actors = {name for name in ours if name.count("pypepper_dramatiq.") > 1}

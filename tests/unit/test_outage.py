@@ -10,8 +10,8 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import StoreUnavailableError, set_job_store
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.outage import OutageLog, broker_unreachable
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.ops.outage import OutageLog, broker_unreachable
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -57,7 +57,7 @@ def test_the_recovery_sweep_logs_a_store_outage_once_without_tracebacks(
             sweeper.run_once()
         set_job_store(MemoryJobStore())
         sweeper.run_once()
-    lines = [r for r in caplog.records if r.name == "pypepper_dramatiq.outage"]
+    lines = [r for r in caplog.records if r.name == "pypepper_dramatiq.ops.outage"]
     assert [r.levelno for r in lines] == [logging.WARNING, logging.INFO], caplog.text
     assert not any(r.exc_info for r in lines)
 

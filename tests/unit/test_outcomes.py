@@ -1,4 +1,4 @@
-"""Recording an attempt's outcome (:mod:`pypepper_dramatiq.outcomes`), over any row.
+"""Recording an attempt's outcome (:mod:`pypepper_dramatiq.engine.outcomes`), over any row.
 
 The decision is pure, so its rules are checked here on their own, with
 Hypothesis drawing the plan, the step, the row's earlier state, the outcome
@@ -21,9 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pypepper_dramatiq import history, rules
-from pypepper_dramatiq.errors import InvalidTransitionError
-from pypepper_dramatiq.outcomes import (
+from pypepper_dramatiq.engine.outcomes import (
     Attempt,
     Notice,
     Outcome,
@@ -35,12 +33,15 @@ from pypepper_dramatiq.outcomes import (
     only_hooks_moved,
     outcome_write,
 )
-from pypepper_dramatiq.record import JobRecord
-from pypepper_dramatiq.results import check_storable
-from pypepper_dramatiq.rules import Action, Position, RetryPolicy
-from pypepper_dramatiq.state import COUNTED_KEY, HOOK_PENDING, HOOKS_KEY, JobState
-from pypepper_dramatiq.status import Status
-from pypepper_dramatiq.storable import unstorable_in
+from pypepper_dramatiq.errors import InvalidTransitionError
+from pypepper_dramatiq.limits.storable import unstorable_in
+from pypepper_dramatiq.records import history
+from pypepper_dramatiq.records.record import JobRecord
+from pypepper_dramatiq.records.results import check_storable
+from pypepper_dramatiq.records.state import COUNTED_KEY, HOOK_PENDING, HOOKS_KEY, JobState
+from pypepper_dramatiq.rules import steps as rules
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.rules.steps import Action, Position, RetryPolicy
 
 #: The retry delay's jitter, fixed: the property is about the row, not the delay.
 NO_JITTER = 0.5

@@ -22,7 +22,7 @@ from pypepper_dramatiq import (
     manager,
     set_job_store,
 )
-from pypepper_dramatiq.events import INIT, SCHEDULE
+from pypepper_dramatiq.rules.events import INIT, SCHEDULE
 from pypepper_dramatiq.stores.base import JobRecord
 
 from .scripted_store import ScriptedStore

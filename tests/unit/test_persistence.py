@@ -36,9 +36,9 @@ from pypepper_dramatiq import (
     manager,
     set_job_store,
 )
-from pypepper_dramatiq.events import INIT, RUN, SCHEDULE
-from pypepper_dramatiq.job import CANCEL_ATTEMPTS
-from pypepper_dramatiq.state import CANCELLED_BY_KEY
+from pypepper_dramatiq.model.job import CANCEL_ATTEMPTS
+from pypepper_dramatiq.records.state import CANCELLED_BY_KEY
+from pypepper_dramatiq.rules.events import INIT, RUN, SCHEDULE
 from pypepper_dramatiq.stores.base import JobRecord, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq import Context
-from pypepper_dramatiq.progress import ProgressBar, ProgressReporter, check
-from pypepper_dramatiq.record import JobRecord
+from pypepper_dramatiq.records.progress import ProgressBar, ProgressReporter, check
+from pypepper_dramatiq.records.record import JobRecord
 
 
 class Sink:

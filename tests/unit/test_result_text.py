@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq.errors import ResultNotStorableError
-from pypepper_dramatiq.results import check_storable
+from pypepper_dramatiq.records.results import check_storable
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,11 @@ from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import ConfigError, WorkflowMiddleware, setup
 from pypepper_dramatiq.config import duration
-from pypepper_dramatiq.distributed.recovery import RecoverySweeper
-from pypepper_dramatiq.record import JobRecord
-from pypepper_dramatiq.retention import awaited, still_needed
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.records.record import JobRecord
+from pypepper_dramatiq.rules.retention import awaited, still_needed
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.settings import Settings
-from pypepper_dramatiq.status import Status
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 
@@ -240,7 +240,7 @@ def test_the_sweep_purges_in_full_passes_only_in_bounded_batches_and_logs_the_co
     sweeper.sweep(full=False)
     assert len(store.list(status=Status.COMPLETED)) == 26
 
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.distributed.recovery")
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.drivers.dramatiq.recovery")
     sweeper.sweep(full=True)
     assert len(store.list(status=Status.COMPLETED)) == 6  # two batches of ten a pass
     [record] = [r for r in caplog.records if getattr(r, "action", None) == "purge"]

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq import storable as limits
-from pypepper_dramatiq.storable import check_json
+from pypepper_dramatiq.limits import storable as limits
+from pypepper_dramatiq.limits.storable import check_json
 from pypepper_dramatiq.stores import schema
 
 # -- the column limits: one definition --------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pypepper_dramatiq.rules import (
+from pypepper_dramatiq.rules.steps import (
     Action,
     Position,
     RetryPolicy,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pypepper_dramatiq import CallableExecutor, RetryPolicy, Task
-from pypepper_dramatiq.rules import Position
-from pypepper_dramatiq.spec import TaskSpec
-from pypepper_dramatiq.state import JobState
+from pypepper_dramatiq.records.spec import TaskSpec
+from pypepper_dramatiq.records.state import JobState
+from pypepper_dramatiq.rules.steps import Position
 
 
 def test_a_stored_task_missing_keys_takes_the_defaults_of_the_retry_table() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq import CallableExecutor, Job, Status, Task, Worker, Workflow, manager
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.start_times import is_retry, late_retry, start_times
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.rules.start_times import is_retry, late_retry, start_times
 
 CHANNEL = "timed"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from pypepper_dramatiq import InvalidTransitionError, PypepperError, Status
-from pypepper_dramatiq.events import (
+from pypepper_dramatiq.rules.events import (
     CANCEL,
     COMPLETE,
     FAIL,
@@ -18,7 +18,7 @@ from pypepper_dramatiq.events import (
     Event,
     build_scheduler_fsm,
 )
-from pypepper_dramatiq.status import may_overwrite, overwritable_by
+from pypepper_dramatiq.rules.status import may_overwrite, overwritable_by
 
 S = Status
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.workers import (
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.workers import (
     SWEEP_ERROR_LIMIT,
     DutyFailure,
     SweepHealth,

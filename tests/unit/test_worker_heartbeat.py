@@ -15,13 +15,13 @@ import pytest
 from process_state import clean_process_state
 
 from pypepper_dramatiq import manager
-from pypepper_dramatiq.distributed.leases import LeaseKeeper
+from pypepper_dramatiq.drivers.dramatiq.leases import LeaseKeeper
 from pypepper_dramatiq.engine.running import InFlight
 from pypepper_dramatiq.errors import StoreUnavailableError
-from pypepper_dramatiq.record import utcnow
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.workers import HEARTBEAT_SECONDS, WorkerInfo, heartbeat_seconds
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
-from pypepper_dramatiq.workers import HEARTBEAT_SECONDS, WorkerInfo, heartbeat_seconds
 
 OWNER = "test-host:1:abcdef01"
 

@@ -21,8 +21,8 @@ from pypepper_dramatiq import (
     Workflow,
     manager,
 )
-from pypepper_dramatiq.context import RESULTS_KEY
-from pypepper_dramatiq.workflow import TIMEOUT_POOL_SIZE
+from pypepper_dramatiq.model.context import RESULTS_KEY
+from pypepper_dramatiq.model.workflow import TIMEOUT_POOL_SIZE
 
 #: Tolerance for timer granularity when asserting a lower bound on a wait.
 EPSILON = 0.002

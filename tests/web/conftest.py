@@ -15,7 +15,7 @@ from process_state import clean_process_state
 from werkzeug.test import Client, TestResponse
 
 from pypepper_dramatiq import Context, Job, Task, Worker, Workflow, manager, workflow_task
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store

@@ -21,7 +21,7 @@ from process_state import clean_process_state
 from werkzeug.serving import make_server
 
 from pypepper_dramatiq import Job, manager
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.stores.sql import SqlJobStore

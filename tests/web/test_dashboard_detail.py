@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 from werkzeug.test import Client
 
-from pypepper_dramatiq.links import RETRY_OF_KEY
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.links import RETRY_OF_KEY
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.web import app as web_app
 from pypepper_dramatiq.web import make_app

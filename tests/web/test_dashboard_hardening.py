@@ -16,10 +16,10 @@ import pytest
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.test import Client
 
-from pypepper_dramatiq.cli import main
-from pypepper_dramatiq.paging import decode_cursor
-from pypepper_dramatiq.record import JobRecord
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.cli.commands import main
+from pypepper_dramatiq.records.paging import decode_cursor
+from pypepper_dramatiq.records.record import JobRecord
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.web import make_app, views

@@ -12,8 +12,8 @@ import pytest
 from werkzeug.test import Client
 
 from pypepper_dramatiq import Context, Job, Task, Worker, Workflow, manager, workflow_task
-from pypepper_dramatiq.links import RETRY_OF_KEY
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.links import RETRY_OF_KEY
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.web import make_app
 

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from werkzeug.test import Client
 
-from pypepper_dramatiq.record import utcnow
-from pypepper_dramatiq.status import Status
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.workers import DutyFailure, SweepHealth, WorkerInfo
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.web import make_app
-from pypepper_dramatiq.workers import DutyFailure, SweepHealth, WorkerInfo
 
 from .conftest import put, text
 

@@ -10,7 +10,7 @@ from typing import TypeVar
 from sqlalchemy import exc as sa_exc
 
 from ...errors import CorruptRecordError, StoreError, retry_may_cure
-from ...links import parents_of
+from ...records.links import parents_of
 from ..base import IJobStore, JobRecord, StepClaim, claimed_row, why_not_claimable
 from .boundary import once_more_if_stale, refused_by_key_index
 from .engine import transaction

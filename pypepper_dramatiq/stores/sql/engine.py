@@ -11,7 +11,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from ...errors import ConfigError, StoreError
-from ...storable import json_text
+from ...limits.storable import json_text
 
 #: The extra that installs each dialect's driver.
 _EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}

@@ -10,9 +10,9 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy import exc as sa_exc
 
 from ...errors import DuplicateJobError, StoreError
-from ...links import Link, parents_of, required_parents
-from ...progress import PROGRESS_KEY
-from ...storable import json_text
+from ...limits.storable import json_text
+from ...records.links import Link, parents_of, required_parents
+from ...records.progress import PROGRESS_KEY
 from ..base import JobRecord
 from ..rows import job_record, listed_jobs
 from ..schema import jobs, links

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from ...status import Status
+from ...rules.status import Status
 from ..base import JobRecord
 from ..rows import listed_jobs, status_or_unknown
 from ..schema import jobs

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, select
 
 from ...errors import UnknownJobError
-from ...links import Link, parent_order
+from ...records.links import Link, parent_order
 from ..schema import jobs, links
 from .boundary import boundary
 from .parts import SqlStorePart

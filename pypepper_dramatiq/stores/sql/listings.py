@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import case, func, literal, or_, select, tuple_, union_all
 from sqlalchemy.sql import Select
 
-from ...state import HOOKS_KEY
-from ...status import Status
+from ...records.state import HOOKS_KEY
+from ...rules.status import Status
 from ..base import HELD_FOR_JOBS, HELD_FOR_TIME, JobRecord, check_ended
 from ..rows import listed_jobs
 from ..schema import jobs

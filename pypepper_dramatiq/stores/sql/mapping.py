@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import CorruptRecordError, CorruptScheduleError
-from ...recurring import RecurringSchedule
-from ...start_times import is_retry
-from ...status import Status, overwritable_by
-from ...storable import json_text
-from ...workers import WorkerInfo
+from ...limits.storable import json_text
+from ...records.workers import WorkerInfo
+from ...rules.start_times import is_retry
+from ...rules.status import Status, overwritable_by
+from ...schedules.recurring import RecurringSchedule
 from ..base import JobRecord, StepClaim
 from ..schema import UtcDateTime, jobs
 

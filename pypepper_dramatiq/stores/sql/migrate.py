@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
 from ...errors import SchemaVersionError
-from ...logs import get_logger
+from ...ops.logs import get_logger
 from ..schema import VERSION_TABLE
 from .boundary import boundary, masked
 from .dialects import dialect_named

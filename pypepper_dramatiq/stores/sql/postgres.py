@@ -12,11 +12,11 @@ from typing import Any
 from sqlalchemy import delete, func, literal, select, update
 from sqlalchemy.dialects import postgresql
 
-from ...engine.group_commit import rounds_of
 from ...errors import CorruptRecordError, DuplicateJobError, StoreError
-from ...start_times import is_retry
-from ...status import Status
-from ...storable import json_text
+from ...limits.storable import json_text
+from ...ops.group_commit import rounds_of
+from ...rules.start_times import is_retry
+from ...rules.status import Status
 from ..base import JobRecord, StepClaim
 from ..rows import job_record, listed_jobs
 from ..schema import jobs

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select, tuple_
 
-from ... import retention
-from ...status import Status
+from ...rules import retention
+from ...rules.status import Status
 from ..rows import readable_waits
 from ..schema import jobs
 from .boundary import boundary
@@ -20,7 +20,7 @@ from .statements import purge_guard, unawaited
 
 
 class _Candidate(NamedTuple):
-    """What :func:`~pypepper_dramatiq.retention.still_needed` reads of a row to purge."""
+    """What :func:`~pypepper_dramatiq.rules.retention.still_needed` reads of a row to purge."""
 
     id: str
     state: dict[str, Any]

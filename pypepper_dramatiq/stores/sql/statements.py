@@ -14,8 +14,8 @@ from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
-from ...links import AFTER
-from ...status import Status
+from ...records.links import AFTER
+from ...rules.status import Status
 from ..base import JobRecord
 from ..claims import postgres_condition
 from ..schema import jobs, links

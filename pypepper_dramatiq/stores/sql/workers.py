@@ -8,8 +8,8 @@ from datetime import datetime
 
 from sqlalchemy import delete, select
 
-from ...status import Status
-from ...workers import WorkerInfo, forget_before, listed
+from ...records.workers import WorkerInfo, forget_before, listed
+from ...rules.status import Status
 from ..base import JobRecord
 from ..rows import listed_jobs, listed_workers
 from ..schema import jobs

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ...engine.group_commit import Combiner
+from ...ops.group_commit import Combiner
 
 __all__ = ["CommandBatcher", "batcher_of", "send"]
 

@@ -5,7 +5,7 @@ Revises: 0005
 Create Date: 2026-11-30
 
 * ``scheduler_job_links``: one row per link from a job to a job it came from
-  (:mod:`pypepper_dramatiq.links`), inserted with the child and deleted with it,
+  (:mod:`pypepper_dramatiq.records.links`), inserted with the child and deleted with it,
   so that a job's page finds its children by index. Rows stored before this
   revision have none: their children are not listed.
 * ``ix_scheduler_jobs_category_status_created``: the dashboard's category filter

@@ -7,7 +7,7 @@ Create Date: 2026-12-01
 * ``scheduler_workers``: one row per live ``dramatiq`` worker process, keyed by
   the lease owner id it writes into the jobs it holds; refreshed by its lease
   keeper once per heartbeat and deleted when it stops cleanly
-  (:mod:`pypepper_dramatiq.workers`). Indexed by ``last_seen``, for the
+  (:mod:`pypepper_dramatiq.records.workers`). Indexed by ``last_seen``, for the
   listing's cutoff and the delete of rows not refreshed for an hour.
 
 Workers of an older release write no row: they are not listed until upgraded.

@@ -7,7 +7,7 @@ Create Date: 2026-12-01
 * ``scheduler_workers.sweep``: JSON, nullable. Written with each heartbeat by the
   worker process: whether it leads the recovery sweep, when its latest full pass
   ended, and the sweep duties failing now with their latest error
-  (:class:`pypepper_dramatiq.workers.SweepHealth`).
+  (:class:`pypepper_dramatiq.records.workers.SweepHealth`).
 
 Workers of an older release leave it empty: the page shows no sweep health for them.
 """

@@ -1,0 +1,1 @@
+"""The two drivers of the engine: the in-process Worker and Dramatiq's middleware."""

@@ -1,0 +1,523 @@
+"""The Dramatiq driver: runs job steps as messages under the shared rules.
+
+For each message of the step actor, :class:`WorkflowMiddleware` claims the
+step in the job store before the actor runs (a stale or duplicate message is
+acknowledged unrun), and records the outcome and enqueues the next step
+after it. Messages of other actors pass through untouched.
+
+A next step to run at once (no delay) may instead be claimed in the write that
+records the step before it and run right there, in the same thread, without a
+message (continuation), within the bound of ``continue_steps`` and
+``continue_seconds`` (:func:`~pypepper_dramatiq.rules.steps.may_continue` decides).
+Such an attempt runs after Dramatiq's ``TimeLimit`` let go of the message, so its
+``round_timeout`` is a deadline the lease keeper enforces
+(:class:`~pypepper_dramatiq.engine.running.AttemptTimedOut`).
+
+Failures in our hooks never fail open: Dramatiq logs and ignores ordinary
+exceptions from ``before_process_message``, so the step actor runs a task only
+when this middleware handed it a claim; every other message returns unrun
+(after being deferred, passed on or dead-lettered on purpose).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.middleware import Interrupt, Middleware, Shutdown
+
+from ...channels.broker import transport_of
+from ...channels.channel import ChannelConnector, manager
+from ...channels.messages import STEP_ACTOR, StepMessage
+from ...engine.ledger import Claim, Outcome, StepBook, StepSkipped
+from ...engine.running import running_here
+from ...errors import MessageError, StoreError, retry_may_cure
+from ...ops import observers
+from ...ops.logs import get_logger
+from ...ops.outage import JOB_STORE, REDIS, shared_outage
+from ...records.record import utcnow
+from ...rules.start_times import late_retry
+from ...rules.steps import Action, Step, may_continue
+from ...settings import Settings
+from ...stores.registry import get_job_store
+from . import step_actor
+from .cancel_listener import CancelListener
+from .leases import LeaseKeeper
+from .orphans import AckKeeper
+from .recovery import RecoverySweeper
+
+logger = get_logger(__name__)
+
+
+class WorkflowMiddleware(Middleware):
+    """Runs workflow steps with durable state, leases, cancellation and recovery.
+
+    Args:
+        settings: the timing settings (see :class:`~pypepper_dramatiq.settings.Settings`,
+            which documents each); or give them one by one as keyword arguments.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        lease_seconds: float | None = None,
+        sweep_interval: float | None = None,
+        cancel_grace: float | None = None,
+        defer_seconds: float | None = None,
+        dispatch_seconds: float | None = None,
+        shutdown_grace: float | None = None,
+        unknown_task_grace: float | None = None,
+        continue_steps: int | None = None,
+        continue_seconds: float | None = None,
+    ) -> None:
+        self.logger = get_logger(f"{__name__}.{type(self).__name__}")
+        if settings is None:
+            settings = Settings.of(
+                lease_seconds=lease_seconds,
+                sweep_interval=sweep_interval,
+                cancel_grace=cancel_grace,
+                defer_seconds=defer_seconds,
+                dispatch_seconds=dispatch_seconds,
+                shutdown_grace=shutdown_grace,
+                unknown_task_grace=unknown_task_grace,
+                continue_steps=continue_steps,
+                continue_seconds=continue_seconds,
+            )
+        self.settings = settings
+        self.lease_seconds = settings.lease_seconds
+        self.sweep_interval = settings.sweep_interval
+        self.cancel_grace = settings.cancel_grace
+        self.defer_seconds = settings.defer_seconds
+        self.shutdown_grace = settings.shutdown_grace
+        self.unknown_task_grace = settings.unknown_task_grace
+        self.inflight = running_here
+        self.owner = _owner_id()
+        self.book = StepBook(
+            get_job_store,
+            self.owner,
+            settings.lease_seconds,
+            dispatch_seconds=settings.next_step_dispatch_seconds,
+        )
+        self._threads: list[Any] = []
+        self._stopping = threading.Event()
+        self._shutdown_timer: threading.Timer | None = None
+        self._store_outage = shared_outage(JOB_STORE)
+        self._broker_outage = shared_outage(REDIS)
+
+    # -- process lifecycle -----------------------------------------------------
+
+    def after_process_boot(self, broker: Broker) -> None:
+        # A fresh id per worker process: leases belong to processes.
+        self.owner = _owner_id()
+        self.book.owner = self.owner
+
+    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
+        if not manager.ids():
+            self.logger.warning(
+                "no channel is declared in this worker process, so it runs no workflow "
+                "jobs: pass the channels it serves to setup(channels=...)"
+            )
+        observers.worker_started()
+        self.start_background(broker, worker)
+
+    def start_background(self, broker: Broker, worker: Any = None) -> None:
+        """Start lease renewal, the cancel listener and the recovery sweeper (and, on
+        Redis with a worker, the check for stranded delayed messages)."""
+        if self._threads:
+            return
+        sweeper = RecoverySweeper(
+            broker,
+            self.owner,
+            self.lease_seconds,
+            self.sweep_interval,
+            dispatch_seconds=self.book.dispatch_seconds,
+            retention=self.settings.purge_after,
+        )
+        threads: list[Any] = [
+            LeaseKeeper(
+                self.inflight,
+                self.owner,
+                self.lease_seconds,
+                self.cancel_grace,
+                sweep_health=sweeper.health,
+            ),
+            sweeper,
+        ]
+        transport = transport_of(broker)
+        if transport.carries_notices:
+            threads.append(CancelListener(transport, self.inflight))
+        if transport.shared:
+            threads.append(ChannelConnector(manager))
+            if worker is not None:
+                threads.append(AckKeeper(broker, worker, max(1.0, self.sweep_interval)))
+        for thread in threads:
+            thread.start()
+        self._threads = threads
+
+    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        # From now on steps are handed back unrun, and the leases of steps
+        # still finishing keep being renewed until the worker threads are done.
+        # Running attempts get shutdown_grace to finish and be recorded; then
+        # they are interrupted and handed back.
+        self._stopping.set()
+        timer = threading.Timer(self.shutdown_grace, self._interrupt_running)
+        timer.daemon = True
+        timer.start()
+        self._shutdown_timer = timer
+
+    def _interrupt_running(self) -> None:
+        for job_id in self.inflight.interrupt_running(Shutdown):
+            self.logger.info(
+                "job %s: still running %.1fs after shutdown began; interrupt sent (it lands "
+                "when the task next runs Python code), the step is then handed back",
+                job_id,
+                self.shutdown_grace,
+                extra={"action": "shutdown_interrupt", "job_id": job_id},
+            )
+
+    def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        if self._shutdown_timer is not None:
+            self._shutdown_timer.cancel()
+        self.stop_background()
+
+    def stop_background(self) -> None:
+        for thread in self._threads:
+            thread.stop()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads = []
+
+    # -- one message -------------------------------------------------------------
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        if message.actor_name != STEP_ACTOR:
+            return
+        # Until a claim is made, the step actor returns without running
+        # anything: a message we acknowledge unrun is normal here (a duplicate,
+        # a stale redelivery), not worth Dramatiq's "was skipped" WARNING.
+        step_actor.current.claim = None
+        step_actor.current.outcome = None
+        step_actor.current.handled = True
+        try:
+            step = StepMessage.from_message(message)
+        except MessageError as exc:
+            self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
+            message.fail()
+            return
+        if self._stopping.is_set():
+            self._pass_on(broker, step, message)
+            return
+        claim = self._claim(broker, step, message)
+        if claim is None:
+            return
+        self._left_channel(message, step)
+        timeout = claim.spec.round_timeout
+        if timeout > 0:
+            message.options["time_limit"] = int(timeout * 1000)
+        else:
+            message.options.pop("time_limit", None)
+        step_actor.current.claim = claim
+        step_actor.current.since = time.monotonic()
+        step_actor.current.inflight = self.inflight
+        step_actor.current.reporter = self.book.progress_reporter(claim)
+
+    def _claim(self, broker: Broker, step: StepMessage, message: Any) -> Claim | None:
+        """Claim the step; None when the message must not run here (already dealt with)."""
+        delay = self.defer_seconds
+        while True:
+            try:
+                claim = self.book.claim(step)
+            except StepSkipped as exc:
+                self._store_outage.ok()
+                if exc.retry_at is not None:
+                    # Early (the job is planned later): the message comes back when due.
+                    wait = max(0.0, (exc.retry_at - utcnow()).total_seconds())
+                    if not self._enqueue(broker, step.to_message(message.queue_name), delay=wait):
+                        self.logger.warning(
+                            "job %s: early message not put back; the recovery sweep sends it again",
+                            step.job_id,
+                        )
+                    return None
+                self._left_channel(message, step)
+                if exc.dead:
+                    self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
+                    message.fail()
+                else:
+                    self.logger.debug("acknowledging message unrun: %s", exc)
+                return None
+            except StoreError as exc:
+                if not retry_may_cure(exc):
+                    # The store answered, refusing what the claim (or the heal of
+                    # the row from this message) holds: deferring would only send
+                    # the same write again, forever.
+                    self._store_outage.ok()
+                    self._left_channel(message, step)
+                    self.logger.error(
+                        "dead-lettering message %s: the job store refused job %s's step: %s",
+                        message.message_id,
+                        step.job_id,
+                        exc,
+                        extra={"action": "claim_refused", "job_id": step.job_id},
+                    )
+                    message.fail()
+                    return None
+                self._store_outage.failed(exc)
+                # The message may be the only copy of its job (its row could not
+                # be written either): it is acknowledged only once a copy is back
+                # in the broker, or once the store takes the claim.
+                if self._enqueue(
+                    broker, step.to_message(message.queue_name), delay=self.defer_seconds, tries=1
+                ):
+                    self.logger.debug(
+                        "message %s deferred %.1fs: %s", message.message_id, self.defer_seconds, exc
+                    )
+                    return None
+                self._stopping.wait(delay)
+                delay = min(delay * 2, MAX_HOLD_BACKOFF)
+                if self._stopping.is_set():
+                    self._pass_on(broker, step, message)
+                    return None
+                continue
+            except Exception:  # a bug: never run the actor past a failed claim
+                self.logger.exception("claim of job %s failed; dead-lettering", step.job_id)
+                message.fail()
+                return None
+            self._store_outage.ok()
+            return claim
+
+    def _left_channel(self, message: Any, step: StepMessage) -> None:
+        """The job no longer waits in its channel (its first step was taken or dropped).
+
+        Only a job's first message (the one carrying its record) counts in the
+        channel; later steps were never admitted, so they cost no release.
+        """
+        if step.record is not None:
+            manager.release_slot(message.queue_name, step.job_id)
+
+    def _pass_on(self, broker: Broker, step: StepMessage, message: Any) -> None:
+        """Give an unclaimed step to another worker.
+
+        The message is acknowledged only once its copy is in the broker: while
+        the broker is down this thread keeps trying, and if the process ends
+        first, the unacknowledged message returns with the dead worker's.
+        """
+        self._enqueue(broker, step.to_message(message.queue_name), tries=None)
+        self.logger.debug("job %s: worker stopping, step passed on", step.job_id)
+
+    def _enqueue(
+        self, broker: Broker, message: Any, *, delay: float = 0.0, tries: int | None = 3
+    ) -> bool:
+        """Enqueue ``message``; True once the broker took it.
+
+        Tries ``tries`` times with a short backoff (None: until it works), so
+        that a blip of the broker costs a moment, not a recovery sweep.
+        """
+        backoff = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                broker.enqueue(message, delay=int(delay * 1000) or None)
+            except Exception as exc:
+                self._broker_outage.failed(exc)
+                if tries is not None and attempt >= tries:
+                    return False
+                time.sleep(backoff)
+                backoff = min(backoff * 2, MAX_HOLD_BACKOFF)
+                continue
+            self._broker_outage.ok()
+            return True
+
+    def after_process_message(
+        self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        if message.actor_name != STEP_ACTOR:
+            return
+        claim: Claim | None = getattr(step_actor.current, "claim", None)
+        outcome: Outcome | None = getattr(step_actor.current, "outcome", None)
+        reporter = getattr(step_actor.current, "reporter", None)
+        since: float = getattr(step_actor.current, "since", None) or time.monotonic()
+        if reporter is not None:  # closed already unless the actor never ran
+            reporter.close()
+        step_actor.current.claim = step_actor.current.outcome = step_actor.current.reporter = None
+        step_actor.current.since = None
+        step_actor.current.handled = False
+        if claim is None:
+            return
+        if outcome is None:
+            outcome = Outcome(False, error=f"{type(exception).__name__}: {exception}")
+        unknown_since: float | None = None
+        if outcome.unknown_task:
+            unknown_since = StepMessage.from_message(message).unknown_since
+        continued = 0
+        while True:
+            # Dramatiq's TimeLimit let go of this thread before this hook (it runs
+            # after ours): a continued attempt is limited by its own deadline.
+            following = self._settle(
+                broker, message.queue_name, claim, outcome, unknown_since, continued, since
+            )
+            if following is None:
+                return
+            continued += 1
+            claim, unknown_since = following, None
+            outcome = self._run_continued(claim)
+
+    def _settle(
+        self,
+        broker: Broker,
+        queue_name: str,
+        claim: Claim,
+        outcome: Outcome,
+        unknown_since: float | None,
+        continued: int,
+        since: float,
+    ) -> Claim | None:
+        """Record the outcome of ``claim``'s attempt and send the step that follows.
+
+        Returns the next step's claim when it runs here at once (continuation:
+        the same write claimed it), None when there is nothing more for this
+        thread to do (a message was sent, the job ended, the write lost...).
+        """
+        self.inflight.remove(claim.record.id)
+        if outcome is step_actor.HANDED_BACK:
+            self._hand_back(broker, claim, StepMessage(claim.record.id, claim.position))
+            return None
+        if outcome.unknown_task:
+            waiting = self._wait_for_a_worker_that_knows(broker, claim, unknown_since, outcome)
+            if waiting:
+                return None
+
+        def here(step: Step) -> bool:
+            # A retry past the job's start deadline goes as a message: its claim
+            # cancels the job (the one place that rule is applied).
+            late = step.position is not None and late_retry(
+                claim.record.start_deadline, step.position.to_list(), utcnow()
+            )
+            return not late and may_continue(
+                step,
+                continued=continued,
+                elapsed=time.monotonic() - since,
+                max_steps=self.settings.continue_steps,
+                max_seconds=self.settings.continue_seconds,
+                stopping=self._stopping.is_set(),
+            )
+
+        try:
+            recorded = self.book.record_outcome(claim, outcome, hold_next=here)
+        except StoreError as exc:
+            # An outage; or the store refused even the failure recorded in place of
+            # a refused outcome (StepBook.record_outcome): then the row itself is
+            # what it cannot take, and the lease's recovery is all that is left.
+            self.logger.error(
+                "job %s: outcome of %s not recorded (%s); the step runs again after its lease",
+                claim.record.id,
+                claim.position.key(),
+                exc,
+            )
+            return None
+        if recorded is None or recorded.decision.action is not Action.RUN:
+            return None
+        decision = recorded.decision
+        assert decision.position is not None
+        if recorded.record.lease_owner == self.owner:  # claimed by the write: run it here
+            return Claim(recorded.record, decision.position, claim.tasks)
+        next_message = StepMessage(claim.record.id, decision.position).to_message(queue_name)
+        if not self._enqueue(broker, next_message, delay=decision.delay):
+            self.logger.warning(
+                "job %s: next step %s not enqueued; recovery sends it when it is due",
+                claim.record.id,
+                decision.position.key(),
+            )
+            self.book.due_now(claim.record.id, decision.position, decision.delay)
+        return None
+
+    def _run_continued(self, claim: Claim) -> Outcome:
+        """Run a continued attempt in this thread, under its ``round_timeout`` as a
+        deadline of the lease keeper (no Dramatiq time limit covers it)."""
+        timeout = claim.spec.round_timeout
+        try:
+            return step_actor.run_attempt(
+                claim,
+                self.inflight,
+                self.book.progress_reporter(claim),
+                timeout=timeout if timeout > 0 else None,
+            )
+        except Interrupt as exc:  # landed after the attempt let go of its thread
+            if isinstance(exc, Shutdown):
+                return step_actor.HANDED_BACK
+            return Outcome.failure(exc)
+
+    def _wait_for_a_worker_that_knows(
+        self, broker: Broker, claim: Claim, unknown_since: float | None, outcome: Outcome
+    ) -> bool:
+        """Hand back a step whose task is unknown here, within ``unknown_task_grace``.
+
+        True if it was handed back (no attempt counted); False once the grace
+        has passed since a worker first found it unknown (``unknown_since``, as
+        its message carries it; None: now): it then fails.
+        """
+        now = time.time()
+        since = unknown_since if unknown_since is not None else now
+        left = self.unknown_task_grace - (now - since)
+        if left <= 0:
+            return False
+        delay = min(UNKNOWN_TASK_RETRY_SECONDS, left)
+        self.logger.info(
+            "job %s: %s; handed back for a worker that knows it (%.0fs of unknown_task_grace left)",
+            claim.record.id,
+            outcome.error,
+            left,
+            extra={"action": "unknown_task", "job_id": claim.record.id},
+        )
+        self._hand_back(
+            broker,
+            claim,
+            StepMessage(claim.record.id, claim.position, unknown_since=since),
+            delay=delay,
+        )
+        return True
+
+    def _hand_back(
+        self, broker: Broker, claim: Claim, step: StepMessage, *, delay: float = 0.0
+    ) -> None:
+        """Let another worker run this step (after ``delay``); no attempt is counted.
+
+        The row is released with a lease expiry, so that if the message cannot
+        be enqueued the recovery sweep re-sends the step when it is due.
+        """
+        now = utcnow()
+        try:
+            released = self.book.release(
+                claim, until=now + timedelta(seconds=delay + self.book.dispatch_seconds)
+            )
+        except StoreError as exc:
+            self.logger.warning(
+                "job %s: hand-back not stored (%s); the step runs again after its lease",
+                claim.record.id,
+                exc,
+            )
+            return
+        if not released:
+            return  # cancelled or taken over meanwhile: nothing to hand back
+        if not self._enqueue(broker, step.to_message(claim.record.channel_id), delay=delay):
+            self.logger.warning(
+                "job %s: handed-back step not enqueued; recovery sends it", claim.record.id
+            )
+            self.book.due_now(claim.record.id, claim.position, delay)
+
+
+#: Longest wait between two tries of a thread holding a message it cannot place yet.
+MAX_HOLD_BACKOFF = 5.0
+#: How often a step whose task is unknown here is offered again to the workers.
+UNKNOWN_TASK_RETRY_SECONDS = 1.0
+
+
+def _owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

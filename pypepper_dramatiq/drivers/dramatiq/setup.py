@@ -1,0 +1,207 @@
+"""``setup()``: one call that wires a process for distributed jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from dramatiq.broker import Broker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import TimeLimit
+
+from ...channels.broker import set_broker
+from ...channels.channel import manager
+from ...config import config, count, section
+from ...errors import ConfigError
+from ...metrics.prometheus import install_metrics
+from ...ops.display import masked_url
+from ...settings import YAML_KEYS, Settings
+from ...stores.registry import configure_job_store, setup_from_config
+from ...transport import transport_for
+from .middleware import WorkflowMiddleware
+from .step_actor import declare_step_actor
+from .undecodable import install as guard_against_undecodable
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+#: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
+_SCHEDULER_KEYS = ("broker", "channels", "jobStore", *YAML_KEYS.values())
+
+
+def _refuse_unknown(
+    path: str | Path | None, where: str, mapping: dict[str, Any], known: tuple[str, ...]
+) -> None:
+    """ConfigError naming keys under ``where`` that nothing reads (a typo, most likely)."""
+    unknown = sorted(str(key) for key in mapping if key not in known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {', '.join(unknown)} under {where} in {path}; "
+            f"known keys: {', '.join(known)}"
+        )
+
+
+def _backend_of(uri: str) -> str:
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme in ("postgresql", "postgres"):
+        return "postgres"
+    if scheme in ("mysql", "mariadb"):
+        return "mysql"
+    raise ConfigError(f"store_uri {scheme!r}: expected a postgresql:// or mysql:// URI")
+
+
+def _redis_broker(url: str, heartbeat_timeout_ms: int) -> Broker:
+    """Dramatiq's Redis broker; an install without the ``redis`` extra is told which one."""
+    try:
+        # Imported here: the Redis client is an extra, and the embedded default needs none.
+        from dramatiq.brokers.redis import RedisBroker
+    except ImportError as exc:
+        raise ConfigError(
+            f"broker_url {masked_url(url)!r} needs the Redis client, which is not installed "
+            f"({exc}); install it with: pip install 'pypepper-dramatiq[redis]'"
+        ) from exc
+    try:
+        _ = urlsplit(url).port  # a bad host or port: told here, naming the option
+        broker: Broker = RedisBroker(  # type: ignore[no-untyped-call]
+            url=url, heartbeat_timeout=heartbeat_timeout_ms
+        )
+    except ValueError as exc:  # the Redis client's parse of the URL
+        raise ConfigError(f"broker_url {masked_url(url)!r} is malformed: {exc}") from None
+    return broker
+
+
+def setup(
+    broker_url: str | None = None,
+    store_uri: str | None = None,
+    *,
+    config_path: str | Path | None = None,
+    broker: Broker | None = None,
+    channels: dict[str, int] | list[str] | None = None,
+    migrate: bool = False,
+    lease_seconds: float | None = None,
+    sweep_interval: float | None = None,
+    cancel_grace: float | None = None,
+    dispatch_seconds: float | None = None,
+    shutdown_grace: float | None = None,
+    unknown_task_grace: float | None = None,
+    defer_seconds: float | None = None,
+    heartbeat_timeout_ms: int | None = None,
+    retention: Mapping[str, float | str | timedelta] | None = None,
+    metrics: bool = False,
+    continue_steps: int | None = None,
+    continue_seconds: float | None = None,
+) -> Broker:
+    """Install the broker, the middleware, the step actor and the job store.
+
+    Talks to no Redis: the Redis broker's connection pool connects on first
+    use, and each channel applies its bound on its first call to Redis (see
+    :class:`~pypepper_dramatiq.transport.redis.gate.RedisGate`). A ``dramatiq`` worker whose
+    module calls this starts while Redis is down, and Dramatiq's consumers
+    retry until it is up. (The job store, when given, is opened here.)
+
+    Args:
+        broker_url: ``redis://...``; without it (and without ``broker``) the
+            in-memory stub broker is used.
+        store_uri: ``postgresql+psycopg://...`` or ``mysql+pymysql://...``;
+            without it the YAML's ``scheduler.jobStore`` (if any) or memory.
+        config_path: a YAML file; ``scheduler.broker.url``, ``scheduler.jobStore``
+            and ``scheduler.channels`` (id -> maxsize) are read from it.
+        broker: a broker you built yourself (our middleware is added to it).
+        channels: channel ids (or id -> maxsize) to declare now, so that a
+            ``dramatiq`` worker importing this module consumes them.
+        migrate: upgrade the database schema first.
+        lease_seconds, sweep_interval, cancel_grace, dispatch_seconds,
+        shutdown_grace, unknown_task_grace, defer_seconds, heartbeat_timeout_ms:
+            the timing settings (:class:`~pypepper_dramatiq.settings.Settings`
+            documents each and its default); a YAML ``scheduler`` key wins.
+        retention: how long ended jobs are kept, by final status, e.g.
+            ``{"Completed": "7d", "Failed": "30d", "Cancelled": "7d"}`` (YAML
+            ``scheduler.retention``, the same mapping): the sweep leader deletes
+            older ones (by the time they ended), in bounded batches every
+            ``sweep_interval``, except jobs a waiting job still needs and jobs
+            whose ``on_final_failure`` hook has not run. A duration is seconds or
+            ``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``; a bad one, a
+            status that is not Completed, Failed or Cancelled, or a value that is
+            not a mapping is a ``ConfigError`` naming it, raised here. Default:
+            no retention, every job is kept.
+        metrics: count jobs, attempts, retries, recoveries, missed deadlines,
+            recurring firings and channel depths into Prometheus metrics
+            (:func:`~pypepper_dramatiq.metrics.prometheus.install_metrics`, the ``metrics``
+            extra; a ``ConfigError`` here without it). They show wherever this
+            process's prometheus_client metrics are served: with Dramatiq's
+            ``Prometheus`` middleware on the broker, on its exposition server.
+        continue_steps, continue_seconds: the bound of continuation (YAML
+            ``scheduler.continueSteps``, ``scheduler.continueSeconds``): a worker
+            thread runs up to ``continue_steps`` zero-delay steps (the next task,
+            a retry without delay) after its message's own, for at most
+            ``continue_seconds`` from that message's start, without a new message
+            (defaults 50 and 1.0; 0 for either: one message per step).
+
+    Returns:
+        The broker, also installed as Dramatiq's global broker.
+    """
+    yml: dict[str, Any] = {}
+    if config_path is not None:
+        yml = config.load_config(config_path)
+    scheduler = section(yml, "scheduler")
+    _refuse_unknown(config_path, "scheduler", scheduler, _SCHEDULER_KEYS)
+    _refuse_unknown(config_path, "scheduler.broker", section(scheduler, "broker"), ("url",))
+    broker_url = broker_url or section(yml, "scheduler", "broker").get("url")
+    # id -> bound; None = "no bound given" (list form, YAML null): with Redis the
+    # stored bound is kept, while a given one replaces it (see RedisGate).
+    declared: dict[str, int | None] = {}
+    for source in (section(yml, "scheduler", "channels"), channels or {}):
+        items = source.items() if isinstance(source, dict) else ((c, None) for c in source)
+        for channel_id, maxsize in items:
+            if maxsize is not None:
+                declared[str(channel_id)] = count(f"maxsize of channel {channel_id!r}", maxsize)
+            else:  # naming a channel again without a bound keeps the one the YAML gave
+                declared.setdefault(str(channel_id), None)
+
+    settings = Settings.of(
+        scheduler,
+        lease_seconds=lease_seconds,
+        sweep_interval=sweep_interval,
+        cancel_grace=cancel_grace,
+        dispatch_seconds=dispatch_seconds,
+        shutdown_grace=shutdown_grace,
+        unknown_task_grace=unknown_task_grace,
+        defer_seconds=defer_seconds,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+        retention=retention,
+        continue_steps=continue_steps,
+        continue_seconds=continue_seconds,
+    )
+    if broker is None:
+        if broker_url:
+            if not isinstance(broker_url, str) or not broker_url.startswith(_REDIS_SCHEMES):
+                shown = masked_url(broker_url) if isinstance(broker_url, str) else broker_url
+                raise ConfigError(
+                    f"broker_url {shown!r}: expected a redis://, rediss:// or unix:// URL"
+                )
+            broker = _redis_broker(broker_url, settings.heartbeat_timeout_ms)
+        else:
+            broker = StubBroker()
+    if metrics:
+        install_metrics(lazy=True)  # the metrics themselves once the worker booted
+    middleware = WorkflowMiddleware(settings)
+    if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
+        has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)
+        broker.add_middleware(middleware, before=TimeLimit if has_time_limit else None)
+    set_broker(broker, transport_for(broker))  # the transport is chosen here, once
+    declare_step_actor(broker)
+    guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
+    manager.clear()
+    for channel_id, maxsize in declared.items():
+        manager.new(channel_id, maxsize)  # no Redis I/O: the bound waits for a first call
+
+    if store_uri:
+        configure_job_store(_backend_of(store_uri), uri=store_uri, migrate=migrate)
+    elif section(yml, "scheduler", "jobStore"):
+        store_options = section(yml, "scheduler", "jobStore")
+        store_options.setdefault("migrate", migrate)
+        setup_from_config({"scheduler": {"jobStore": store_options}})
+    return broker

@@ -1,0 +1,1 @@
+"""What users build: jobs, workflows, tasks, their executors and their context."""

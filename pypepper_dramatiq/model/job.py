@@ -1,0 +1,566 @@
+"""A job: workflows run in order under one state machine, persisted with OCC."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from ..errors import (
+    ChannelFullError,
+    ChannelStoppedError,
+    DuplicateJobError,
+    UnknownExecutorError,
+    UnknownJobError,
+)
+from ..records.links import RETRY_OF_KEY
+from ..records.record import JobRecord, check_job_id, utcnow
+from ..records.state import BY_API
+from ..rules.events import Event, SchedulerFSM, build_scheduler_fsm
+from ..rules.status import Status
+from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, PARENT_RESULTS_KEY, RESULTS_KEY, Context
+from .task import Task
+from .workflow import Workflow
+
+__all__ = ["CANCEL_EVENT_KEY", "Job", "chain"]
+
+#: What ``schedule_many`` answers per job: its id, or the error that refused it.
+Scheduled = str | ChannelFullError | ChannelStoppedError | DuplicateJobError
+
+#: How often internal snapshot writes are tried before giving up.
+SAVE_ATTEMPTS = 3
+#: Reads and writes :meth:`Job.cancel_saved` tries while workers keep moving the row.
+CANCEL_ATTEMPTS = 20
+
+
+class JobGateway(Protocol):
+    """What a :class:`Job` asks of the world outside the model (see :mod:`..engine.job_io`)."""
+
+    def schedule(
+        self,
+        job: Job,
+        *,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        unique_key: str | None = None,
+        on_conflict: str = "skip",
+        after: Iterable[Job | str] | Job | str = (),
+        on_parent_failure: str = "propagate",
+        max_start_delay: float | timedelta | None = None,
+        connection: object | None = None,
+    ) -> str: ...
+    def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]: ...
+    def save(self, job: Job) -> bool: ...
+    def persist(self, job: Job, attempts: int) -> bool: ...
+    def cancel(self, job: Job, by: str = BY_API) -> bool: ...
+    def cancel_saved(self, job_id: str, by: str = BY_API) -> bool: ...
+    def retry_saved(self, job_id: str, from_task: str | None = None) -> str: ...
+    def get_saved(self, job_id: str) -> JobRecord | None: ...
+    def wait(self, job_id: str, timeout: float | timedelta | None = None) -> JobRecord: ...
+    async def wait_async(
+        self, job_id: str, timeout: float | timedelta | None = None
+    ) -> JobRecord: ...
+
+
+_gateway: JobGateway | None = None
+
+
+def use_gateway(gateway: JobGateway) -> None:
+    """Install the gateway the job methods that do I/O delegate to (done at import)."""
+    global _gateway
+    _gateway = gateway
+
+
+def _through() -> JobGateway:
+    if _gateway is None:  # pragma: no cover - the package imports the gateway
+        raise RuntimeError("no job gateway: import pypepper_dramatiq, not its modules alone")
+    return _gateway
+
+
+class Job:
+    """Workflows to run, in order, as one unit with a status.
+
+    Args:
+        category: free-form label for grouping and listing.
+        channel_id: the channel ``scheduled()`` sends the job to.
+        id: the job id (a new UUID by default), 1 to 64 characters.
+
+    Raises:
+        ValueError: an id that is not 1 to 64 characters or holds a NUL or a lone
+            surrogate, or an empty channel_id. (The rest of what the job row must
+            hold is checked when the job is scheduled or saved.)
+    """
+
+    def __init__(
+        self, category: str | None = None, channel_id: str = "default", *, id: str | None = None
+    ) -> None:
+        self.id = uuid.uuid4().hex if id is None else check_job_id(id)
+        if not isinstance(channel_id, str) or not channel_id:
+            raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
+        self.category = category
+        self.channel_id = channel_id
+        self.workflows: list[Workflow] = []
+        self.version = 0
+        self.created: datetime = utcnow()
+        self.updated: datetime = self.created
+        self.error: str | None = None
+        #: The planned start, the latest permitted start, and (for a job held in
+        #: the store) when its first message is due: set by ``scheduled()``.
+        self.not_before: datetime | None = None
+        self.start_deadline: datetime | None = None
+        self.release_at: datetime | None = None
+        #: The unique key the job holds, and what it waits for: set by ``scheduled()``.
+        self.unique_key: str | None = None
+        self.waits: dict[str, Any] | None = None
+        #: The id of the job this one retries (``Job.retry_saved``), stored in
+        #: ``payload["retry_of"]``; None for a job that retries none.
+        self.retry_of: str | None = None
+        self.state: dict[str, Any] = {}
+        self.context = Context(
+            {CANCEL_EVENT_KEY: threading.Event(), JOB_ID_KEY: self.id, RESULTS_KEY: {}}
+        )
+        self._fsm: SchedulerFSM = build_scheduler_fsm()
+        self._lock = threading.RLock()
+
+    # -- status -------------------------------------------------------------
+
+    @property
+    def status(self) -> Status:
+        """The state machine's status (authoritative; may lead the stored one)."""
+        return self._fsm.state
+
+    @property
+    def fsm(self) -> SchedulerFSM:
+        return self._fsm
+
+    def apply_event(self, event: Event) -> Status:
+        """Fire ``event`` on the state machine; raises on an invalid transition."""
+        return self._fsm.apply(event)
+
+    def restore_status(self, status: Status) -> None:
+        """Roll the state machine back to ``status`` (no event, no store write)."""
+        self._fsm.restore(status)
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        event = self.context.context[CANCEL_EVENT_KEY]
+        assert isinstance(event, threading.Event)
+        return event
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.status is Status.CANCELLED or self.cancel_event.is_set()
+
+    def share_cancel_event(self) -> None:
+        """Give every task this job's cancel event, job id and shared results."""
+        for workflow in self.workflows:
+            for task in workflow.get_tasks():
+                task.context.context[CANCEL_EVENT_KEY] = self.cancel_event
+                task.context.context[JOB_ID_KEY] = self.id
+                task.context.context[RESULTS_KEY] = self.context.context[RESULTS_KEY]
+                task.context.context[PARENT_RESULTS_KEY] = self.state.get(PARENT_RESULTS_KEY) or {}
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def scheduled(
+        self,
+        *,
+        delay: float | timedelta | None = None,
+        eta: datetime | None = None,
+        unique_key: str | None = None,
+        on_conflict: str = "skip",
+        after: Iterable[Job | str] | Job | str = (),
+        on_parent_failure: str = "propagate",
+        max_start_delay: float | timedelta | None = None,
+        connection: object | None = None,
+    ) -> str:
+        """INIT, SCHEDULE, send to the channel, persist Scheduled; returns the id of the
+        job left in charge of the work (this one's, or the key holder's on a skip).
+
+        Must be called from sync code (RuntimeError inside a running event loop).
+        With no option it behaves as ``scheduled()`` of pypepper's scheduler.
+
+        Args:
+            delay: seconds (or a timedelta): start no earlier than now + delay.
+            eta: a timezone-aware datetime: start no earlier than it.
+            unique_key: at most one active (Scheduled or InProgress) job per key.
+            on_conflict: when another active job holds ``unique_key``:
+                ``"skip"`` stores nothing and returns the holder's id;
+                ``"replace"`` cancels a holder not started yet and takes the key
+                (a running holder is not interrupted: then as ``"after"``);
+                ``"after"`` stores this job to run once the holder ended;
+                ``"raise"`` raises :class:`~pypepper_dramatiq.errors.DuplicateJobError`.
+            after: jobs (or job ids) this job waits for; each must be stored.
+            on_parent_failure: when a parent ends Failed or Cancelled:
+                ``"propagate"`` fails this job (its error names the parent),
+                ``"cancel"`` cancels it, ``"ignore"`` runs it anyway.
+            max_start_delay: seconds (or a timedelta): a job not started by its
+                planned start plus this ends Cancelled, before any of its code
+                runs (0: no lateness allowed). Waits do not move it.
+            connection: the caller's SQLAlchemy ``Connection`` or ``Session`` on
+                the job store's database: the job is written in the caller's
+                transaction and sent only once it commits (by the workers' sweep
+                within about a second, or at once by this process when a
+                ``Session`` commits); a rollback leaves no trace. The channel's
+                stop flag and bound are checked now (the errors below), and the
+                job takes its slot when it is sent.
+
+        Raises:
+            ChannelFullError, ChannelStoppedError: nothing was queued; the
+                status is rolled back so ``scheduled()`` can be retried.
+            DuplicateJobError: ``on_conflict="raise"`` and the key is held
+                (``existing_id`` names the holder).
+            UnknownJobError: a job of ``after`` is not stored.
+            InvalidTransitionError: the job cannot be scheduled from its status.
+            ConfigError: ``connection`` is not a SQLAlchemy Connection or Session,
+                reaches another database than the job store's, or the store is
+                not a SQL one.
+            ValueError, TypeError: a bad option (naive eta, negative delay or one
+                over 100 years, both delay and eta, an unknown on_conflict...), or
+                a value the job row cannot hold (a category or channel_id over
+                128 characters, a NUL or lone surrogate in any string of the job,
+                its task parameters and their keys included, a NaN parameter),
+                named with its limit; nothing was queued or stored, whatever the
+                store (the in-memory store refuses what PostgreSQL and MySQL cannot
+                keep).
+        """
+        return _through().schedule(
+            self,
+            delay=delay,
+            eta=eta,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
+            after=after,
+            on_parent_failure=on_parent_failure,
+            max_start_delay=max_start_delay,
+            connection=connection,
+        )
+
+    async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:
+        """:meth:`scheduled` for async code (``await job.scheduled_async()``).
+
+        Runs :meth:`scheduled` with the same arguments on a worker thread
+        (``asyncio.to_thread``), so the store write and the broker call do not
+        block the event loop. That thread runs no event loop, so the sync-only
+        guard of :meth:`scheduled` passes there.
+
+        Cancelling the awaiting coroutine does not stop a dispatch already
+        under way: the job may still end up queued and stored Scheduled.
+
+        Raises:
+            The errors of :meth:`scheduled`, unchanged (ChannelFullError,
+            ChannelStoppedError, InvalidTransitionError, StoreNotConfiguredError...).
+        """
+        return await asyncio.to_thread(self.scheduled, *args, **kwargs)
+
+    def cancel(self, by: str = BY_API) -> bool:
+        """CANCEL, set the cancel event, persist Cancelled; True once persisted.
+
+        On a failed write the job stays Cancelled and only the write is retried.
+        The row keeps who cancelled (``by``, default ``"api"``) and this host
+        (``state["cancelled_by"]``), which the dashboard's timeline shows.
+        """
+        return _through().cancel(self, by)
+
+    @staticmethod
+    def cancel_saved(job_id: str, by: str = BY_API) -> bool:
+        """Cancel the stored job ``job_id`` from any process, without its tasks' code.
+
+        Writes Cancelled over its Scheduled or InProgress row (keeping the
+        progress stored there, and recording who cancelled: ``by``, default
+        ``"api"``, and this host), then tells running workers. True once this
+        call wrote Cancelled; False if the row kept changing under every attempt.
+
+        Raises:
+            UnknownJobError: no job ``job_id`` is stored (also for an id no job
+                row can hold, such as one with a NUL: the store is not asked).
+            InvalidTransitionError: the job already ended: Completed, Failed, or
+                Cancelled already (``exc.status`` names it).
+            StoreError: the store failed.
+        """
+        return _through().cancel_saved(job_id, by)
+
+    @staticmethod
+    def retry_saved(job_id: str, from_task: str | None = None) -> str:
+        """Schedule a new job that takes the Failed or Cancelled job ``job_id`` up
+        where it stopped; returns the new job's id.
+
+        The new job has the same workflows, channel and category, and starts at
+        the task that failed (or was cancelled), or at ``from_task``, with the
+        results of the tasks before it kept: they do not run again, and the
+        tasks after them see their results (``context.results``, ``result()``)
+        as if they had. Those tasks' attempts are not copied: the original keeps
+        its history, unchanged, as every ended job does. ``payload["retry_of"]``
+        of the new job names the original. It goes through ``scheduled()``'s
+        path (the channel's admission, its row stored, its message sent) and
+        starts now, with no unique key, no parents and no start deadline.
+
+        The process that calls it rebuilds the job's tasks, so the code of the
+        job's ``@workflow_task`` functions (or registered executors) must be
+        imported here, as where it was first scheduled.
+
+        Args:
+            job_id: the job to retry.
+            from_task: start at this task instead: its name, or its position
+                ``"workflow.task"`` (such as ``"0.1"``) when several tasks have
+                that name. It may be earlier than where the job stopped (the
+                tasks from there on run again), not later.
+
+        Raises:
+            UnknownJobError: no job ``job_id`` is stored (also for an id no job
+                row can hold).
+            JobNotRetriableError: the job is not Failed or Cancelled (it names
+                the job and its status).
+            UnknownTaskError: the job has no task ``from_task`` (it names the
+                job's tasks).
+            AmbiguousTaskNameError: several tasks are named ``from_task`` (the
+                message names their positions: pass one).
+            RetryError: ``from_task`` comes after where the job stopped.
+            UnknownExecutorError: the job was stored without its workflows (a
+                task had no ``executor_id``), so it cannot be retried from the
+                store; or a task's executor id is not registered here.
+            ChannelFullError, ChannelStoppedError, BrokerUnavailableError: as
+                for ``scheduled()``; nothing was stored.
+            StoreError: the store failed.
+        """
+        return _through().retry_saved(job_id, from_task)
+
+    # -- persistence --------------------------------------------------------
+
+    def save(self) -> bool:
+        """Write a snapshot; True if the store took it (then ``version``/``updated`` advance).
+
+        Raises:
+            StoreError: the store failed (not a rejection: that answers False).
+            ValueError, TypeError: the row cannot hold a value of the job (named,
+                as ``scheduled()`` names it); nothing was written.
+        """
+        return _through().save(self)
+
+    def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
+        """:meth:`save`, retried; never raises for store failures (a value the row
+        cannot hold is not one: that raises at once, as for :meth:`save`).
+
+        A write skipped because the row already holds our status (or, for a
+        Scheduled write, a later one: a worker healed the row and went on)
+        counts as done (the row's version is adopted, not rewritten). A write
+        skipped for a stale version is retried on the stored version (and its
+        stored progress) only when the stored status may be overwritten by ours.
+        """
+        return _through().persist(self, attempts)
+
+    @property
+    def write_lock(self) -> threading.RLock:
+        """Held while a snapshot is taken and written (a write is one unit)."""
+        return self._lock
+
+    def mark_saved(self, version: int, updated: datetime) -> None:
+        """The store took a snapshot: it now holds ``version``, written at ``updated``."""
+        with self._lock:
+            self.version = version
+            self.updated = updated
+
+    def adopt_version(self, record: JobRecord) -> None:
+        """Take the stored row's version and progress (not its status)."""
+        with self._lock:
+            self.version = record.version
+            self.updated = record.updated
+            self.state = dict(record.state)
+
+    def follow_progress(self, record: JobRecord) -> None:
+        """Take the stored row's version, progress and error (not its status):
+        the row was written by the engine running this job here."""
+        with self._lock:
+            self.adopt_version(record)
+            self.error = record.error
+
+    def adopt(self, record: JobRecord) -> None:
+        """Take the stored status and version (follow the durable row)."""
+        with self._lock:
+            self._fsm.restore(record.status)
+            self.version = record.version
+            self.updated = record.updated
+            if record.status is Status.CANCELLED:
+                self.cancel_event.set()
+
+    @staticmethod
+    def get_saved(job_id: str) -> JobRecord | None:
+        """The stored snapshot of job ``job_id``, or None (also for an id no job row
+        can hold, such as one with a NUL: the store is not asked).
+
+        Raises:
+            CorruptRecordError: (a ``StoreError``) the stored row cannot be read: a
+                column holds what no writer of this package writes (changed by hand
+                or by another program); the error names the job and the column.
+            StoreError: the store failed.
+        """
+        return _through().get_saved(job_id)
+
+    # -- waiting for the outcome --------------------------------------------
+
+    def wait(self, timeout: float | timedelta | None = None) -> JobRecord:
+        """Block until this job is Completed, Failed or Cancelled; returns its stored row.
+
+        The row says how it ended: ``status``, ``error``, the results
+        (``record.result(name)``, ``record.results_by_name()``) and each task's
+        last error (``record.state["errors"]``). This object is not changed
+        (its state machine stays where this process left it): read the record.
+
+        A job that has ended already is returned at once (one read). Otherwise
+        the wait is woken by the notice its end sends (Redis pub/sub, or
+        directly in this process), and reads the row every two seconds in
+        case a notice is lost (``notices.POLL_SECONDS``).
+
+        Args:
+            timeout: seconds (or a timedelta) to wait at most; None: no limit.
+
+        Raises:
+            WaitTimeoutError: (a ``TimeoutError``) the job did not end in time.
+            UnknownJobError: no such job is stored, or its row was deleted
+                while waiting (retention).
+            WaitInsideJobError: called from a task of this same job.
+            RuntimeError: called inside a running event loop (use
+                :meth:`wait_async`).
+            ValueError, TypeError: a negative, infinite or non-numeric timeout.
+            StoreError: the store failed at the first read (later outages of
+                the store are waited out).
+        """
+        return _through().wait(self.id, timeout)
+
+    async def wait_async(self, timeout: float | timedelta | None = None) -> JobRecord:
+        """:meth:`wait` for async code (``await job.wait_async()``): it holds no thread
+        while it waits and does not block the event loop (the reads of the row
+        run on worker threads). Same results and errors, but no RuntimeError."""
+        return await _through().wait_async(self.id, timeout)
+
+    @staticmethod
+    def wait_saved(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+        """:meth:`wait` for the stored job ``job_id``, from any process."""
+        return _through().wait(job_id, timeout)
+
+    @staticmethod
+    async def wait_saved_async(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
+        """:meth:`wait_async` for the stored job ``job_id``, from any process."""
+        return await _through().wait_async(job_id, timeout)
+
+    def result(self, name: str, workflow: int | None = None) -> Any:
+        """The stored result of this job's task named ``name``.
+
+        Reads the stored row as it is now: it does not wait for the job to
+        end (call :meth:`wait` first for that). Of a job still running, the
+        tasks that have finished have their results and the others raise
+        :class:`NoTaskResultError` (not produced yet). One read per call;
+        :meth:`wait` returns the row, whose ``result(name)`` and
+        ``results_by_name()`` read it without another.
+
+        Args:
+            name: the task's name.
+            workflow: the index of its workflow; needed only when tasks of
+                several workflows have this name.
+
+        Raises:
+            NoTaskResultError: (a ``KeyError``) the job has no task so named, or
+                it has no result: not run yet, failed, or skipped (optional,
+                failed); the message says which. Also when the job was stored
+                without its workflows (a task without an ``executor_id``).
+            AmbiguousTaskNameError: (a ``LookupError``) several tasks have this
+                name (pass ``workflow``; the message names their positions).
+            UnknownJobError: the job is not stored.
+        """
+        record = _through().get_saved(self.id)
+        if record is None:
+            raise UnknownJobError(self.id)
+        return record.result(name, workflow)
+
+    def to_record(self) -> JobRecord:
+        """A snapshot; workflows are included only when every task has an executor_id."""
+        with self._lock:
+            return JobRecord(
+                id=self.id,
+                channel_id=self.channel_id,
+                category=self.category,
+                status=self.status,
+                version=self.version,
+                created=self.created,
+                updated=self.updated,
+                payload=self._payload(),
+                state=dict(self.state),
+                error=self.error,
+                not_before=self.not_before,
+                release_at=self.release_at,
+                start_deadline=self.start_deadline,
+                unique_key=self.unique_key,
+                waits=self.waits,
+            )
+
+    def _payload(self) -> dict[str, Any] | None:
+        tasks = [t for w in self.workflows for t in w.get_tasks()]
+        if any(t.executor_id is None for t in tasks):
+            return None
+        payload: dict[str, Any] = {
+            "workflows": [
+                {"tasks": [t.to_dict(self.channel_id) for t in w.get_tasks()]}
+                for w in self.workflows
+            ]
+        }
+        if self.retry_of is not None:
+            payload[RETRY_OF_KEY] = self.retry_of
+        return payload
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> Job:
+        """Rebuild a runnable job; its state machine starts at Unknown.
+
+        Raises:
+            UnknownExecutorError: (a ``ValueError``) the record holds no
+                workflows, or names an executor id that is not registered.
+        """
+        if record.payload is None:
+            raise UnknownExecutorError(
+                None, f"job {record.id} was saved without executor ids and cannot be rebuilt"
+            )
+        job = cls(record.category, record.channel_id, id=record.id)
+        try:
+            job.workflows = [
+                Workflow(Task.from_dict(t) for t in w.get("tasks", []))
+                for w in record.payload.get("workflows", [])
+            ]
+        except UnknownExecutorError as exc:
+            raise UnknownExecutorError(exc.executor_id, f"job {record.id}") from None
+        job.version = record.version
+        job.created, job.updated = record.created, record.updated
+        job.state = dict(record.state)
+        job.error = record.error
+        job.not_before, job.start_deadline = record.not_before, record.start_deadline
+        job.release_at = record.release_at
+        job.unique_key, job.waits = record.unique_key, record.waits
+        retry_of = record.payload.get(RETRY_OF_KEY)
+        job.retry_of = retry_of if isinstance(retry_of, str) else None
+        return job
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, channel_id={self.channel_id!r}, status={self.status.value})"
+
+
+def chain(*jobs: Job, on_parent_failure: str = "propagate") -> list[str]:
+    """Schedule ``jobs`` so that each starts after the one before ended; returns their ids.
+
+    The first is scheduled at once; each next one with ``after=`` the one
+    before and ``on_parent_failure`` (by default a failure fails the rest of
+    the chain, each naming its parent).
+
+    Raises:
+        The errors of :meth:`Job.scheduled`; the jobs scheduled before the
+        error stay scheduled.
+    """
+    ids: list[str] = []
+    for job in jobs:
+        if ids:
+            job.scheduled(after=ids[-1], on_parent_failure=on_parent_failure)
+        else:
+            job.scheduled()
+        ids.append(job.id)
+    return ids

@@ -1,0 +1,212 @@
+"""A task: one unit of work in a workflow, with its retry policy."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UnknownExecutorError
+from ..limits.durations import bounded
+from ..records.spec import TaskSpec
+from ..rules.steps import RetryPolicy
+from .context import Context
+from .executor import FinalFailureHook, IExecutor, executor_registry
+
+
+class Task:
+    """One step of a workflow.
+
+    Args:
+        channel_id: the channel the task belongs to; None (what ``.task()`` of a
+            ``@workflow_task`` and :func:`actor_task` give): the channel of the job it
+            is added to, as its stored form says.
+        executor: runs the work; may be None when ``executor_id`` names a
+            registered one.
+        retry_count, retry_delay, retry_until_completed, retry_until_max,
+        round_times, optional, retry_backoff, retry_delay_max, retry_jitter:
+            the retry table (see :class:`RetryPolicy`): the n-th retry of a
+            round waits ``retry_delay * retry_backoff ** (n - 1)`` seconds, at
+            most ``retry_delay_max`` (None: no cap of your own), a random part
+            of it with ``retry_jitter``.
+        round_timeout: seconds one attempt may take (0 = no limit); a timeout
+            counts as a failed attempt.
+        round_timeout_join: extra seconds to wait for a timed-out attempt that
+            already started (0 = wait forever).
+        executor_id: registry id; when every task has one, the job's
+            workflows are stored and can be rebuilt with ``Job.from_record``.
+        params: JSON-able keyword arguments for the executor.
+        on_final_failure: ``hook(task, context, error)``, called once when this
+            task has failed for good (its attempts and rounds used up, or a
+            ``NonRetriableError``), whether it is required or optional; not on
+            a cancel. ``error`` is the task's last error as stored. The Dramatiq
+            driver finds it with the executor registered under ``executor_id``
+            (``@workflow_task(on_final_failure=...)`` registers it there).
+
+    Raises:
+        ValueError: if a bound is out of range.
+        TypeError: a count, delay, backoff or ``retry_jitter`` of the wrong
+            type, or ``params`` that JSON cannot hold while an ``executor_id`` is set.
+    """
+
+    def __init__(
+        self,
+        channel_id: str | None,
+        dag_id: str,
+        fingerprint: str,
+        name: str,
+        category: str | None,
+        description: str,
+        tags: Sequence[str] | None,
+        executor: IExecutor | None,
+        retry_count: int = RetryPolicy.retry_count,
+        retry_delay: float = RetryPolicy.retry_delay,
+        retry_until_completed: bool = RetryPolicy.retry_until_completed,
+        retry_until_max: int = RetryPolicy.retry_until_max,
+        round_times: int = RetryPolicy.round_times,
+        round_timeout: float = 0,
+        round_timeout_join: float = 0,
+        optional: bool = RetryPolicy.optional,
+        *,
+        executor_id: str | None = None,
+        params: dict[str, Any] | None = None,
+        retry_backoff: float = RetryPolicy.retry_backoff,
+        retry_delay_max: float | None = RetryPolicy.retry_delay_max,
+        retry_jitter: bool = RetryPolicy.retry_jitter,
+        on_final_failure: FinalFailureHook | None = None,
+    ) -> None:
+        if not round_timeout >= 0:  # refuses NaN too
+            raise ValueError(f"round_timeout must be >= 0, got {round_timeout}")
+        if not round_timeout_join >= 0:
+            raise ValueError(f"round_timeout_join must be >= 0, got {round_timeout_join}")
+        # A wait that long would reach the thread's timer as an OverflowError.
+        bounded("round_timeout", round_timeout)
+        bounded("round_timeout_join", round_timeout_join)
+        if executor is None and executor_id is None:
+            raise ValueError(f"task {name!r} needs an executor or an executor_id")
+        if on_final_failure is not None and not callable(on_final_failure):
+            raise TypeError(f"on_final_failure of task {name!r} must be callable")
+        self.policy = RetryPolicy(
+            retry_count=retry_count,
+            retry_delay=retry_delay,
+            retry_until_completed=retry_until_completed,
+            retry_until_max=retry_until_max,
+            round_times=round_times,
+            optional=optional,
+            retry_backoff=retry_backoff,
+            retry_delay_max=retry_delay_max,
+            retry_jitter=retry_jitter,
+        )
+        self.channel_id = channel_id
+        self.dag_id = dag_id
+        self.fingerprint = fingerprint
+        self.name = name
+        self.category = category
+        self.description = description
+        self.tags = list(tags or [])
+        self._executor = executor
+        self.executor_id = executor_id
+        self.params: dict[str, Any] = dict(params or {})
+        if executor_id is not None:  # stored with the job: must survive JSON
+            try:
+                json.dumps(self.params)
+            except (TypeError, ValueError) as exc:
+                message = f"params of task {name!r} must be JSON-serializable: {exc}"
+                raise TypeError(message) from None
+        self.round_timeout = float(round_timeout)
+        self.round_timeout_join = float(round_timeout_join)
+        self.context = Context()
+        self.on_final_failure = on_final_failure
+
+    # The retry table, readable as pypepper's scheduler names it.
+    retry_count = property(lambda self: self.policy.retry_count)
+    retry_delay = property(lambda self: self.policy.retry_delay)
+    retry_until_completed = property(lambda self: self.policy.retry_until_completed)
+    retry_until_max = property(lambda self: self.policy.retry_until_max)
+    round_times = property(lambda self: self.policy.round_times)
+    optional = property(lambda self: self.policy.optional)
+    retry_backoff = property(lambda self: self.policy.retry_backoff)
+    retry_delay_max = property(lambda self: self.policy.retry_delay_max)
+    retry_jitter = property(lambda self: self.policy.retry_jitter)
+
+    @property
+    def executor(self) -> IExecutor:
+        """The executor, resolved from the registry by ``executor_id`` if not given."""
+        if self._executor is None:
+            self._executor = executor_registry.get(str(self.executor_id))
+        return self._executor
+
+    def to_dict(self, job_channel: str | None = None) -> dict[str, Any]:
+        """JSON form (as stored with its job, on ``job_channel``); needs an ``executor_id``."""
+        if self.executor_id is None:
+            raise UnknownExecutorError(None, f"task {self.name!r}")
+        return self.spec(job_channel).to_dict()
+
+    def spec(self, job_channel: str | None = None) -> TaskSpec:
+        """The stored form of this task (also without an ``executor_id``): what
+        the engine reads of a task, whichever driver runs it. A task without a
+        channel of its own takes ``job_channel``, the channel of the job it runs in
+        (``"default"`` when none is given)."""
+        return TaskSpec(
+            name=self.name,
+            executor_id=self.executor_id,
+            params=self.params,
+            retry_count=self.policy.retry_count,
+            retry_delay=self.policy.retry_delay,
+            retry_until_completed=self.policy.retry_until_completed,
+            retry_until_max=self.policy.retry_until_max,
+            round_times=self.policy.round_times,
+            round_timeout=self.round_timeout,
+            round_timeout_join=self.round_timeout_join,
+            optional=self.policy.optional,
+            on_final_failure=self.on_final_failure is not None,
+            retry_backoff=self.policy.retry_backoff,
+            retry_delay_max=self.policy.retry_delay_max,
+            retry_jitter=self.policy.retry_jitter,
+            channel_id=self.channel_id or job_channel or "default",
+            dag_id=self.dag_id,
+            fingerprint=self.fingerprint,
+            category=self.category,
+            description=self.description,
+            tags=tuple(self.tags),
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        """Rebuild a task; its executor id must be registered.
+
+        Raises:
+            UnknownExecutorError: (a ``ValueError``) for a missing or unknown id.
+        """
+        spec = TaskSpec.from_dict(data)
+        if spec.executor_id is None:
+            raise UnknownExecutorError(None, f"task {spec.name!r}")
+        task = cls(
+            channel_id=spec.channel_id,
+            dag_id=spec.dag_id,
+            fingerprint=spec.fingerprint,
+            name=spec.name,
+            category=spec.category,
+            description=spec.description,
+            tags=list(spec.tags),
+            executor=executor_registry.get(spec.executor_id),
+            retry_count=spec.retry_count,
+            retry_delay=spec.retry_delay,
+            retry_until_completed=spec.retry_until_completed,
+            retry_until_max=spec.retry_until_max,
+            round_times=spec.round_times,
+            round_timeout=spec.round_timeout,
+            round_timeout_join=spec.round_timeout_join,
+            optional=spec.optional,
+            executor_id=spec.executor_id,
+            retry_backoff=spec.retry_backoff,
+            retry_delay_max=spec.retry_delay_max,
+            retry_jitter=spec.retry_jitter,
+        )
+        # Read from JSON: no need to check (on every step of a worker) that it survives JSON.
+        task.params = spec.params
+        task.on_final_failure = task.executor.on_final_failure  # the registry's, as the executor
+        return task
+
+    def __repr__(self) -> str:
+        return f"Task(name={self.name!r}, executor_id={self.executor_id!r})"

@@ -1,0 +1,1 @@
+"""What an operator sees: log lines, observers, outages, bad rows set aside."""

@@ -1,0 +1,250 @@
+"""Who hears what happens to jobs: the seam that metrics (or anything else) plug into.
+
+The engine calls the functions below at the one place where each thing is
+decided (a job stored Scheduled, a job's end after the write that records it, an attempt's end, a
+retry, a recovered step, a missed start deadline, a recurring firing, a failing
+duty of the recovery sweep), so that
+both drivers report the same facts. Each function hands the fact to every
+installed :class:`Observer`; with none installed it returns at once, so the
+step path pays one call and one test of an empty tuple.
+
+An observer must be quick and must not block: it runs in the thread that made
+the decision (a worker thread, the recovery sweep). One that raises is logged
+(once per method) and changes nothing: the engine never fails because of it.
+
+This module imports nothing of the package at run time, so that every layer
+may call it (:mod:`pypepper_dramatiq.metrics.prometheus` is one observer, high up).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .logs import get_logger
+
+if TYPE_CHECKING:
+    from ..records.record import JobRecord
+
+logger = get_logger(__name__)
+
+#: How a recovered step was found (:meth:`Observer.recovered`).
+LEASE_LAPSED = "lease_lapsed"
+MESSAGE_LOST = "message_lost"
+
+
+class Observer:
+    """Hears the decisions of the engine; every method does nothing by default.
+
+    Subclass it and override what you need. Records passed in are the rows as
+    written (or, in process, the job's snapshot): read them, never keep them.
+    """
+
+    def worker_started(self) -> None:
+        """A Dramatiq worker has booted in this process (every middleware's
+        ``after_process_boot`` ran) and starts taking messages."""
+
+    def job_scheduled(self, channel_id: str) -> None:
+        """A job was stored Scheduled on channel ``channel_id`` by this process."""
+
+    def job_started(self, record: JobRecord, started: datetime) -> None:
+        """A job's first step was claimed at ``started`` (it moved to InProgress)."""
+
+    def job_ended(self, record: JobRecord) -> None:
+        """A job ended (``record.status`` is Completed, Failed or Cancelled): called
+        once per job, by whoever wrote the end."""
+
+    def step_started(self, channel_id: str, task: str) -> None:
+        """An attempt of task ``task`` starts running in this process."""
+
+    def step_finished(self, channel_id: str, task: str) -> None:
+        """The attempt that :meth:`step_started` announced is over (however it ended)."""
+
+    def task_ended(
+        self,
+        record: JobRecord,
+        task: str,
+        outcome: str,
+        started: datetime | None,
+        ended: datetime | None,
+    ) -> None:
+        """An attempt's outcome is being recorded. ``outcome`` is the attempt
+        history's word (``succeeded``, ``failed``, ``timed_out``, ``cancelled``);
+        ``started`` / ``ended`` are None when not known (a crashed actor)."""
+
+    def retried(self, record: JobRecord, task: str) -> None:
+        """A failed attempt of ``task`` was recorded and another one is due."""
+
+    def recovered(self, record: JobRecord, kind: str) -> None:
+        """The recovery sweep sent a step again: :data:`LEASE_LAPSED` (its worker
+        died or hung) or :data:`MESSAGE_LOST` (a Scheduled job's message was gone)."""
+
+    def deadline_missed(self, record: JobRecord) -> None:
+        """A job not started by its start deadline was cancelled (``record`` as written)."""
+
+    def fired(self, schedule: str, job_id: str) -> None:
+        """Recurring schedule ``schedule`` fired: job ``job_id`` was stored for a slot
+        (or for ``trigger_recurring``)."""
+
+    def channel_depths(self, depths: Mapping[str, int]) -> None:
+        """Jobs waiting in each channel, as the recovery sweep read them."""
+
+    def held_jobs(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Scheduled jobs held in the store, by ``(channel, reason)`` (``"jobs"``:
+        waiting for other jobs, ``"time"``: for a time), as the recovery sweep read them."""
+
+    def sweep_duties(self, duties: Sequence[str]) -> None:
+        """A recovery sweeper starts in this process; ``duties`` are the names of
+        its duties (each a label :meth:`sweep_failed` may be told)."""
+
+    def sweep_failed(self, duty: str) -> None:
+        """A duty of the recovery sweep failed (it raised: the rest of the pass went
+        on), or skipped one row it could not read or handle."""
+
+
+_observers: tuple[Observer, ...] = ()
+_lock = threading.Lock()
+#: (observer id, method) pairs whose failure was logged already.
+_complained: set[tuple[int, str]] = set()
+
+
+def install(observer: Observer) -> None:
+    """Add ``observer`` (no-op if it is installed already)."""
+    global _observers
+    with _lock:
+        if observer not in _observers:
+            _observers = (*_observers, observer)
+
+
+def remove(observer: Observer) -> None:
+    """Take ``observer`` out (no-op if it is not installed)."""
+    global _observers
+    with _lock:
+        _observers = tuple(o for o in _observers if o is not observer)
+
+
+def clear() -> None:
+    """Remove every observer (tests)."""
+    global _observers
+    with _lock:
+        _observers = ()
+        _complained.clear()
+
+
+def installed() -> tuple[Observer, ...]:
+    """The observers installed now, in the order they were added."""
+    return _observers
+
+
+def observing() -> bool:
+    """Whether any observer is installed: callers test it before building costly arguments."""
+    return bool(_observers)
+
+
+def _failed(observer: Observer, method: str) -> None:
+    key = (id(observer), method)
+    if key in _complained:
+        return
+    _complained.add(key)
+    logger.exception(
+        "observer %r failed in %s; ignored (later failures of it there are not logged)",
+        observer,
+        method,
+    )
+
+
+# The notifications. Each loops over a snapshot of the tuple (replaced, never
+# mutated), so that install() from another thread never disturbs a loop; with no
+# observer installed each returns at once.
+
+
+def _tell(method: str, *args: Any) -> None:
+    """Call ``method(*args)`` on each observer, logging what one raises."""
+    for observer in _observers:
+        try:
+            getattr(observer, method)(*args)
+        except Exception:
+            _failed(observer, method)
+
+
+def worker_started() -> None:
+    if _observers:
+        _tell("worker_started")
+
+
+def job_scheduled(channel_id: str) -> None:
+    if _observers:
+        _tell("job_scheduled", channel_id)
+
+
+def job_started(record: JobRecord, started: datetime) -> None:
+    if _observers:
+        _tell("job_started", record, started)
+
+
+def job_ended(record: JobRecord) -> None:
+    if _observers:
+        _tell("job_ended", record)
+
+
+def step_started(channel_id: str, task: str) -> None:
+    if _observers:
+        _tell("step_started", channel_id, task)
+
+
+def step_finished(channel_id: str, task: str) -> None:
+    if _observers:
+        _tell("step_finished", channel_id, task)
+
+
+def task_ended(
+    record: JobRecord,
+    task: str,
+    outcome: str,
+    started: datetime | None,
+    ended: datetime | None,
+) -> None:
+    if _observers:
+        _tell("task_ended", record, task, outcome, started, ended)
+
+
+def retried(record: JobRecord, task: str) -> None:
+    if _observers:
+        _tell("retried", record, task)
+
+
+def recovered(record: JobRecord, kind: str) -> None:
+    if _observers:
+        _tell("recovered", record, kind)
+
+
+def deadline_missed(record: JobRecord) -> None:
+    if _observers:
+        _tell("deadline_missed", record)
+
+
+def fired(schedule: str, job_id: str) -> None:
+    if _observers:
+        _tell("fired", schedule, job_id)
+
+
+def channel_depths(depths: Mapping[str, int]) -> None:
+    if _observers:
+        _tell("channel_depths", depths)
+
+
+def held_jobs(counts: Mapping[tuple[str, str], int]) -> None:
+    if _observers:
+        _tell("held_jobs", counts)
+
+
+def sweep_duties(duties: Sequence[str]) -> None:
+    if _observers:
+        _tell("sweep_duties", tuple(duties))
+
+
+def sweep_failed(duty: str) -> None:
+    if _observers:
+        _tell("sweep_failed", duty)

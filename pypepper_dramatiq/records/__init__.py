@@ -1,0 +1,1 @@
+"""The stored form: a job's record, state, spec, history, progress and links."""

@@ -1,0 +1,1 @@
+"""The pure decisions every driver obeys, and the job lifecycle they decide on."""

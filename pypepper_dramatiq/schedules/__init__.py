@@ -1,0 +1,1 @@
+"""Recurring schedules as stored, and the cron expressions they fire on."""
