@@ -556,7 +556,7 @@ def recurring(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     from datetime import datetime, timezone
 
     import pypepper_dramatiq as pd
-    from pypepper_dramatiq.schedules.cron import firing_id
+    from pypepper_dramatiq.rules.cron import firing_id
 
     stack.reset()
     stack.probe.delete("tick:n", "tick:runs", "tick:start")

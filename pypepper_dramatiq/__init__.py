@@ -14,14 +14,6 @@ from .drivers.dramatiq.middleware import WorkflowMiddleware
 from .drivers.dramatiq.setup import setup
 from .drivers.inprocess.worker import Worker
 from .engine import job_io as gateway  # noqa: F401  (installs the gateway the Job methods use)
-from .engine.firing import (
-    list_recurring,
-    pause_recurring,
-    recurring,
-    remove_recurring,
-    resume_recurring,
-    trigger_recurring,
-)
 from .engine.functions import WorkflowTask, actor_task, workflow_task
 from .engine.job_io import schedule_many
 from .errors import (
@@ -62,9 +54,17 @@ from .model.executor import CallableExecutor, IExecutor, executor_registry
 from .model.job import Job, chain
 from .model.task import Task
 from .model.workflow import TaskOutcome, Workflow, WorkflowResult
+from .records.recurring import RecurringSchedule
 from .rules.status import Status
 from .rules.steps import RetryPolicy
-from .schedules.recurring import RecurringSchedule
+from .schedules import (
+    list_recurring,
+    pause_recurring,
+    recurring,
+    remove_recurring,
+    resume_recurring,
+    trigger_recurring,
+)
 from .stores.registry import (
     IJobStore,
     JobRecord,

@@ -686,7 +686,7 @@ def _retry(store: IJobStore, args: argparse.Namespace) -> int:
 
 
 def _recurring(store: IJobStore, args: argparse.Namespace) -> int:
-    from ..engine.firing import trigger_recurring
+    from ..schedules.firing import trigger_recurring
     from ..stores.registry import reset_job_store, set_job_store
 
     if args.action == "list":

@@ -18,12 +18,12 @@ from ..errors import (
 )
 from ..records.links import Link, parent_order, parents_of
 from ..records.record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
+from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
 from ..records.workers import WorkerInfo
 from ..rules.events import RUN, transition
 from ..rules.retention import awaited, ended_status, still_needed
 from ..rules.status import TERMINAL, Status
-from ..schedules.recurring import RecurringSchedule
 from . import claims
 
 __all__ = [

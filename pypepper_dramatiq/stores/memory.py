@@ -12,11 +12,11 @@ from typing import Any
 from ..errors import CorruptRecordError, DuplicateJobError, UnknownJobError
 from ..records.links import parents_of, required_parents
 from ..records.progress import PROGRESS_KEY
+from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
 from ..records.workers import WorkerInfo, listed
 from ..rules.retention import awaited, ended_status, still_needed
 from ..rules.status import Status, may_overwrite
-from ..schedules.recurring import RecurringSchedule
 from .base import IJobStore, JobRecord, StepClaim, as_utc, matches
 
 #: The statuses in which a job holds its unique key.

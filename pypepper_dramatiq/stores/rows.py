@@ -6,7 +6,7 @@ version knows, MariaDB's zero date). Read as if it were whole, it fails later an
 anywhere: a ``TypeError`` inside a step, a page answering 500, a sweep failing every
 second. So each column is checked here, where a row becomes a
 :class:`~pypepper_dramatiq.records.record.JobRecord`,
-:class:`~pypepper_dramatiq.schedules.recurring.RecurringSchedule` or
+:class:`~pypepper_dramatiq.records.recurring.RecurringSchedule` or
 :class:`~pypepper_dramatiq.records.workers.WorkerInfo`:
 
 * a single read (``get``, ``claim_step``) raises
@@ -35,11 +35,11 @@ from ..ops.isolation import OnceEach
 from ..ops.logs import get_logger
 from ..records.progress import PROGRESS_KEY
 from ..records.record import MAX_ID_LENGTH, JobRecord
+from ..records.recurring import RecurringSchedule
 from ..records.state import DISPATCH_KEY, HOOKS_DONE_KEY, HOOKS_KEY, PARENT_RESULTS_KEY
 from ..records.workers import MAX_OWNER_LENGTH, SweepHealth, WorkerInfo
+from ..rules.cron import CATCH_UP, OVERLAP
 from ..rules.status import Status
-from ..schedules.cron import CATCH_UP, OVERLAP
-from ..schedules.recurring import RecurringSchedule
 
 __all__ = [
     "job_record",

@@ -3,7 +3,7 @@
 Werkzeug routes and wraps the requests, Jinja2 renders the pages (autoescaped),
 itsdangerous signs the forms' CSRF tokens (:mod:`.security`). The pages read the
 job store; the actions go through the package's own calls (``Job.cancel_saved``,
-``Job.retry_saved``, :mod:`~pypepper_dramatiq.engine.firing`), as the shell does.
+``Job.retry_saved``, :mod:`~pypepper_dramatiq.schedules.firing`), as the shell does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from werkzeug.wrappers import Request, Response
 
 from ..channels.broker import get_broker
 from ..channels.channel import manager
-from ..engine.firing import pause_recurring, resume_recurring, trigger_recurring
 from ..errors import (
     ChannelEnqueueError,
     CorruptRecordError,
@@ -42,6 +41,7 @@ from ..records.record import MAX_ID_LENGTH, utcnow
 from ..records.state import by_dashboard
 from ..records.workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
 from ..rules.status import Status
+from ..schedules.firing import pause_recurring, resume_recurring, trigger_recurring
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from . import text, views

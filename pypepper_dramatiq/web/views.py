@@ -17,12 +17,12 @@ from ..ops.display import printable
 from ..records.links import AFTER, RETRY, Link
 from ..records.progress import PROGRESS_KEY
 from ..records.record import JobRecord, utcnow
+from ..records.recurring import RecurringSchedule
 from ..records.spec import TaskSpec
 from ..records.state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
 from ..records.workers import LIVE, ListedWorker, WorkerInfo, listing, sweep_leader
 from ..rules.status import Status
 from ..rules.waits import Waits
-from ..schedules.recurring import RecurringSchedule
 from ..stores.base import IJobStore
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).

@@ -15,8 +15,8 @@ from sqlalchemy import text
 
 from pypepper_dramatiq import Job
 from pypepper_dramatiq.errors import CorruptRecordError
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.stores.sql import SqlJobStore

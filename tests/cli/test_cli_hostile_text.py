@@ -21,9 +21,9 @@ import redis
 
 from pypepper_dramatiq.cli.commands import BROKER_ENV, URI_ENV
 from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.records.workers import WorkerInfo
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.transport.redis import RedisGate

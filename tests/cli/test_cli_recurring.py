@@ -10,8 +10,8 @@ from process_state import clean_process_state
 
 from pypepper_dramatiq import Context, Job, Task, Workflow, workflow_task
 from pypepper_dramatiq.cli.commands import main
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

@@ -37,13 +37,13 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
-from pypepper_dramatiq.engine.firing import fire_due
 from pypepper_dramatiq.metrics.prometheus import (
     PrometheusMetrics,
     install_metrics,
     uninstall_metrics,
 )
 from pypepper_dramatiq.ops import observers
+from pypepper_dramatiq.schedules.firing import fire_due
 
 from .drivers import CHANNEL, DramatiqDriver, InProcessDriver, make_job, run
 

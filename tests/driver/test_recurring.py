@@ -32,8 +32,8 @@ from pypepper_dramatiq import (
     trigger_recurring,
     workflow_task,
 )
-from pypepper_dramatiq.engine.firing import fire_due
-from pypepper_dramatiq.schedules.cron import firing_id
+from pypepper_dramatiq.rules.cron import firing_id
+from pypepper_dramatiq.schedules.firing import fire_due
 
 from .conftest import CHANNEL
 

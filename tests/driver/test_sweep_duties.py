@@ -38,8 +38,8 @@ from pypepper_dramatiq.drivers.dramatiq.recovery import DUTIES, RecoverySweeper
 from pypepper_dramatiq.metrics.prometheus import install_metrics, uninstall_metrics
 from pypepper_dramatiq.ops import observers
 from pypepper_dramatiq.records.record import JobRecord, utcnow
+from pypepper_dramatiq.rules.cron import firing_id
 from pypepper_dramatiq.rules.waits import Waits
-from pypepper_dramatiq.schedules.cron import firing_id
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -373,13 +373,13 @@ def test_one_schedule_that_cannot_be_evaluated_leaves_the_others_to_fire(
 def test_fire_due_alone_isolates_schedules_and_logs_each_cause_once(
     store: IJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from pypepper_dramatiq.engine.firing import fire_due
+    from pypepper_dramatiq.schedules.firing import fire_due
 
     now = utcnow()
     bad = f"bad-{uuid.uuid4().hex[:8]}"  # the process remembers what it logged
     slot = due_schedule(store, "good", now)
     due_schedule(store, bad, now, cron="61 * * * *")
-    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.engine.firing"):
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.schedules.firing"):
         assert fire_due(now) == [firing_id("good", slot)]
         assert fire_due(now) == []
     [line] = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -503,7 +503,7 @@ def test_a_worker_without_croniter_says_so_once_at_boot(
 ) -> None:
     now = utcnow()
     due_schedule(store, "nightly", now)
-    monkeypatch.setattr("pypepper_dramatiq.schedules.cron._croniter", None)  # as if not importable
+    monkeypatch.setattr("pypepper_dramatiq.rules.cron._croniter", None)  # as if not importable
     sweep = sweeper(broker)
     with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq.drivers.dramatiq.recovery"):
         sweep.stop()
@@ -531,7 +531,7 @@ def test_no_boot_warning_without_schedules_or_with_croniter(
         due_schedule(store, "nightly", utcnow())
         assert sweeper(broker).check_cron()
         store.delete_recurring("nightly")
-        monkeypatch.setattr("pypepper_dramatiq.schedules.cron._croniter", None)
+        monkeypatch.setattr("pypepper_dramatiq.rules.cron._croniter", None)
         assert not sweeper(broker).check_cron()
     assert caplog.records == []
 

@@ -103,7 +103,7 @@ from pypepper_dramatiq import (
     remove_recurring,
 )
 from pypepper_dramatiq.errors import BrokerUnavailableError, StoreError, UnknownJobError
-from pypepper_dramatiq.schedules.cron import ON_TIME_SECONDS, firing_id
+from pypepper_dramatiq.rules.cron import ON_TIME_SECONDS, firing_id
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.schema import jobs as jobs_table
 from pypepper_dramatiq.stores.sql import SqlJobStore

@@ -32,7 +32,7 @@ from pypepper_dramatiq import (
     recurring,
     remove_recurring,
 )
-from pypepper_dramatiq.schedules.cron import firing_id
+from pypepper_dramatiq.rules.cron import firing_id
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.schema import jobs as jobs_table
 from pypepper_dramatiq.stores.sql import SqlJobStore

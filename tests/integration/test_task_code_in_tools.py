@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

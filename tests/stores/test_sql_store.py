@@ -19,8 +19,8 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.schema import CreateTable
 
 from pypepper_dramatiq.errors import SchemaVersionError, StoreError, StoreUnavailableError
+from pypepper_dramatiq.rules.cron import CronSchedule
 from pypepper_dramatiq.rules.status import Status, may_overwrite
-from pypepper_dramatiq.schedules.cron import CronSchedule
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.schema import VERSION_TABLE, jobs

@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import text
 
 from pypepper_dramatiq.errors import CorruptRecordError, CorruptScheduleError, retry_may_cure
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.records.workers import WorkerInfo
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import StepClaim
 from pypepper_dramatiq.stores.sql import SqlJobStore
 

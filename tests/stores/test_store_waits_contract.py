@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import delete
 
 from pypepper_dramatiq.errors import DuplicateJobError, StoreError
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import TERMINAL, Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.schema import recurring

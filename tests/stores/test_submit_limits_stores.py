@@ -41,8 +41,8 @@ from pypepper_dramatiq.limits.storable import (
     SCHEDULE_NAME_LENGTH,
     UNIQUE_KEY_LENGTH,
 )
+from pypepper_dramatiq.rules.cron import _croniter
 from pypepper_dramatiq.rules.events import INIT, SCHEDULE
-from pypepper_dramatiq.schedules.cron import _croniter
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 

@@ -10,7 +10,7 @@ from process_state import clean_process_state
 
 import pypepper_dramatiq
 from pypepper_dramatiq import Context, Job, Task, Workflow, get_job_store, recurring, workflow_task
-from pypepper_dramatiq.engine.firing import fire_due
+from pypepper_dramatiq.schedules.firing import fire_due
 
 pytestmark = pytest.mark.redis
 

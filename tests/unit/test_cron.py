@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from pypepper_dramatiq.errors import ConfigError
-from pypepper_dramatiq.schedules import cron
-from pypepper_dramatiq.schedules.cron import (
+from pypepper_dramatiq.rules import cron
+from pypepper_dramatiq.rules.cron import (
     CATCH_UP,
     CATCH_UP_LIMIT,
     ON_TIME_SECONDS,

@@ -2,8 +2,7 @@
 
 The package's modules sit in families (``model/``, ``rules/``, ``engine/``, ...); the
 paths users of the seed wrote (``pypepper_dramatiq.job``, ``.status``, ...) stay as
-re-exports. The names are frozen here as they were before the move (tools/relayout.py
-leaves this file as it is).
+re-exports. The names are frozen here as they were before the move.
 """
 
 from __future__ import annotations

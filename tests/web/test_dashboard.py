@@ -19,9 +19,9 @@ from werkzeug.test import Client
 from pypepper_dramatiq.cli.commands import decode_cursor as cli_decode_cursor
 from pypepper_dramatiq.cli.commands import encode_cursor as cli_encode_cursor
 from pypepper_dramatiq.cli.commands import main
-from pypepper_dramatiq.engine.firing import pause_recurring, resume_recurring
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
+from pypepper_dramatiq.schedules.firing import pause_recurring, resume_recurring
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store

@@ -12,8 +12,8 @@ from process_state import clean_process_state
 from sqlalchemy import text as sql
 from werkzeug.test import Client
 
+from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.schedules.recurring import RecurringSchedule
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.stores.sql import SqlJobStore

@@ -39,7 +39,6 @@ from dramatiq.common import dq_name
 from ...channels.broker import transport_of
 from ...channels.channel import manager
 from ...channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
-from ...engine.firing import fire_due
 from ...engine.hooks import HookSweep
 from ...engine.job_io import release_held, send_step
 from ...engine.ledger import StepBook, cursor_of
@@ -53,11 +52,12 @@ from ...ops.outage import JOB_STORE, REDIS, OutageLog, is_outage, shared_outage
 from ...records.record import JobRecord, utcnow
 from ...records.state import MARKED_ENDS, is_counted
 from ...records.workers import DutyFailure, SweepHealth
+from ...rules import cron
 from ...rules.retention import BATCH
 from ...rules.status import Status
 from ...rules.steps import Position
 from ...rules.waits import Waits
-from ...schedules import cron
+from ...schedules.firing import fire_due
 from ...stores.registry import get_job_store
 
 logger = get_logger(__name__)

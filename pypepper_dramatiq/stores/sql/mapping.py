@@ -9,10 +9,10 @@ from typing import Any
 
 from ...errors import CorruptRecordError, CorruptScheduleError
 from ...limits.storable import json_text
+from ...records.recurring import RecurringSchedule
 from ...records.workers import WorkerInfo
 from ...rules.start_times import is_retry
 from ...rules.status import Status, overwritable_by
-from ...schedules.recurring import RecurringSchedule
 from ..base import JobRecord, StepClaim
 from ..schema import UtcDateTime, jobs
 

@@ -9,7 +9,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from ...errors import StoreError
-from ...schedules.recurring import RecurringSchedule
+from ...records.recurring import RecurringSchedule
 from ..rows import due_schedules, listed_schedules, recurring_schedule
 from ..schema import recurring
 from .boundary import boundary

@@ -1,6 +1,6 @@
 """A recurring schedule as stored: a cron expression, a time zone and the job it copies.
 
-Part of the model: the stores keep it, :mod:`pypepper_dramatiq.engine.firing` fires it.
+Part of the model: the stores keep it, :mod:`pypepper_dramatiq.schedules.firing` fires it.
 """
 
 from __future__ import annotations

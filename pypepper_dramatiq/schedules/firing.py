@@ -1,7 +1,7 @@
 """Recurring schedules: store them, list them, and fire their due slots.
 
 A schedule's row says which slot comes next; each firing is a copy of the
-schedule's job with a deterministic id (:func:`~pypepper_dramatiq.schedules.cron.firing_id`),
+schedule's job with a deterministic id (:func:`~pypepper_dramatiq.rules.cron.firing_id`),
 inserted before its message is sent. So however many processes fire a slot,
 the database keeps one job for it: the others find the id stored and send
 nothing. ``overlap="skip"`` adds the unique key ``recurring:<name>``: a firing
@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from ..engine.job_io import GATEWAY
 from ..errors import DuplicateJobError, UnknownScheduleError
 from ..model.job import Job
 from ..ops import observers
@@ -25,14 +26,13 @@ from ..ops.isolation import OnceEach
 from ..ops.logs import get_logger
 from ..ops.outage import cause_of, is_outage
 from ..records.record import JobRecord, utcnow
+from ..records.recurring import RecurringSchedule
 from ..records.storable_job import check_job_record
+from ..rules.cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing_id
 from ..rules.start_times import max_start_delay_seconds
 from ..rules.waits import check_choice
-from ..schedules.cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing_id
-from ..schedules.recurring import RecurringSchedule
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
-from .job_io import GATEWAY
 
 __all__ = [
     "RecurringSchedule",
