@@ -23,9 +23,10 @@ class Task:
             is added to, as its stored form says.
         executor: runs the work; may be None when ``executor_id`` names a
             registered one.
-        retry_count, retry_delay, retry_until_completed, retry_until_max,
-        round_times, optional, retry_backoff, retry_delay_max, retry_jitter:
-            the retry table (see :class:`RetryPolicy`): the n-th retry of a
+        retry_count: with ``retry_delay``, ``retry_until_completed``,
+            ``retry_until_max``, ``round_times``, ``optional``, ``retry_backoff``,
+            ``retry_delay_max`` and ``retry_jitter``, the retry table (see
+            :class:`RetryPolicy`): the n-th retry of a
             round waits ``retry_delay * retry_backoff ** (n - 1)`` seconds, at
             most ``retry_delay_max`` (None: no cap of your own), a random part
             of it with ``retry_jitter``.

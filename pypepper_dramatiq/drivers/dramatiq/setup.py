@@ -113,10 +113,11 @@ def setup(
         channels: channel ids (or id -> maxsize) to declare now, so that a
             ``dramatiq`` worker importing this module consumes them.
         migrate: upgrade the database schema first.
-        lease_seconds, sweep_interval, cancel_grace, dispatch_seconds,
-        shutdown_grace, unknown_task_grace, defer_seconds, heartbeat_timeout_ms:
-            the timing settings (:class:`~pypepper_dramatiq.settings.Settings`
-            documents each and its default); a YAML ``scheduler`` key wins.
+        lease_seconds: one of the timing settings, as are ``sweep_interval``,
+            ``cancel_grace``, ``dispatch_seconds``, ``shutdown_grace``,
+            ``unknown_task_grace``, ``defer_seconds`` and ``heartbeat_timeout_ms``
+            (:class:`~pypepper_dramatiq.settings.Settings` documents each and its
+            default); a YAML ``scheduler`` key wins.
         retention: how long ended jobs are kept, by final status, e.g.
             ``{"Completed": "7d", "Failed": "30d", "Cancelled": "7d"}`` (YAML
             ``scheduler.retention``, the same mapping): the sweep leader deletes
