@@ -52,7 +52,7 @@ class Context:
 
     @property
     def idempotency_key(self) -> str | None:
-        """``job_id:workflow.task``: the same for every attempt of one task of one job."""
+        """The same for every attempt of one task of one job (``job_id:workflow.task``)."""
         position = self.context.get(POSITION_KEY)
         if self.job_id is None or not position:
             return None
@@ -67,7 +67,7 @@ class Context:
 
     @property
     def parent_results(self) -> dict[str, dict[str, Any]]:
-        """For a job scheduled ``after=`` other jobs: their results, by parent job
+        """The results of the jobs this one was scheduled ``after=``, by parent job
         id, then task name (``context.parent_results[parent_id]["fetch"]``).
         Empty for a job without parents. A parent that failed or was cancelled
         (``on_parent_failure="ignore"``) has the results of its tasks that finished."""
