@@ -176,6 +176,10 @@ def refused_by_key_index(exc: BaseException | None) -> bool:
 
 
 def is_duplicate_key(exc: sa_exc.IntegrityError) -> bool:
-    """Whether ``exc`` is MySQL's "Duplicate entry" (the portable upsert's cue to update)."""
+    """Whether ``exc`` is a duplicate key: MySQL's "Duplicate entry" or PostgreSQL's
+    unique violation (the portable upsert's cue to update; which index refused is
+    :func:`refused_by_key_index`'s question)."""
     args: tuple[Any, ...] = getattr(exc.orig, "args", ())
-    return bool(args) and args[0] == _MYSQL_DUPLICATE_KEY
+    if bool(args) and args[0] == _MYSQL_DUPLICATE_KEY:
+        return True
+    return getattr(exc.orig, "sqlstate", None) == _PG_UNIQUE_VIOLATION
