@@ -22,7 +22,7 @@ from services import (
 )
 from sqlalchemy import delete
 
-from pypepper_dramatiq.stores.schema import jobs, recurring
+from pypepper_dramatiq.stores.schema import jobs, purged, recurring
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
 # -- backend selection ----------------------------------------------------------------------
@@ -101,6 +101,7 @@ def pg_store(postgres_uri: str) -> Iterator[SqlJobStore]:
     with store.engine.begin() as connection:
         connection.execute(delete(jobs))
         connection.execute(delete(recurring))
+        connection.execute(delete(purged))
     yield store
     store.close()
 
@@ -141,6 +142,7 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
     with store.engine.begin() as connection:
         connection.execute(delete(jobs))
         connection.execute(delete(recurring))
+        connection.execute(delete(purged))
     yield store
     store.close()
 

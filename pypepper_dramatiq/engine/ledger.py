@@ -389,6 +389,16 @@ class StepBook:
         return cancelled.evolve(version=cancelled.version + 1) if written else None
 
     def _heal(self, store: IJobStore, step: StepMessage) -> JobRecord:
+        """The row of a message that found none: healed from the first message.
+
+        Unless retention deleted the job (its tombstone, asked only here, on the
+        rare path with no row): then its message came back late (a dead worker's
+        copy requeued, a broker restored) and is dropped, acknowledged unrun. A
+        store that fails the question raises: the message waits as in any outage.
+        """
+        if store.was_purged(step.job_id):
+            _log("drop_purged", step.job_id, step.position, PURGED_WORDS)
+            raise StepSkipped(step.job_id, "deleted by retention: its message is dropped")
         if step.record is None:
             raise StepSkipped(step.job_id, "no such job in the store", dead=True)
         record = heal(store, step.record)
@@ -877,8 +887,13 @@ def _cancelled_by_task(job_id: str, task_name: str, error: str) -> None:
 
 #: Like Dramatiq, nothing per message above DEBUG (a job's start and completion,
 #: a row healed because the worker was faster than its producer, a write lost
-#: to a cancel); a failed job is a WARNING; a write lost to anything else is INFO.
-_LEVELS = {"fail": logging.WARNING, "lost": logging.INFO}
+#: to a cancel); a failed job is a WARNING; a write lost to anything else, and a
+#: purged job's message dropped (rare: a late copy), are INFO.
+_LEVELS = {"fail": logging.WARNING, "lost": logging.INFO, "drop_purged": logging.INFO}
+
+#: What a worker says, after "job <id>", of a message it drops because retention
+#: deleted the job (both drivers).
+PURGED_WORDS = " was deleted by retention; its returning message is dropped"
 
 
 def _logged(action: str) -> bool:

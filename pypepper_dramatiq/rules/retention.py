@@ -2,12 +2,14 @@
 
 Pure: every store's ``purge`` (:meth:`~pypepper_dramatiq.stores.base.IJobStore.purge`)
 asks :func:`still_needed` of each candidate, so that the rule has one definition.
-How long jobs are kept is a setting (:attr:`~pypepper_dramatiq.settings.Settings.retention`).
+How long jobs are kept is a setting (:attr:`~pypepper_dramatiq.settings.Settings.retention`);
+how long the purge keeps the tombstones of the jobs it deleted is :data:`TOMBSTONE_KEEP`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .status import TERMINAL, Status
@@ -16,10 +18,12 @@ from .waits import Waits
 __all__ = [
     "BATCH",
     "HOOKS_KEY",
+    "TOMBSTONE_KEEP",
     "awaited",
     "ended_status",
     "has_hook_due",
     "still_needed",
+    "tombstones_expire_before",
 ]
 
 #: Rows deleted per purge statement (the sweep and ``pypepper-dramatiq purge``).
@@ -29,6 +33,13 @@ BATCH = 1000
 #: as the hooks' engine writes them (``state["hooks"]``: task key -> entry, "pending"
 #: or "running"; the key is absent once every hook ran).
 HOOKS_KEY = "hooks"
+
+#: How long a purged job's tombstone is kept (its id, and when the purge deleted it):
+#: a message of the job that comes back within it is dropped
+#: (:meth:`~pypepper_dramatiq.stores.base.IJobStore.was_purged`); one that comes back
+#: later finds neither row nor tombstone, and is taken for a job not stored yet. The
+#: purge itself deletes the older tombstones.
+TOMBSTONE_KEEP = timedelta(days=7)
 
 
 class _Ended(Protocol):
@@ -71,3 +82,8 @@ def still_needed(record: _Ended, waited_for: Collection[str]) -> bool:
             a child reads its parents' outcomes and results when its wait ends.
     """
     return record.id in waited_for or has_hook_due(record.state)
+
+
+def tombstones_expire_before(now: datetime) -> datetime:
+    """The cutoff of a purge at ``now``: the tombstones written before it are deleted."""
+    return now - TOMBSTONE_KEEP

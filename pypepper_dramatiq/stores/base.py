@@ -431,6 +431,22 @@ class IJobStore(abc.ABC):
                 deleted.append(row.id)
         return deleted
 
+    def was_purged(self, job_id: str) -> bool:
+        """Whether the retention purge deleted the row of ``job_id`` (its tombstone is
+        kept :data:`~pypepper_dramatiq.rules.retention.TOMBSTONE_KEEP`).
+
+        Asked only when a job's message finds no row: such a message of a purged job
+        is dropped, where one of a job whose producer could not store it stores the
+        row from the message (the ledger's heal). The stores of this package write a
+        tombstone for each row their ``purge`` deletes, in the same transaction.
+
+        This default keeps none: False (the default ``purge`` writes none either).
+
+        Raises:
+            StoreError: the store failed (the caller treats it as any outage).
+        """
+        return False
+
     # -- counts (the dashboard) ---------------------------------------------------------
 
     def count_by_status(

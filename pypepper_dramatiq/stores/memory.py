@@ -15,9 +15,9 @@ from ..records.progress import PROGRESS_KEY
 from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
 from ..records.workers import WorkerInfo, listed
-from ..rules.retention import awaited, ended_status, still_needed
+from ..rules.retention import awaited, ended_status, still_needed, tombstones_expire_before
 from ..rules.status import Status, may_overwrite
-from .base import IJobStore, JobRecord, StepClaim, as_utc, matches
+from .base import IJobStore, JobRecord, StepClaim, as_utc, matches, utcnow
 
 #: The statuses in which a job holds its unique key.
 _ACTIVE = (Status.SCHEDULED, Status.IN_PROGRESS)
@@ -30,6 +30,8 @@ class MemoryJobStore(IJobStore):
         self._rows: dict[str, JobRecord] = {}
         self._schedules: dict[str, RecurringSchedule] = {}
         self._workers: dict[str, WorkerInfo] = {}
+        #: The tombstones of the purged jobs: id -> when the purge deleted it.
+        self._purged: dict[str, datetime] = {}
         self._lock = threading.RLock()
 
     def _check_key(self, record: JobRecord) -> None:
@@ -274,9 +276,19 @@ class MemoryJobStore(IJobStore):
                 key=lambda r: (r.created, r.id),
             )[: max(0, limit)]
             if not dry_run:
+                now = utcnow()
+                expired = tombstones_expire_before(now)
+                for job_id, when in list(self._purged.items()):
+                    if when < expired:
+                        del self._purged[job_id]
                 for row in chosen:
                     del self._rows[row.id]
+                    self._purged[row.id] = now
         return [row.id for row in chosen]
+
+    def was_purged(self, job_id: str) -> bool:
+        with self._lock:
+            return job_id in self._purged
 
     # -- worker processes (the workers page) --------------------------------------------
 

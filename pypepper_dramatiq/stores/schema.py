@@ -1,4 +1,5 @@
-"""The ``scheduler_jobs`` table, shared by :mod:`.sql` and the migrations."""
+"""The tables of the SQL stores (``scheduler_jobs`` and the rest), shared by :mod:`.sql`
+and the migrations."""
 
 from __future__ import annotations
 
@@ -196,4 +197,18 @@ workers = Table(
     Column("sweep", json_type(), nullable=True),
     # The listing's cutoff and the keepers' delete of rows not seen for an hour.
     Index("ix_scheduler_workers_last_seen", "last_seen"),
+)
+
+#: Tombstones: the ids of the jobs the retention purge deleted, each with when, written
+#: in the purge's transaction, so that a message of such a job that comes back later is
+#: dropped rather than taken for a job whose row its producer could not store
+#: (:meth:`~pypepper_dramatiq.stores.base.IJobStore.was_purged`). The purge deletes those
+#: older than :data:`~pypepper_dramatiq.rules.retention.TOMBSTONE_KEEP`.
+purged = Table(
+    "scheduler_purged",
+    metadata,
+    Column("job_id", String(limits.ID_LENGTH), primary_key=True),
+    Column("purged_at", UtcDateTime(), nullable=False),
+    # The purge's delete of the tombstones past their keep.
+    Index("ix_scheduler_purged_purged_at", "purged_at"),
 )

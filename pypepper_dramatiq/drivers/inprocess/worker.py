@@ -405,6 +405,11 @@ class Worker:
         store = get_job_store()
         try:
             durable = store.get(job.id)
+            if durable is None and store.was_purged(job.id):
+                # Retention deleted the job (it had ended) while this copy was away
+                # from the channel: it is not run again (the Dramatiq driver's drop).
+                _log(job, "drop_purged")
+                return False
             if durable is None:
                 # The Dramatiq driver's heal (pypepper.scheduler's rule: persist Scheduled first).
                 durable = ledger.heal(store, job.to_record())
@@ -642,6 +647,7 @@ _WORDS = {
     "deadline_cancel": " cancelled: {error}",
     "skip_cancelled": " was cancelled before it ran: skipped",
     "heal": ": its row was not stored yet; stored it as scheduled",
+    "drop_purged": ledger.PURGED_WORDS,
     "fail_unpersisted_run": " failed: {error}",
     "requeue": " was put back in its channel's queue",
     "redelivery_failed": " failed: {error}",

@@ -17,9 +17,9 @@ from ...limits.storable import json_text
 from ...ops.group_commit import rounds_of
 from ...rules.start_times import is_retry
 from ...rules.status import Status
-from ..base import JobRecord, StepClaim
+from ..base import JobRecord, StepClaim, utcnow
 from ..rows import job_record, listed_jobs
-from ..schema import jobs
+from ..schema import jobs, purged
 from .boundary import DRIVER_DISCONNECTS, dict_row, once_more_if_stale
 from .engine import transaction
 from .mapping import TIME_COLUMNS, pg_advance_arrays, pg_claim_arrays, pg_params, row_values
@@ -138,7 +138,16 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
             if not locked:
                 return []
             stmt = delete(jobs).where(jobs.c.id.in_(locked), unawaited(locked), guard)
-            return list(conn.execute(stmt.returning(jobs.c.id)).scalars())
+            # The tombstones of the rows deleted, written by the same statement.
+            gone = stmt.returning(jobs.c.id).cte("gone")
+            now = literal(utcnow(), purged.c.purged_at.type)
+            bury = postgresql.insert(purged).from_select(
+                ["job_id", "purged_at"], select(gone.c.id, now)
+            )
+            bury = bury.on_conflict_do_update(
+                index_elements=[purged.c.job_id], set_={"purged_at": bury.excluded.purged_at}
+            )
+            return list(conn.execute(bury.returning(purged.c.job_id)).scalars())
 
     def claim_steps(
         self, requests: Sequence[StepClaim]

@@ -1,4 +1,5 @@
-"""Retention: choosing the ended rows no one needs, and deleting them guarded."""
+"""Retention: choosing the ended rows no one needs, deleting them guarded, and keeping
+the tombstones of the rows deleted."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import delete, select, tuple_
+from sqlalchemy import Connection, delete, insert, literal, select, tuple_
 
+from ...records.record import utcnow
 from ...rules import retention
 from ...rules.status import Status
 from ..rows import readable_waits
-from ..schema import jobs
-from .boundary import boundary
+from ..schema import jobs, purged
+from .boundary import boundary, once_more_if_stale
 from .engine import transaction
 from .parts import SqlStorePart
 from .statements import purge_guard, unawaited
@@ -48,7 +50,19 @@ class PurgeRows(SqlStorePart):
             for start in range(0, len(chosen), retention.BATCH):
                 batch = chosen[start : start + retention.BATCH]
                 deleted.extend(self._delete_purgeable(ended, older_than, batch))
+            with self._engine.connect() as conn:
+                expired = retention.tombstones_expire_before(utcnow())
+                conn.execute(delete(purged).where(purged.c.purged_at < expired))
             return deleted
+
+    def was_purged(self, job_id: str) -> bool:
+        def tombstone() -> object:
+            with self._engine.connect() as conn:
+                query = select(literal(1)).where(purged.c.job_id == job_id)
+                return conn.execute(query).scalar()
+
+        found = once_more_if_stale(self._engine, f"looking for job {job_id}'s tombstone", tombstone)
+        return found is not None
 
     def _purgeable(
         self, ended: Status, older_than: datetime, limit: int
@@ -110,4 +124,13 @@ class PurgeRows(SqlStorePart):
             ids = list(conn.execute(kept.with_for_update(read=True)).scalars())
             if ids:
                 conn.execute(delete(jobs).where(jobs.c.id.in_(ids), guard))
+                bury(conn, ids)
         return ids
+
+
+def bury(conn: Connection, ids: Sequence[str]) -> None:
+    """Write the tombstones of the rows ``ids`` just deleted, in the deleting
+    transaction (``conn``): purged now; an id purged before gets the new time."""
+    now = utcnow()
+    conn.execute(delete(purged).where(purged.c.job_id.in_(ids)))
+    conn.execute(insert(purged), [{"job_id": job_id, "purged_at": now} for job_id in ids])

@@ -1,0 +1,148 @@
+"""The store contract of the purge's tombstones (``IJobStore.was_purged``), on each store.
+
+Reuses the stores of :mod:`.test_store_contract`: memory, the defaults of
+``IJobStore`` through ``MinimalStore`` (which keep no tombstone: ``was_purged``
+answers False, as a third-party store inherits it), PostgreSQL and MariaDB.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from pypepper_dramatiq.rules.retention import TOMBSTONE_KEEP
+from pypepper_dramatiq.rules.status import Status
+from pypepper_dramatiq.stores.base import IJobStore, utcnow
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+from pypepper_dramatiq.stores.schema import purged
+from pypepper_dramatiq.stores.sql import SqlJobStore
+
+from .test_store_contract import T0, MinimalStore, job, store
+
+__all__ = ["store"]  # the fixture: every store of the contract
+
+#: Jobs ended at T0; the purge's cutoff is a day later.
+CUTOFF = T0 + timedelta(days=1)
+
+
+def keeps_tombstones(store: IJobStore) -> bool:
+    return not isinstance(store, MinimalStore)
+
+
+def tombstone_times(store: IJobStore) -> dict[str, datetime]:
+    """When each kept tombstone was written, read where the store keeps them."""
+    if isinstance(store, SqlJobStore):
+        with store.engine.connect() as conn:
+            rows = conn.execute(select(purged.c.job_id, purged.c.purged_at))
+            return {job_id: when for job_id, when in rows}
+    assert isinstance(store, MemoryJobStore)
+    return dict(store._purged)
+
+
+def age_tombstone(store: IJobStore, job_id: str, by: timedelta) -> None:
+    """Make ``job_id``'s tombstone ``by`` older (the clock cannot be moved a week)."""
+    when = tombstone_times(store)[job_id] - by
+    if isinstance(store, SqlJobStore):
+        with store.engine.begin() as conn:
+            conn.execute(update(purged).where(purged.c.job_id == job_id).values(purged_at=when))
+    else:
+        assert isinstance(store, MemoryJobStore)
+        store._purged[job_id] = when
+
+
+def put_ended(store: IJobStore, *job_ids: str, status: Status = Status.COMPLETED) -> None:
+    for job_id in job_ids:
+        assert store.put(job(job_id, status=status))
+
+
+def test_the_purge_leaves_a_tombstone_for_each_row_it_deletes(store: IJobStore) -> None:
+    put_ended(store, "gone-1", "gone-2")
+    put_ended(store, "failed", status=Status.FAILED)
+    put_ended(store, "recent")
+    assert store.put(job("recent", status=Status.COMPLETED, version=1, updated=CUTOFF))
+    before = utcnow()
+
+    assert sorted(store.purge(Status.COMPLETED, CUTOFF, 100)) == ["gone-1", "gone-2"]
+
+    kept = keeps_tombstones(store)
+    assert store.was_purged("gone-1") is kept and store.was_purged("gone-2") is kept
+    # Not purged: a row still stored, one of another status, one never stored.
+    assert not store.was_purged("recent")
+    assert not store.was_purged("failed")
+    assert not store.was_purged("never-stored")
+    if kept:
+        times = tombstone_times(store)
+        assert sorted(times) == ["gone-1", "gone-2"]
+        assert all(before - timedelta(seconds=5) <= t <= utcnow() for t in times.values())
+
+
+def test_a_dry_run_and_a_plain_delete_leave_no_tombstone(store: IJobStore) -> None:
+    put_ended(store, "old", "deleted")
+    assert store.purge(Status.COMPLETED, CUTOFF, 100, dry_run=True) == ["deleted", "old"]
+    assert store.delete("deleted")
+    assert not store.was_purged("old") and not store.was_purged("deleted")
+
+
+def test_a_row_the_purge_keeps_leaves_no_tombstone(store: IJobStore) -> None:
+    # A Scheduled child waits for the parent: the purge keeps the parent.
+    put_ended(store, "parent")
+    assert store.put(
+        job(
+            "child",
+            status=Status.SCHEDULED,
+            waiting_since=T0,
+            waits={"parents": ["parent"], "on_parent_failure": "propagate"},
+        )
+    )
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == []
+    assert not store.was_purged("parent")
+
+
+@pytest.mark.parametrize("keep", ["past", "within"])
+def test_the_purge_deletes_the_tombstones_older_than_the_keep(store: IJobStore, keep: str) -> None:
+    if not keeps_tombstones(store):
+        pytest.skip("the IJobStore defaults keep no tombstone")
+    put_ended(store, "first")
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["first"]
+    slack = timedelta(minutes=1)
+    age_tombstone(
+        store, "first", TOMBSTONE_KEEP + slack if keep == "past" else TOMBSTONE_KEEP - slack
+    )
+    put_ended(store, "second")
+
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["second"]
+
+    assert store.was_purged("first") is (keep == "within")
+    assert store.was_purged("second")
+
+
+def test_a_purge_that_deletes_nothing_still_forgets_old_tombstones(store: IJobStore) -> None:
+    if not keeps_tombstones(store):
+        pytest.skip("the IJobStore defaults keep no tombstone")
+    put_ended(store, "first")
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["first"]
+    age_tombstone(store, "first", TOMBSTONE_KEEP + timedelta(minutes=1))
+    assert store.purge(Status.FAILED, CUTOFF, 100) == []
+    assert not store.was_purged("first")
+
+
+def test_an_id_purged_again_gets_a_fresh_tombstone(store: IJobStore) -> None:
+    if not keeps_tombstones(store):
+        pytest.skip("the IJobStore defaults keep no tombstone")
+    put_ended(store, "again")
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["again"]
+    age_tombstone(store, "again", TOMBSTONE_KEEP - timedelta(minutes=1))
+    put_ended(store, "again")  # the same id stored again (by hand), then purged again
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["again"]
+    assert utcnow() - tombstone_times(store)["again"] < timedelta(minutes=1)
+
+
+def test_many_rows_purged_in_batches_each_leave_one(store: IJobStore) -> None:
+    if not keeps_tombstones(store):
+        pytest.skip("the IJobStore defaults keep no tombstone")
+    ids = [f"j{n:04d}" for n in range(1200)]  # more than one purge batch (1,000)
+    put_ended(store, *ids)
+    assert len(store.purge(Status.COMPLETED, CUTOFF, 2000)) == 1200
+    assert sorted(tombstone_times(store)) == ids
