@@ -64,15 +64,12 @@ nothing stuck):
    exists; a rolled-back one has no row, no order row, and never ran.
 6. **retention**: some ended jobs were purged during the run, none before it had
    ended :data:`RETENTION_SECONDS` ago, and none while Scheduled or InProgress.
-
-**A known bug, counted apart.** The first message of a job whose first step's
-worker was SIGKILLed comes back (Dramatiq requeues a dead worker's messages);
-when retention deleted the job meanwhile, the claim heals its row from the
-message and the whole job runs again (``tests/driver/test_purged_job_messages.py``,
-a strict xfail). The workers log each heal; a job healed and started again after
-it had ended is reported as ``resurrected_after_purge`` and the problems naming
-it are set aside, so that the run judges everything else. Fix the bug, then
-remove this (the xfail turns into a failure to say so).
+7. **purged jobs stay purged**: a job's first message that comes back after
+   retention deleted the job (the message of a first step whose worker was
+   SIGKILLed, which Dramatiq requeues) is dropped by the purge's tombstone: no
+   job is healed and started again after it had ended (``resurrected_after_purge``
+   must be empty; ``tests/driver/test_purged_job_messages.py``). The drops the
+   workers logged are counted (``purged_messages_dropped``).
 """
 
 from __future__ import annotations
@@ -128,6 +125,8 @@ CALLS = 2
 KEYED_SLEEP = 1.0
 #: What a worker logs when it heals a row from a message (``PYPEPPER_IT_LOG_HEALS``).
 HEAL_LINE = re.compile(r"job ([\w-]+): its row was not stored yet")
+#: What a worker logs when it drops a message of a job retention deleted.
+DROP_LINE = re.compile(r"job ([\w-]+) was deleted by retention; its returning message is dropped")
 #: The table our transactional producer writes in the same transaction as its jobs.
 ORDERS = "chaos_orders"
 
@@ -673,9 +672,9 @@ class Seed002:
                 planned.expected, planned.results, planned.never = Status.FAILED, {}, ("child",)
 
     def resurrected(self, chaos: ChaosRun) -> dict[str, float]:
-        """The jobs that hit the known bug of ``tests/driver/test_purged_job_messages.py``
-        (a stale first message of a purged job heals its row: the job runs again),
-        with when they had ended: healed by a worker, and started after they ended.
+        """The jobs run again after retention deleted them (issue 22: a stale first
+        message of a purged job healed its row), with when they had ended: healed by
+        a worker, and started after they ended. Must be none (invariant 7).
 
         Call it after reading the traces a check judges: a rerun's start is traced
         after its heal is logged."""
@@ -691,6 +690,10 @@ class Seed002:
                 if any(s > ended for s in self.cluster.times("starts", planned.job, name)):
                     found[job_id] = ended
         return found
+
+    def dropped_after_purge(self, chaos: ChaosRun) -> int:
+        """How many messages of purged jobs the workers dropped (their INFO lines)."""
+        return sum(len(DROP_LINE.findall(w.log())) for w in chaos.cluster.workers)
 
     # -- the invariants
 
