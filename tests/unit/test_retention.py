@@ -14,7 +14,12 @@ from pypepper_dramatiq import ConfigError, WorkflowMiddleware, setup
 from pypepper_dramatiq.config import duration
 from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
 from pypepper_dramatiq.records.record import JobRecord
-from pypepper_dramatiq.rules.retention import awaited, still_needed
+from pypepper_dramatiq.rules.retention import (
+    TOMBSTONE_KEEP,
+    awaited,
+    still_needed,
+    tombstones_expire_before,
+)
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.settings import Settings
 from pypepper_dramatiq.stores.memory import MemoryJobStore
@@ -263,3 +268,9 @@ def test_without_retention_the_sweep_deletes_nothing(fresh_process_state: StubBr
     sweeper.sweep(full=True)
     assert sweeper.purge_ended(datetime.now(timezone.utc)) == 0
     assert store.get("old") is not None
+
+
+def test_a_purged_jobs_tombstone_is_kept_a_week() -> None:
+    now = datetime(2024, 3, 10, 12, 0, tzinfo=timezone.utc)
+    assert timedelta(days=7) == TOMBSTONE_KEEP
+    assert tombstones_expire_before(now) == datetime(2024, 3, 3, 12, 0, tzinfo=timezone.utc)
