@@ -4,12 +4,11 @@ version, refuse a stale one; visible only once the caller commits."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
