@@ -158,9 +158,9 @@ def is_outage(exc: BaseException) -> bool:
 
 
 def broker_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` says the broker could not be reached (Dramatiq's, redis-py's
-    or the OS's word for it), as opposed to a bug or a refusal."""
-    if isinstance(exc, dramatiq.errors.BrokerConnectionError | OSError):
+    """Whether ``exc`` says the broker could not be reached (ours, Dramatiq's,
+    redis-py's or the OS's word for it), as opposed to a bug or a refusal."""
+    if isinstance(exc, BrokerUnavailableError | dramatiq.errors.BrokerConnectionError | OSError):
         return True
     return type(exc).__module__.startswith("redis.") and (
         "Connection" in type(exc).__name__ or "Timeout" in type(exc).__name__

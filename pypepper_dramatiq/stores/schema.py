@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     Computed,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     Dialect,
     Double,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -211,4 +213,32 @@ purged = Table(
     Column("purged_at", UtcDateTime(), nullable=False),
     # The purge's delete of the tombstones past their keep.
     Index("ix_scheduler_purged_purged_at", "purged_at"),
+)
+
+#: The channels' admission state where PostgreSQL coordinates the processes (created on
+#: PostgreSQL only: migration 0012)
+#: (:mod:`pypepper_dramatiq.transport.postgres`): one row per channel a process used.
+channels = Table(
+    "scheduler_channels",
+    metadata,
+    Column("name", exact_text(limits.CHANNEL_ID_LENGTH), primary_key=True),
+    # How many jobs may wait at once; 0: unbounded.
+    Column("maxsize", Integer, nullable=False, default=0),
+    Column("stopped", Boolean, nullable=False, default=False),
+)
+
+#: The jobs admitted to a channel and not yet taken (its waiting jobs): one row each.
+#: ``seq`` orders them for the sweep's paging (``Gate.waiting_ids``).
+channel_slots = Table(
+    "scheduler_channel_slots",
+    metadata,
+    Column(
+        "channel",
+        exact_text(limits.CHANNEL_ID_LENGTH),
+        ForeignKey("scheduler_channels.name", ondelete="CASCADE", name="fk_channel_slots_channel"),
+        primary_key=True,
+    ),
+    Column("job_id", exact_text(limits.ID_LENGTH), primary_key=True),
+    Column("seq", BigInteger, Identity(), nullable=False),
+    Index("ix_scheduler_channel_slots_channel_seq", "channel", "seq"),
 )

@@ -1,0 +1,31 @@
+"""Connections of their own (not the pool's), for what stays on one session: the
+notices' ``LISTEN`` and the leader's advisory lock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine
+
+#: Seconds a dedicated connection waits for the server before giving up.
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+def dedicated(engine: Engine, **settings: Any) -> psycopg.Connection[Any]:
+    """A new autocommit psycopg connection to ``engine``'s database.
+
+    ``settings`` are server settings for the session (``idle_session_timeout``...).
+    TCP keepalives are on, so that a peer gone without closing is noticed.
+    """
+    _, params = engine.dialect.create_connect_args(engine.url)
+    params = {key: value for key, value in params.items() if key != "context"}
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    params.setdefault("keepalives", 1)
+    params.setdefault("keepalives_idle", 10)
+    params.setdefault("keepalives_interval", 5)
+    params.setdefault("keepalives_count", 3)
+    if settings:
+        given = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        params["options"] = f"{params.get('options', '')} {given}".strip()
+    return psycopg.connect(autocommit=True, **params)

@@ -1,0 +1,118 @@
+"""The PostgreSQL transport: coordination in the job store's database, next to a
+broker that redelivers what dead consumers held (RabbitMQ)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, text
+
+from ..base import ChannelState, Gate, Subscription, Topic, Transport
+from .connections import dedicated
+from .gate import PostgresGate, channel_states, run
+from .leader import LeaderLock
+from .notices import CHANNELS, PostgresSubscription, check_payload
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+
+class PostgresTransport(Transport):
+    """Coordination through PostgreSQL (psycopg 3).
+
+    Args:
+        engine: the SQL store's engine (PostgreSQL, schema 0012 or later); its pool
+            carries the gates' statements and the notices sent; the subscription
+            and the leader lock hold connections of their own.
+        broker: the broker the messages go to (unused here: RabbitMQ redelivers
+            what dead consumers held by itself).
+    """
+
+    where = "PostgreSQL"
+
+    def __init__(self, engine: Engine, broker: Any = None) -> None:
+        self.engine = engine
+        self.broker = broker
+        self._leader = LeaderLock(functools.partial(dedicated, engine))
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """What the driver raises when PostgreSQL cannot be used (the transport's own
+        methods raise :class:`~pypepper_dramatiq.errors.BrokerUnavailableError`)."""
+        return (psycopg.Error,)
+
+    def close(self) -> None:
+        """Give up the leader lock and its connection (the pool is the engine's)."""
+        self._leader.release()
+
+    @property
+    def shared(self) -> bool:
+        return True
+
+    @property
+    def takes_undeclared_queues(self) -> bool:
+        # Dramatiq's RabbitmqBroker declares the queue itself as it enqueues
+        # (``declare_queue(..., ensure=True)``): no message is dropped for want of one.
+        return True
+
+    # -- admission -----------------------------------------------------------------------
+
+    def gate(self, channel_id: str, maxsize: int | None = None) -> Gate:
+        return PostgresGate(self.engine, channel_id, maxsize)
+
+    def enqueues_with(self, gate: Gate) -> bool:
+        return False  # admitted here, then enqueued by the broker
+
+    def channel_states(self) -> list[ChannelState] | None:
+        return channel_states(self.engine)
+
+    # -- notices -------------------------------------------------------------------------
+
+    def publish(self, topic: Topic, text: str) -> int | None:
+        """One ``pg_notify``; None: PostgreSQL does not tell how many heard it.
+
+        Raises:
+            ValueError: ``text`` is no payload NOTIFY carries.
+            BrokerUnavailableError: PostgreSQL could not be reached.
+        """
+        payload = check_payload(topic, text)
+        run(
+            self.engine,
+            f"a {topic.value} notice",
+            _NOTIFY,
+            channel=CHANNELS[topic],
+            payload=payload,
+        )
+        return None
+
+    @property
+    def carries_notices(self) -> bool:
+        return True
+
+    def subscribe(self, topics: Collection[Topic]) -> Subscription:
+        return PostgresSubscription(functools.partial(dedicated, self.engine), topics)
+
+    @property
+    def connection(self) -> Any:
+        return self.engine
+
+    # -- the recovery sweep --------------------------------------------------------------
+
+    def lead(self, owner: str, ttl_seconds: float) -> bool:
+        return self._leader.lead(owner, ttl_seconds)
+
+    @property
+    def leader_backend_pid(self) -> int | None:
+        """The server process holding this transport's leader connection, if any."""
+        return self._leader.backend_pid
+
+    def requeue_dead_workers(self, queue_name: str) -> None:
+        return None  # RabbitMQ requeues a dropped consumer's unacknowledged messages
+
+    def queues_held_by_dead_workers(self) -> set[str]:
+        return set()
+
+    def messages_exist(self, messages: Sequence[tuple[str, str | None]]) -> list[bool] | None:
+        return None  # RabbitMQ cannot be asked; its messages are not lost with a worker

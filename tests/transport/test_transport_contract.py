@@ -1,0 +1,400 @@
+"""One contract for every transport: two transport objects stand for two processes
+(each with its own connections), on Redis and on PostgreSQL; the in-process one
+where the semantics apply (one process: both "processes" share its gate).
+
+Admission (the bound under concurrent admits of both, the stop flag, resizes,
+paging the waiting ids, releases), notices (published by one, heard by the
+other; a lost connection confirms the subscription again), the sweep leader's
+lock, and what an outage of the server looks like to the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from conftest import restartable_redis
+from services import PostgresServer
+from sqlalchemy import create_engine, text
+
+from pypepper_dramatiq.errors import BrokerUnavailableError
+from pypepper_dramatiq.ops.outage import broker_unreachable, is_outage
+from pypepper_dramatiq.stores.sql.store import SqlJobStore
+from pypepper_dramatiq.transport import (
+    Gate,
+    LocalTransport,
+    Notice,
+    Subscribed,
+    Subscription,
+    Topic,
+    Transport,
+)
+from pypepper_dramatiq.transport.postgres import PostgresTransport
+from pypepper_dramatiq.transport.redis import RedisTransport
+from pypepper_dramatiq.transport.redis.layout import LEADER_KEY
+
+
+@dataclass
+class Processes:
+    """Two transports standing for two processes."""
+
+    kind: str
+    one: Transport
+    other: Transport
+    #: Ends the connection a subscription listens on, as a server restart would.
+    drop_subscription: Callable[[Subscription], None] | None = None
+    #: Ends the connection the leader lock of ``one`` is held on.
+    drop_leader: Callable[[Transport], None] | None = None
+
+    def gates(self, maxsize: int | None = None) -> tuple[Gate, Gate]:
+        name = f"contract-{uuid.uuid4().hex[:8]}"
+        one = self.one.gate(name, maxsize)
+        other = one if self.kind == "local" else self.other.gate(name)
+        return one, other
+
+
+@pytest.fixture
+def redis_processes(redis_url: str) -> Iterator[Processes]:
+    clients = [redis.Redis.from_url(redis_url) for _ in range(2)]
+    clients[0].delete(LEADER_KEY)
+
+    def drop_subscription(subscription: Subscription) -> None:
+        clients[1].client_kill_filter(_type="pubsub")
+
+    yield Processes("redis", *(RedisTransport(c) for c in clients), drop_subscription)
+    clients[0].delete(LEADER_KEY)
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def postgres_processes(pg_store: SqlJobStore, postgres_uri: str) -> Iterator[Processes]:
+    second = create_engine(postgres_uri, isolation_level="AUTOCOMMIT")
+    one, other = PostgresTransport(pg_store.engine), PostgresTransport(second)
+
+    def terminate(pid: int | None) -> None:
+        assert pid is not None
+        with second.connect() as connection:
+            connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+    def drop_subscription(subscription: Subscription) -> None:
+        terminate(subscription.backend_pid)  # type: ignore[attr-defined]
+
+    def drop_leader(transport: Transport) -> None:
+        terminate(transport.leader_backend_pid)  # type: ignore[attr-defined]
+
+    yield Processes("postgres", one, other, drop_subscription, drop_leader)
+    one.close()
+    other.close()
+    second.dispose()
+
+
+@pytest.fixture(
+    params=[
+        "local",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def processes(request: pytest.FixtureRequest) -> Processes:
+    if request.param == "local":
+        transport = LocalTransport()
+        return Processes("local", transport, transport)
+    fixture: Processes = request.getfixturevalue(f"{request.param}_processes")
+    return fixture
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def shared(request: pytest.FixtureRequest) -> Processes:
+    """The transports whose state other processes share."""
+    fixture: Processes = request.getfixturevalue(f"{request.param}_processes")
+    return fixture
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.02)
+
+
+# -- admission ---------------------------------------------------------------------------
+
+
+def test_concurrent_admits_of_both_processes_never_pass_the_bound(processes: Processes) -> None:
+    one, other = processes.gates(maxsize=5)
+    one.connect()
+    barrier = threading.Barrier(8)
+
+    def admit(n: int) -> list[str]:
+        gate = one if n % 2 else other
+        barrier.wait()
+        return [gate.admit(f"job-{n}-{i}") for i in range(6)]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = [a for batch in pool.map(admit, range(8)) for a in batch]
+    assert answers.count("ok") == 5
+    assert answers.count("full") == 8 * 6 - 5
+    assert one.waiting() == other.waiting() == 5
+    assert other.admit("one-more") == "full" and one.check() == "full"
+
+
+def test_a_job_admitted_again_is_counted_once(processes: Processes) -> None:
+    one, other = processes.gates(maxsize=2)
+    assert one.admit("a") == "ok"
+    assert other.admit("a") == "ok"
+    assert one.waiting() == 1
+    assert other.admit("b") == "ok"
+    assert one.admit("a") == "ok"  # already counted: re-admitting a full channel's job is ok
+    assert one.admit("c") == "full"
+
+
+def test_a_stop_is_seen_by_the_other_process(processes: Processes) -> None:
+    one, other = processes.gates(maxsize=0)
+    assert other.admit("before") == "ok"
+    one.request_stop()
+    assert other.stopped and other.check() == "stopped"
+    assert other.admit("new") == "stopped"
+    # Jobs accepted before the stop are still admitted when released.
+    assert other.admit_released(["held"]) == [True]
+    other.resume()
+    assert not one.stopped and one.admit("new") == "ok"
+
+
+def test_resize_answers_the_old_bound_and_the_other_process_obeys_it(
+    processes: Processes, caplog: pytest.LogCaptureFixture
+) -> None:
+    one, other = processes.gates(maxsize=3)
+    one.connect()
+    for job in ("a", "b", "c"):
+        assert other.admit(job) == "ok"
+    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq.channels.admission"):
+        assert other.resize(1) == 3
+    assert any("bound 3 -> 1" in r.getMessage() for r in caplog.records)
+    assert one.maxsize == 1
+    assert one.waiting() == 3  # the jobs waiting stay beyond the smaller bound
+    one.release("a")
+    one.release("b")
+    assert one.admit("d") == "full"
+    one.release("c")
+    assert one.admit("d") == "ok"
+    assert other.resize(0) == 1
+    assert other.admit("e") == "ok"
+
+
+def test_a_release_frees_a_slot_for_the_other_process(processes: Processes) -> None:
+    one, other = processes.gates(maxsize=1)
+    assert one.admit("a") == "ok"
+    assert other.admit("b") == "full"
+    other.release("a")
+    other.release("a")  # twice: nothing more happens
+    assert one.waiting() == 0
+    assert one.admit("b") == "ok"
+
+
+def test_released_jobs_are_admitted_in_one_call_up_to_the_bound(processes: Processes) -> None:
+    one, other = processes.gates(maxsize=3)
+    assert one.admit("a") == "ok"
+    assert other.admit_released(["a", "b", "c", "d", "b"]) == [True, True, True, False, True]
+    assert one.waiting() == 3
+    assert other.admit_released([]) == []
+
+
+def test_waiting_ids_page_through_every_waiting_job(processes: Processes) -> None:
+    one, other = processes.gates(maxsize=0)
+    jobs = {f"job-{n:02d}" for n in range(25)}
+    for job in sorted(jobs):
+        assert one.admit(job) == "ok"
+    seen: list[str] = []
+    cursor, pages = 0, 0
+    while True:
+        cursor, ids = other.waiting_ids(cursor, 7)
+        seen += ids
+        pages += 1
+        if cursor == 0:
+            break
+    assert set(seen) == jobs
+    assert pages > 1 or processes.kind == "redis"  # Redis answers a small set whole
+
+
+def test_the_channels_states_name_each_channel(shared: Processes) -> None:
+    one, other = shared.gates(maxsize=4)
+    one.admit("a")
+    other.request_stop()
+    states = {state.name: state for state in shared.other.channel_states() or []}
+    state = states[one.channel_id]
+    assert (state.waiting, state.maxsize, state.stopped) == (1, 4, True)
+    assert other.known()
+
+
+# -- notices -----------------------------------------------------------------------------
+
+
+def next_event(subscription: Subscription, kind: type, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = subscription.poll(0.2)
+        if isinstance(event, kind):
+            return event
+    raise AssertionError(f"no {kind.__name__} within {timeout}s")
+
+
+def confirmed(subscription: Subscription, count: int, timeout: float = 10.0) -> None:
+    """Wait for the subscription to be confirmed for ``count`` topics (Redis confirms
+    each topic apart, counting up; PostgreSQL all at once). A poll that finds the
+    connection lost may raise once: the next one connects again."""
+    deadline = time.monotonic() + timeout
+    lost = 0
+    while time.monotonic() < deadline:
+        try:
+            event = subscription.poll(0.2)
+        except Exception as exc:
+            lost += 1
+            assert lost == 1 and broker_unreachable(exc), exc
+            continue
+        if isinstance(event, Subscribed) and event.count == count:
+            return
+    raise AssertionError(f"not confirmed for {count} topics within {timeout}s")
+
+
+def test_a_notice_one_process_publishes_is_heard_by_the_other(shared: Processes) -> None:
+    subscription = shared.other.subscribe([Topic.CANCEL, Topic.ENDED])
+    try:
+        confirmed(subscription, 2)
+        shared.one.publish(Topic.ENDED, "job-1")
+        shared.one.publish(Topic.LISTENING, "1")  # not subscribed: not heard
+        shared.one.publish(Topic.CANCEL, "job-2")
+        assert next_event(subscription, Notice) == Notice(Topic.ENDED, "job-1")
+        assert next_event(subscription, Notice) == Notice(Topic.CANCEL, "job-2")
+        subscription.add([Topic.LISTENING])
+        confirmed(subscription, 3)
+        shared.one.publish(Topic.LISTENING, "1")
+        assert next_event(subscription, Notice) == Notice(Topic.LISTENING, "1")
+    finally:
+        subscription.close()
+
+
+def test_a_lost_connection_confirms_the_subscription_again(shared: Processes) -> None:
+    assert shared.drop_subscription is not None
+    subscription = shared.other.subscribe([Topic.ENDED])
+    try:
+        confirmed(subscription, 1)
+        shared.drop_subscription(subscription)
+        # A poll finds the connection gone and listens again: notices sent
+        # meanwhile may be lost, which the Subscribed says.
+        confirmed(subscription, 1)
+        shared.one.publish(Topic.ENDED, "after")
+        assert next_event(subscription, Notice) == Notice(Topic.ENDED, "after")
+    finally:
+        subscription.close()
+
+
+@pytest.mark.postgres
+def test_a_notice_postgresql_cannot_carry_is_refused_naming_the_topic(
+    postgres_processes: Processes,
+) -> None:
+    with pytest.raises(ValueError, match="ended notice is 8000 bytes"):
+        postgres_processes.one.publish(Topic.ENDED, "x" * 8000)
+    with pytest.raises(ValueError, match="cancel notice holds U"):
+        postgres_processes.one.publish(Topic.CANCEL, "a\x00b")
+    assert postgres_processes.one.publish(Topic.ENDED, "x" * 7999) is None
+
+
+# -- the sweep leader's lock -------------------------------------------------------------
+
+
+def test_the_leader_lock_is_held_by_one_process(shared: Processes) -> None:
+    assert shared.one.lead("one", 30)
+    assert not shared.other.lead("other", 30)
+    assert shared.one.lead("one", 30)  # renewed
+    assert not shared.other.lead("other", 30)
+
+
+def test_a_hung_leaders_lock_lapses_after_its_ttl(shared: Processes) -> None:
+    assert shared.one.lead("one", 0.5)
+    # "one" renews no more (hung): the lock lapses, and the other process takes it.
+    eventually(lambda: shared.other.lead("other", 30), "the other process leads")
+    assert not shared.one.lead("one", 30)
+
+
+@pytest.mark.postgres
+def test_a_dead_leaders_lock_is_taken_over_at_once(postgres_processes: Processes) -> None:
+    one, other = postgres_processes.one, postgres_processes.other
+    assert one.lead("one", 3600)
+    assert not other.lead("other", 3600)
+    assert postgres_processes.drop_leader is not None
+    postgres_processes.drop_leader(one)  # its connection dies, as with a SIGKILL
+    eventually(lambda: other.lead("other", 3600), "the other process leads")
+    assert not one.lead("one", 3600)  # it finds its session gone, and the lock taken
+
+
+# -- the server down ---------------------------------------------------------------------
+
+
+def outage_errors(transport: Transport) -> dict[str, BaseException]:
+    """What each kind of call raises while the server is down."""
+    gate = transport.gate(f"down-{uuid.uuid4().hex[:6]}", 3)
+    calls: dict[str, Callable[[], object]] = {
+        "admit": lambda: gate.admit("job"),
+        "release": lambda: gate.release("job"),
+        "waiting": gate.waiting,
+        "resize": lambda: gate.resize(4),
+        "publish": lambda: transport.publish(Topic.CANCEL, "job"),
+        "lead": lambda: transport.lead("me", 10),
+        "subscribe": lambda: transport.subscribe([Topic.ENDED]).poll(0.1),
+    }
+    raised: dict[str, BaseException] = {}
+    for name, call in calls.items():
+        with pytest.raises(Exception) as info:
+            call()
+        raised[name] = info.value
+    return raised
+
+
+def gate_and_notice_errors_agree(raised: dict[str, BaseException]) -> None:
+    for name in ("admit", "release", "waiting", "resize"):
+        assert isinstance(raised[name], BrokerUnavailableError), name
+    for name, exc in raised.items():
+        assert is_outage(exc) and broker_unreachable(exc), (name, exc)
+
+
+@pytest.mark.redis
+def test_redis_down_is_an_outage_of_the_broker(tmp_path: Path) -> None:
+    server = restartable_redis(tmp_path)
+    server.start()
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=2)
+    try:
+        RedisTransport(client).gate("warm").connect()
+        server.stop()
+        gate_and_notice_errors_agree(outage_errors(RedisTransport(client)))
+    finally:
+        client.close()
+        server.stop()
+
+
+@pytest.mark.postgres
+def test_postgresql_down_is_the_same_outage_of_the_broker(own_postgres: PostgresServer) -> None:
+    store = SqlJobStore(own_postgres.uri, migrate=True)
+    transport = PostgresTransport(store.engine)
+    try:
+        transport.gate("warm").connect()  # a pooled connection the stop makes stale
+        own_postgres.stop()
+        gate_and_notice_errors_agree(outage_errors(transport))
+    finally:
+        transport.close()
+        store.close()
