@@ -193,7 +193,8 @@ def publish_ended(job_id: str, transport: Transport | None = None) -> bool:
         if epoch is None:
             return False
         receivers = transport.publish(Topic.ENDED, job_id)
-        audience.answered(int(receivers or 0), epoch, time.monotonic())
+        if receivers is not None:  # None: the transport cannot tell (keep publishing)
+            audience.answered(receivers, epoch, time.monotonic())
     except Exception as exc:
         level = logging.DEBUG if broker_unreachable(exc) else logging.WARNING
         logger.log(

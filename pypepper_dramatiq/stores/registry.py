@@ -26,6 +26,7 @@ __all__ = [
     "PersistenceWarning",
     "configure_job_store",
     "get_job_store",
+    "installed_job_store",
     "reset_job_store",
     "set_job_store",
     "setup_from_config",
@@ -71,6 +72,12 @@ def get_job_store() -> IJobStore:
         if _store is None:
             _store = MemoryJobStore()
         return _store
+
+
+def installed_job_store() -> IJobStore | None:
+    """The store installed in this process, or None while none was (no default made)."""
+    with _lock:
+        return _store if _installed else None
 
 
 def set_job_store(store: IJobStore) -> IJobStore:

@@ -35,15 +35,36 @@ __all__ = [
     "Subscription",
     "Topic",
     "Transport",
+    "is_rabbitmq_broker",
     "transport_for",
 ]
 
 
-def transport_for(broker: Any) -> Transport:
-    """The transport of ``broker``: Redis's for Dramatiq's Redis broker, else the
-    in-process one (the stub broker, or a broker of another kind)."""
+def transport_for(broker: Any, store: Any = None) -> Transport:
+    """The transport of ``broker``: Redis's for Dramatiq's Redis broker; PostgreSQL's
+    for Dramatiq's RabbitMQ broker when ``store`` (the job store) is a SQL store on
+    PostgreSQL; else the in-process one (the stub broker, or a broker of another kind).
+
+    The brokers are told apart by their class, named: neither the Redis client nor
+    pika is imported unless its broker is the one given.
+    """
     if type(broker).__name__ == "RedisBroker" and getattr(broker, "client", None) is not None:
         from .redis import RedisTransport  # the Redis client is loaded only when used
 
         return RedisTransport(broker.client, broker)
+    if is_rabbitmq_broker(broker):
+        engine = getattr(store, "engine", None)
+        if engine is not None and getattr(engine.dialect, "name", None) == "postgresql":
+            from .postgres import PostgresTransport  # psycopg is loaded only when used
+
+            return PostgresTransport(engine, broker)
     return LocalTransport()
+
+
+def is_rabbitmq_broker(broker: Any) -> bool:
+    """Whether ``broker`` is Dramatiq's ``RabbitmqBroker`` (or a subclass of it),
+    looked at without importing pika."""
+    return any(
+        cls.__name__ == "RabbitmqBroker" and cls.__module__ == "dramatiq.brokers.rabbitmq"
+        for cls in type(broker).__mro__
+    )

@@ -19,7 +19,7 @@ from ...errors import ConfigError
 from ...metrics.prometheus import install_metrics
 from ...ops.display import masked_url
 from ...settings import YAML_KEYS, Settings
-from ...stores.registry import configure_job_store, setup_from_config
+from ...stores.registry import configure_job_store, installed_job_store, setup_from_config
 from ...transport import transport_for
 from .middleware import WorkflowMiddleware
 from .step_actor import declare_step_actor
@@ -192,17 +192,19 @@ def setup(
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)
         broker.add_middleware(middleware, before=TimeLimit if has_time_limit else None)
-    set_broker(broker, transport_for(broker))  # the transport is chosen here, once
-    declare_step_actor(broker)
-    guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
-    manager.clear()
-    for channel_id, maxsize in declared.items():
-        manager.new(channel_id, maxsize)  # no Redis I/O: the bound waits for a first call
-
+    # The store first: PostgreSQL's coordinates the processes of some brokers (RabbitMQ).
     if store_uri:
         configure_job_store(_backend_of(store_uri), uri=store_uri, migrate=migrate)
     elif section(yml, "scheduler", "jobStore"):
         store_options = section(yml, "scheduler", "jobStore")
         store_options.setdefault("migrate", migrate)
         setup_from_config({"scheduler": {"jobStore": store_options}})
+    # The transport is chosen here, once.
+    set_broker(broker, transport_for(broker, installed_job_store()))
+    declare_step_actor(broker)
+    guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
+    manager.clear()
+    for channel_id, maxsize in declared.items():
+        manager.new(channel_id, maxsize)  # no Redis I/O: the bound waits for a first call
+
     return broker

@@ -1,0 +1,254 @@
+"""The Dramatiq driver on the stub broker with PostgreSQL coordinating its processes
+(:class:`PostgresTransport` installed with ``set_broker``): two transports on two
+engines stand for two processes.
+
+A bounded channel refuses across them, a notice one sends wakes the other's
+waiter (``Job.wait()``, the poll pushed out of reach), a job's end notice keeps
+being published although PostgreSQL cannot say who heard it, ``setup()`` picks
+the transport for a RabbitMQ broker on a PostgreSQL store, and a plain job costs
+three PostgreSQL statements of the transport.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+from sqlalchemy import Engine, create_engine, event
+
+import pypepper_dramatiq
+from pypepper_dramatiq import (
+    ChannelFullError,
+    Context,
+    Job,
+    Status,
+    Task,
+    Workflow,
+    manager,
+    set_job_store,
+    workflow_task,
+)
+from pypepper_dramatiq.channels import end_notices
+from pypepper_dramatiq.channels.broker import get_transport, set_broker
+from pypepper_dramatiq.channels.end_notices import audience, listening, publish_ended, waiters
+from pypepper_dramatiq.records.record import utcnow
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+from pypepper_dramatiq.stores.sql.store import SqlJobStore
+from pypepper_dramatiq.transport import LocalTransport, Topic, transport_for
+from pypepper_dramatiq.transport.postgres import PostgresTransport
+
+pytestmark = pytest.mark.postgres
+
+JOB_TIMEOUT = 30.0
+
+
+@workflow_task(name="pg-coordination.noop")
+def noop(task: Task, context: Context) -> int:
+    return 1
+
+
+class RabbitmqBroker(StubBroker):
+    """Stands for Dramatiq's RabbitMQ broker where pika is not installed: the transport
+    knows that broker by its class's name and module, never by importing it."""
+
+
+RabbitmqBroker.__module__ = "dramatiq.brokers.rabbitmq"
+
+
+@dataclass
+class TwoProcesses:
+    broker: StubBroker
+    one: PostgresTransport
+    other: PostgresTransport
+
+    def become(self, transport: PostgresTransport) -> None:
+        """This process is now the one coordinating through ``transport``."""
+        set_broker(self.broker, transport)
+        manager.clear()
+
+
+@pytest.fixture
+def processes(pg_store: SqlJobStore, postgres_uri: str) -> Iterator[TwoProcesses]:
+    set_job_store(pg_store)
+    broker = pypepper_dramatiq.setup(broker=StubBroker())
+    assert isinstance(broker, StubBroker)
+    second = create_engine(postgres_uri, isolation_level="AUTOCOMMIT")
+    one, other = PostgresTransport(pg_store.engine, broker), PostgresTransport(second, broker)
+    set_broker(broker, one)
+    yield TwoProcesses(broker, one, other)
+    end_notices.stop_listening()
+    one.close()
+    other.close()
+    second.dispose()
+
+
+def unique_channel() -> str:
+    return f"pg-coord-{uuid.uuid4().hex[:8]}"
+
+
+def job_on(channel: str) -> Job:
+    job = Job(category="pg-coordination", channel_id=channel)
+    job.workflows.append(Workflow([noop.task(name="t")]))
+    return job
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        time.sleep(0.02)
+
+
+def test_a_bounded_channel_refuses_across_two_processes(processes: TwoProcesses) -> None:
+    channel = unique_channel()
+    manager.new(channel, 1)
+    first = job_on(channel)
+    first.scheduled()
+
+    processes.become(processes.other)
+    manager.new(channel)  # no bound given: the stored one holds
+    with pytest.raises(ChannelFullError):
+        job_on(channel).scheduled()
+    processes.one.gate(channel).release(first.id)  # the first job was taken
+    job_on(channel).scheduled()
+    assert processes.other.gate(channel).waiting() == 1
+
+
+@pytest.fixture
+def no_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a notice can wake a wait during the test (the poll comes after a minute)."""
+    monkeypatch.setattr(end_notices, "POLL_SECONDS", 60.0)
+
+
+@pytest.mark.parametrize("topic", [Topic.CANCEL, Topic.ENDED])
+def test_a_notice_from_the_other_process_wakes_a_waiter(
+    processes: TwoProcesses, no_poll: None, topic: Topic
+) -> None:
+    channel = unique_channel()
+    manager.new(channel)
+    job = job_on(channel)
+    job.scheduled()  # no worker runs it: the other process ends it by hand
+    answers: list[Any] = []
+    waiter = threading.Thread(target=lambda: answers.append(job.wait(timeout=JOB_TIMEOUT)))
+    waiter.start()
+    listener = listening()
+    assert listener is not None and listener.ready.wait(10)
+    eventually(lambda: len(waiters) == 1, "the waiter registered")
+    time.sleep(3 * end_notices.SETTLE_SECONDS)  # the listener's own wake-ups are done
+
+    store = pypepper_dramatiq.get_job_store()
+    record = store.get(job.id)
+    assert record is not None
+    assert store.advance(record.evolve(status=Status.CANCELLED, updated=utcnow()))
+    processes.other.publish(topic, job.id)  # NOTIFY, from the other "process"
+    waiter.join(JOB_TIMEOUT + 5)
+    assert [record.status for record in answers] == [Status.CANCELLED]
+
+
+def test_job_ends_keep_being_published_although_nobody_is_counted(
+    processes: TwoProcesses,
+) -> None:
+    # A worker hearing the listeners' announcements goes quiet after a PUBLISH that
+    # reached nobody; NOTIFY cannot say how many heard it, so it never goes quiet.
+    audience.hearing(True)
+    try:
+        assert publish_ended("job-1", processes.one)
+        assert not audience.quiet
+        assert publish_ended("job-2", processes.one)
+    finally:
+        audience.hearing(False)
+
+
+# -- which transport ----------------------------------------------------------------------
+
+
+def test_a_rabbitmq_broker_on_a_postgresql_store_is_coordinated_by_postgresql(
+    pg_store: SqlJobStore,
+) -> None:
+    transport = transport_for(RabbitmqBroker(), pg_store)
+    assert isinstance(transport, PostgresTransport) and transport.engine is pg_store.engine
+    assert transport.shared and transport.carries_notices
+    assert transport.messages_exist([("q", "m")]) is None
+    assert transport.queues_held_by_dead_workers() == set()
+    # Without a PostgreSQL store there is nothing to coordinate it: this process alone.
+    assert isinstance(transport_for(RabbitmqBroker(), MemoryJobStore()), LocalTransport)
+    assert isinstance(transport_for(RabbitmqBroker()), LocalTransport)
+    assert isinstance(transport_for(StubBroker(), pg_store), LocalTransport)
+
+
+def test_setup_gives_a_rabbitmq_broker_the_postgresql_transport(postgres_uri: str) -> None:
+    setup_broker = pypepper_dramatiq.setup(
+        broker=RabbitmqBroker(), store_uri=postgres_uri, migrate=True
+    )
+    transport = get_transport()
+    store = pypepper_dramatiq.get_job_store()
+    assert isinstance(store, SqlJobStore)
+    assert isinstance(transport, PostgresTransport) and transport.engine is store.engine
+    assert transport.broker is setup_broker
+
+
+def test_the_real_rabbitmq_broker_is_recognised() -> None:
+    rabbitmq = pytest.importorskip("dramatiq.brokers.rabbitmq", reason="pika is not installed")
+    from pypepper_dramatiq.transport import is_rabbitmq_broker
+
+    broker = rabbitmq.RabbitmqBroker(url="amqp://127.0.0.1:1")  # connects on first use
+    assert is_rabbitmq_broker(broker)
+
+
+# -- what a plain job costs ---------------------------------------------------------------
+
+
+def statements_naming(engine: Engine, job_id: str) -> Counter[str]:
+    """Count, from now on, the statements sent on ``engine`` with ``job_id`` among their
+    parameters, by their first words."""
+    counted: Counter[str] = Counter()
+
+    def count(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        values = parameters.values() if isinstance(parameters, dict) else parameters or ()
+        if job_id in [v for v in values if isinstance(v, str)]:
+            counted[" ".join(statement.split()[:2])] += 1
+
+    event.listen(engine, "before_cursor_execute", count)
+    return counted
+
+
+def test_a_plain_job_costs_three_statements_of_the_transport(
+    processes: TwoProcesses, postgres_uri: str
+) -> None:
+    # The transport on an engine of its own, so that its statements are its own.
+    engine = create_engine(postgres_uri, isolation_level="AUTOCOMMIT")
+    transport = PostgresTransport(engine, processes.broker)
+    set_broker(processes.broker, transport)
+    channel = unique_channel()
+    manager.new(channel, 10)
+    job = job_on(channel)
+    counted = statements_naming(engine, job.id)
+    worker = dramatiq.Worker(processes.broker, worker_timeout=50)
+    processes.broker.emit_after("process_boot")
+    worker.start()
+    try:
+        job.scheduled()
+        record = job.wait(timeout=JOB_TIMEOUT)
+        assert record.status is Status.COMPLETED
+        eventually(lambda: sum(counted.values()) >= 3, "the end notice was sent")
+    finally:
+        worker.stop()
+        transport.close()
+    # Admit, release, the end notice: one statement each.
+    assert counted == Counter(
+        {
+            "SELECT pypepper_channel_admit(%(channel)s,": 1,
+            "DELETE FROM": 1,
+            "SELECT pg_notify(%(channel)s,": 1,
+        }
+    )
+    engine.dispose()
