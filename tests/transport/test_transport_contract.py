@@ -26,7 +26,7 @@ from conftest import restartable_redis
 from services import PostgresServer
 from sqlalchemy import create_engine, text
 
-from pypepper_dramatiq.errors import BrokerUnavailableError
+from pypepper_dramatiq.errors import BrokerUnavailableError, StoreError
 from pypepper_dramatiq.ops.outage import broker_unreachable, is_outage
 from pypepper_dramatiq.stores.sql.store import SqlJobStore
 from pypepper_dramatiq.transport import (
@@ -313,6 +313,27 @@ def test_a_notice_postgresql_cannot_carry_is_refused_naming_the_topic(
     with pytest.raises(ValueError, match="cancel notice holds U"):
         postgres_processes.one.publish(Topic.CANCEL, "a\x00b")
     assert postgres_processes.one.publish(Topic.ENDED, "x" * 7999) is None
+
+
+@pytest.mark.postgres
+def test_admission_refuses_to_run_where_its_count_could_be_stale(
+    pg_store: SqlJobStore, postgres_uri: str
+) -> None:
+    # At REPEATABLE READ the count after the lock would read the snapshot taken
+    # before it, and racing admissions could pass the bound: refused instead.
+    engine = create_engine(
+        postgres_uri,
+        isolation_level="AUTOCOMMIT",
+        connect_args={"options": "-c default_transaction_isolation=repeatable\\ read"},
+    )
+    try:
+        gate = PostgresTransport(engine).gate(f"rr-{uuid.uuid4().hex[:6]}", 2)
+        with pytest.raises(StoreError, match="needs READ COMMITTED, not repeatable read"):
+            gate.admit("job")
+        with pytest.raises(StoreError, match="needs READ COMMITTED"):
+            gate.admit_released(["job"])
+    finally:
+        engine.dispose()
 
 
 # -- the sweep leader's lock -------------------------------------------------------------

@@ -12,12 +12,10 @@ from sqlalchemy import Engine
 CONNECT_TIMEOUT_SECONDS = 5
 
 
-def dedicated(engine: Engine, **settings: Any) -> psycopg.Connection[Any]:
-    """A new autocommit psycopg connection to ``engine``'s database.
-
-    ``settings`` are server settings for the session (``idle_session_timeout``...).
-    TCP keepalives are on, so that a peer gone without closing is noticed.
-    """
+def dedicated(engine: Engine) -> psycopg.Connection[Any]:
+    """A new autocommit psycopg connection to ``engine``'s database (its URL's
+    parameters), with TCP keepalives on, so that a peer gone without closing is
+    noticed."""
     _, params = engine.dialect.create_connect_args(engine.url)
     params = {key: value for key, value in params.items() if key != "context"}
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
@@ -25,7 +23,4 @@ def dedicated(engine: Engine, **settings: Any) -> psycopg.Connection[Any]:
     params.setdefault("keepalives_idle", 10)
     params.setdefault("keepalives_interval", 5)
     params.setdefault("keepalives_count", 3)
-    if settings:
-        given = " ".join(f"-c {name}={value}" for name, value in settings.items())
-        params["options"] = f"{params.get('options', '')} {given}".strip()
     return psycopg.connect(autocommit=True, **params)

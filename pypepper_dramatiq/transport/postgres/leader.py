@@ -6,7 +6,8 @@ The lock is the session's: it goes when the connection does. A leader killed
 host vanished is found by TCP keepalives. A leader that hangs (alive, its sweep
 stuck) stops renewing: its session is idle, and ``idle_session_timeout``, set to
 the lock's TTL, makes the server end it once the TTL has passed since its last
-renewal, which frees the lock for another process.
+renewal, which frees the lock for another process (PostgreSQL 14 and later;
+before, a hung leader keeps the lock until its connection goes).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import psycopg
 
 from ...errors import BrokerUnavailableError
 
+#: The first server version with ``idle_session_timeout`` (14).
+IDLE_TIMEOUT_SINCE = 140000
+
 #: The advisory lock's key ("pypswep" in ASCII): one leader per database.
 LEADER_LOCK_KEY = 0x7079707377657000
 
@@ -28,10 +32,10 @@ class LeaderLock:
     """The leader lock of one process (one connection, opened at the first try).
 
     Args:
-        connect: opens a new autocommit connection; given the session's settings.
+        connect: opens a new autocommit connection.
     """
 
-    def __init__(self, connect: Callable[..., psycopg.Connection[Any]]) -> None:
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self._connect = connect
         self._connection: psycopg.Connection[Any] | None = None
         self._ttl_ms: int | None = None
@@ -73,9 +77,8 @@ class LeaderLock:
 
     def _session(self, ttl_ms: int) -> psycopg.Connection[Any]:
         if self._connection is None or self._connection.closed:
-            self._connection = self._connect(idle_session_timeout=ttl_ms)
-            self._ttl_ms = ttl_ms
-        elif self._ttl_ms != ttl_ms:
+            self._connection, self._ttl_ms = self._connect(), None
+        if self._ttl_ms != ttl_ms:
             self._set_ttl(self._connection, ttl_ms)
         return self._connection
 
@@ -86,7 +89,12 @@ class LeaderLock:
             connection.execute("SELECT 1")
 
     def _set_ttl(self, connection: psycopg.Connection[Any], ttl_ms: int) -> None:
-        connection.execute(f"SET idle_session_timeout = {int(ttl_ms)}")
+        """Have the server end the session ``ttl_ms`` after its last statement; before
+        PostgreSQL 14 (no ``idle_session_timeout``) only a lost connection frees it."""
+        if connection.info.server_version >= IDLE_TIMEOUT_SINCE:
+            connection.execute(f"SET idle_session_timeout = {int(ttl_ms)}")
+        else:
+            connection.execute("SELECT 1")
         self._ttl_ms = ttl_ms
 
     def _drop(self) -> None:

@@ -65,6 +65,7 @@ class PostgresSubscription(Subscription):
         self._events: collections.deque[Notice | Subscribed] = collections.deque()
         self._connection: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
+        self._closed = False
         self._listen(topics)
 
     def _open(self) -> psycopg.Connection[Any]:
@@ -94,6 +95,8 @@ class PostgresSubscription(Subscription):
         self._connection = None
 
     def poll(self, timeout: float) -> Notice | Subscribed | None:
+        if self._closed:
+            raise BrokerUnavailableError("the notice subscription was closed")
         if self._events:
             return self._events.popleft()
         try:
@@ -116,6 +119,7 @@ class PostgresSubscription(Subscription):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._drop()
 
     @property

@@ -16,6 +16,8 @@ waiting jobs live in PostgreSQL (:mod:`pypepper_dramatiq.transport.postgres`):
   snapshot, so the count includes what the admission the lock waited for
   inserted (a single ``INSERT ... SELECT ... WHERE count < maxsize`` would count
   from the snapshot it started with, and two racing admissions could both pass).
+  That holds at READ COMMITTED only (at REPEATABLE READ every statement reads the
+  transaction's snapshot): at another level they refuse to run.
 
 PostgreSQL only: on MySQL and MariaDB Redis coordinates the processes, and this
 migration creates nothing.
@@ -42,6 +44,10 @@ DECLARE
     v_maxsize integer;
     v_stopped boolean;
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = 'channel admission needs'
+            || ' READ COMMITTED, not ' || current_setting('transaction_isolation');
+    END IF;
     SELECT maxsize, stopped INTO v_maxsize, v_stopped
         FROM scheduler_channels WHERE name = p_channel FOR UPDATE;
     IF NOT FOUND THEN
@@ -77,6 +83,10 @@ DECLARE
     v_job text;
     v_answers boolean[] := '{}';
 BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = 'channel admission needs'
+            || ' READ COMMITTED, not ' || current_setting('transaction_isolation');
+    END IF;
     SELECT maxsize INTO v_maxsize
         FROM scheduler_channels WHERE name = p_channel FOR UPDATE;
     IF NOT FOUND THEN
