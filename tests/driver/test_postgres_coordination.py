@@ -252,3 +252,32 @@ def test_a_plain_job_costs_three_statements_of_the_transport(
         }
     )
     engine.dispose()
+
+
+# -- the recovery sweep --------------------------------------------------------------------
+
+
+def test_the_sweep_leads_and_gives_back_the_slots_of_jobs_that_left(
+    processes: TwoProcesses,
+) -> None:
+    from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+    from pypepper_dramatiq.records.record import JobRecord
+
+    store = pypepper_dramatiq.get_job_store()
+    served, elsewhere = unique_channel(), unique_channel()
+    manager.new(served, 3)
+    gate, other = manager.available(served).gate, processes.other.gate(elsewhere, 1)
+    for job_id, status in (("done", Status.COMPLETED), ("running", Status.IN_PROGRESS)):
+        job_id = f"{served}-{job_id}"
+        assert gate.admit(job_id) == "ok"
+        assert store.put(JobRecord(id=job_id, channel_id=served, status=status))
+    assert gate.admit(f"{served}-no-row-yet") == "ok"
+    assert other.admit(f"{elsewhere}-ended") == "ok"  # a channel this process does not serve
+    assert store.put(JobRecord(id=f"{elsewhere}-ended", channel_id=elsewhere, status=Status.FAILED))
+
+    sweeper = RecoverySweeper(processes.broker, "pg-sweep", lease_seconds=30, interval=1)
+    assert sweeper.lead()
+    assert not RecoverySweeper(processes.broker, "pg-other", lease_seconds=30, interval=1).lead()
+    assert sweeper.reclaim_slots(utcnow()) == 3
+    assert gate.waiting_ids(0, 100) == (0, [f"{served}-no-row-yet"])
+    assert other.waiting() == 0
