@@ -24,7 +24,8 @@ from sqlalchemy import Engine, text
 
 from ...limits.storable import CHANNEL_ID_LENGTH, ID_LENGTH, check_text
 from ..base import ChannelState, Gate, SendResult, log_bound_change
-from .outage import coordinated
+from . import batch
+from .outage import run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,7 +35,6 @@ _CHECK = text(
     "SELECT stopped, maxsize > 0 AND (SELECT count(*) FROM scheduler_channel_slots"
     " WHERE channel = :channel) >= maxsize FROM scheduler_channels WHERE name = :channel"
 )
-_RELEASE = text("DELETE FROM scheduler_channel_slots WHERE channel = :channel AND job_id = :job")
 _ENSURE = text(
     "INSERT INTO scheduler_channels (name, maxsize, stopped) VALUES (:channel, 0, false)"
     " ON CONFLICT (name) DO NOTHING"
@@ -79,22 +79,6 @@ def _connected_first(method: F) -> F:
         return method(self, *args, **kwargs)
 
     return cast(F, wrapper)
-
-
-def run(engine: Engine, doing: str, statement: Any, **params: Any) -> list[Any]:
-    """The rows of ``statement``, in a transaction of its own (no round trip more on
-    an autocommit engine, the store's default).
-
-    Raises:
-        BrokerUnavailableError: PostgreSQL could not be reached.
-    """
-
-    def call() -> list[Any]:
-        with engine.begin() as connection:
-            result = connection.execute(statement, params)
-            return list(result) if result.returns_rows else []
-
-    return coordinated(engine, doing, call)
 
 
 class PostgresGate(Gate):
@@ -174,7 +158,8 @@ class PostgresGate(Gate):
     def release(self, job_id: str) -> None:
         if len(job_id) > ID_LENGTH:
             return  # no row holds it
-        self._run(_RELEASE, job=job_id)
+        # Coalesced with the other threads' releases and job-end notices.
+        batch.send(self.engine, ("release", self.channel_id, job_id))
 
     @_connected_first
     def request_stop(self) -> None:

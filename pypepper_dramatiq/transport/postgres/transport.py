@@ -11,10 +11,12 @@ import psycopg
 from sqlalchemy import Engine, text
 
 from ..base import ChannelState, Gate, Subscription, Topic, Transport
+from . import batch
 from .connections import dedicated
-from .gate import PostgresGate, channel_states, run
+from .gate import PostgresGate, channel_states
 from .leader import LeaderLock
 from .notices import CHANNELS, PostgresSubscription, check_payload
+from .outage import run
 
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
@@ -71,20 +73,19 @@ class PostgresTransport(Transport):
     # -- notices -------------------------------------------------------------------------
 
     def publish(self, topic: Topic, text: str) -> int | None:
-        """One ``pg_notify``; None: PostgreSQL does not tell how many heard it.
+        """One ``pg_notify`` (a job end's goes with other threads' in one statement);
+        None: PostgreSQL does not tell how many heard it.
 
         Raises:
             ValueError: ``text`` is no payload NOTIFY carries.
             BrokerUnavailableError: PostgreSQL could not be reached.
         """
         payload = check_payload(topic, text)
-        run(
-            self.engine,
-            f"a {topic.value} notice",
-            _NOTIFY,
-            channel=CHANNELS[topic],
-            payload=payload,
-        )
+        if topic is Topic.ENDED:  # one per job end: coalesced with the other threads'
+            batch.send(self.engine, ("notify", CHANNELS[topic], payload))
+        else:
+            doing = f"a {topic.value} notice"
+            run(self.engine, doing, _NOTIFY, channel=CHANNELS[topic], payload=payload)
         return None
 
     @property
