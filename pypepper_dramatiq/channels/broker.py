@@ -10,6 +10,7 @@ import dramatiq
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 
+from ..stores.registry import installed_job_store
 from ..transport import Transport, transport_for
 
 _lock = threading.Lock()
@@ -17,6 +18,12 @@ _broker: Broker | None = None
 _transport: Transport | None = None
 #: The transports of brokers other than the installed one (a test's, a tool's).
 _others: weakref.WeakKeyDictionary[Broker, Transport] = weakref.WeakKeyDictionary()
+
+
+def _made_for(broker: Broker) -> Transport:
+    """A new transport for ``broker``, next to the job store installed now (PostgreSQL's
+    coordinates a RabbitMQ broker's processes)."""
+    return transport_for(broker, installed_job_store())
 
 
 def get_broker() -> Broker:
@@ -42,7 +49,7 @@ def _installed() -> tuple[Broker, Transport]:
             if existing is None:
                 existing = StubBroker()
                 dramatiq.set_broker(existing)
-            _broker, _transport = existing, _others.pop(existing, None) or transport_for(existing)
+            _broker, _transport = existing, _others.pop(existing, None) or _made_for(existing)
         return _broker, _transport
 
 
@@ -56,21 +63,21 @@ def transport_of(broker: Broker | None) -> Transport:
             return _transport
         found = _others.get(broker)
         if found is None:
-            found = _others[broker] = transport_for(broker)
+            found = _others[broker] = _made_for(broker)
         return found
 
 
 def set_broker(broker: Broker | None, transport: Transport | None = None) -> None:
     """Install ``broker`` for channels (and as Dramatiq's global broker) with
     ``transport`` (default: the one :func:`~pypepper_dramatiq.transport.transport_for`
-    gives it); None forgets both."""
+    gives it with the job store installed now); None forgets both."""
     global _broker, _transport
     with _lock:
         if broker is not None and transport is None:
             if broker is _broker and _transport is not None:
                 transport = _transport
             else:
-                transport = _others.pop(broker, None) or transport_for(broker)
+                transport = _others.pop(broker, None) or _made_for(broker)
         _broker, _transport = broker, transport if broker is not None else None
         if broker is not None:
             dramatiq.set_broker(broker)

@@ -39,6 +39,8 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.channels import end_notices
 from pypepper_dramatiq.channels.broker import get_transport, set_broker
 from pypepper_dramatiq.channels.end_notices import audience, listening, publish_ended, waiters
+from pypepper_dramatiq.drivers.dramatiq.cancel_listener import CancelListener
+from pypepper_dramatiq.engine.running import InFlight
 from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.sql.store import SqlJobStore
@@ -194,6 +196,38 @@ def test_setup_gives_a_rabbitmq_broker_the_postgresql_transport(postgres_uri: st
     assert isinstance(store, SqlJobStore)
     assert isinstance(transport, PostgresTransport) and transport.engine is store.engine
     assert transport.broker is setup_broker
+
+
+def test_a_rabbitmq_broker_installed_by_hand_gets_the_postgresql_transport(
+    pg_store: SqlJobStore,
+) -> None:
+    set_job_store(pg_store)
+    broker = RabbitmqBroker()
+    set_broker(broker)  # no transport given: made next to the installed store
+    transport = get_transport()
+    assert isinstance(transport, PostgresTransport) and transport.engine is pg_store.engine
+
+
+def test_a_cancel_from_the_other_process_reaches_a_running_attempt(
+    processes: TwoProcesses,
+) -> None:
+    seen: list[str] = []
+
+    class SeenCancels(InFlight):
+        def cancel(self, job_id: str) -> bool:
+            seen.append(job_id)
+            return super().cancel(job_id)
+
+    listener = CancelListener(processes.one, SeenCancels(), reconnect_delay=0.1)
+    listener.start()
+    try:
+        assert listener.ready.wait(10)
+        processes.other.publish(Topic.CANCEL, "running-job")
+        eventually(lambda: seen == ["running-job"], "the cancel was heard")
+    finally:
+        listener.stop()
+        listener.join(5)
+        audience.hearing(False)
 
 
 def test_the_real_rabbitmq_broker_is_recognised() -> None:
