@@ -59,12 +59,13 @@ def test_0011_adds_the_tombstones_and_its_downgrade_removes_them(empty_postgres_
     engine.dispose()
 
     migrate_to(empty_postgres_uri, "0011")
-    assert schema_revision(empty_postgres_uri) == "0011" == head_revision()
+    assert schema_revision(empty_postgres_uri) == "0011"
     assert tombstone_table(empty_postgres_uri) == (
         {"job_id": False, "purged_at": False},
         {BY_PURGED_AT},
         ["job_id"],
     )
+    upgrade_schema(empty_postgres_uri)  # the later revisions, which the store needs
     store = SqlJobStore(empty_postgres_uri)
     try:
         assert not store.was_purged("old")  # purged before 0011 would have no tombstone
