@@ -177,6 +177,52 @@ class ResultNotStorableError(NonRetriableError, TypeError):
         self.type_name = kind
 
 
+class PayloadError(NonRetriableError, TypeError):
+    """A task's parameters cannot be stored, or its stored parameters cannot become
+    what the task function takes; the attempt failed without calling the task.
+
+    Not retried: the stored payload will not change, so neither would the next
+    attempt. Raised at ``Task(...)`` (and ``.task(...)``) for a value no payload can
+    hold, and before the call of a task whose stored payload has a required
+    parameter missing, a value that cannot become its annotated type, or params
+    that are no object at all.
+
+    Attributes:
+        task_name: the task's name in its workflow.
+        parameter: the parameter at fault (None: the params as a whole).
+        reason: why.
+        where: where in the parameter's value the fault sits (``order.lines[0]``).
+        executor_id: the task's stable name, when known.
+    """
+
+    def __init__(
+        self,
+        task_name: str,
+        parameter: str | None,
+        reason: str,
+        *,
+        where: str | None = None,
+        executor_id: str | None = None,
+        encoding: bool = False,
+    ) -> None:
+        task = f"task {task_name!r}"
+        if executor_id is not None and executor_id != task_name:
+            task += f" ({executor_id})"
+        if parameter is None:
+            what = "its stored params"
+        else:
+            what = f"parameter {parameter!r}"
+            if where is not None and where != parameter:
+                what += f" at {where}"
+        verb = "params of" if encoding else "payload of"
+        super().__init__(f"{verb} {task}: {what} {reason}")
+        self.task_name = task_name
+        self.parameter = parameter
+        self.reason = reason
+        self.where = where
+        self.executor_id = executor_id
+
+
 class TaskCancelledError(PypepperError):
     """The job was cancelled while the task's coroutine ran; the coroutine was stopped."""
 

@@ -21,14 +21,17 @@ from ..channels.broker import get_broker
 from ..model.context import Context
 from ..model.executor import FinalFailureHook, IExecutor, executor_registry
 from ..model.task import Task
+from ..records.payloads import decoder_for
 from ..records.spec import POLICY_KEYS
 
 R = TypeVar("R")
 
 
 class FunctionExecutor(IExecutor):
-    """Calls ``fn(task, context, **task.params)``; an ``async def`` ``fn`` is run to its end.
+    """Calls ``fn(task, context, **params)``; an ``async def`` ``fn`` is run to its end.
 
+    ``params`` are the task's stored params decoded by ``fn``'s annotations
+    (:mod:`~pypepper_dramatiq.records.payloads`: read at the first call, kept).
     The coroutine is run by :func:`~pypepper_dramatiq.model.executor.run_awaitable`,
     as for every executor.
     """
@@ -40,7 +43,8 @@ class FunctionExecutor(IExecutor):
         self.on_final_failure = on_final_failure
 
     def execute(self, task: Task, context: Context) -> Any:
-        return self.fn(task, context, **task.params)
+        decoder = decoder_for(self.fn, task.executor_id or task.name, skip=2)
+        return self.fn(task, context, **decoder.arguments(task.name, task.params))
 
 
 class ActorExecutor(IExecutor):
@@ -57,7 +61,8 @@ class ActorExecutor(IExecutor):
         self.fn = _actor_function(actor)
 
     def execute(self, task: Task, context: Context) -> Any:
-        return self.fn(**task.params)
+        decoder = decoder_for(self.fn, task.executor_id or task.name)
+        return self.fn(**decoder.arguments(task.name, task.params))
 
 
 def _actor_function(actor: dramatiq.Actor[Any, Any]) -> Callable[..., Any]:

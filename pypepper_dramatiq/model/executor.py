@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import TaskCancelledError, TaskTimeoutError, UnknownExecutorError
 from ..ops.logs import get_logger
+from ..records.payloads import check_readable
 
 if TYPE_CHECKING:
     from .context import Context
@@ -96,6 +97,8 @@ def _resolving(execute: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(execute)
     def wrapper(self: IExecutor, task: Task, context: Context) -> Any:
+        if type(task.params) is not dict:  # stored params that are no object: not called
+            check_readable(task.name, task.params, task.executor_id)
         token = _running_job.set(getattr(context, "job_id", None))
         try:
             return run_awaitable(execute(self, task, context), task, context)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UnknownExecutorError
 from ..limits.durations import bounded
+from ..records.payloads import encode_params
 from ..records.spec import TaskSpec
 from ..rules.steps import RetryPolicy
 from .context import Context
@@ -36,7 +36,12 @@ class Task:
             already started (0 = wait forever).
         executor_id: registry id; when every task has one, the job's
             workflows are stored and can be rebuilt with ``Job.from_record``.
-        params: JSON-able keyword arguments for the executor.
+        params: keyword arguments for the executor. A task with an ``executor_id``
+            holds them in their stored form (:mod:`~pypepper_dramatiq.records.payloads`):
+            JSON values as given; dataclasses, pydantic models, ``datetime``,
+            ``date``, ``time``, ``Decimal``, ``UUID``, enums (and lists, tuples, sets
+            and dicts of these) encoded, and decoded by the task function's
+            annotations before it is called.
         on_final_failure: ``hook(task, context, error)``, called once when this
             task has failed for good (its attempts and rounds used up, or a
             ``NonRetriableError``), whether it is required or optional; not on
@@ -47,7 +52,10 @@ class Task:
     Raises:
         ValueError: if a bound is out of range.
         TypeError: a count, delay, backoff or ``retry_jitter`` of the wrong
-            type, or ``params`` that JSON cannot hold while an ``executor_id`` is set.
+            type.
+        PayloadError: (a ``TypeError``) ``params`` holding a value no stored
+            payload can hold while an ``executor_id`` is set (named with its
+            parameter).
     """
 
     def __init__(
@@ -108,12 +116,8 @@ class Task:
         self._executor = executor
         self.executor_id = executor_id
         self.params: dict[str, Any] = dict(params or {})
-        if executor_id is not None:  # stored with the job: must survive JSON
-            try:
-                json.dumps(self.params)
-            except (TypeError, ValueError) as exc:
-                message = f"params of task {name!r} must be JSON-serializable: {exc}"
-                raise TypeError(message) from None
+        if executor_id is not None:  # stored with the job: in its stored form from here on
+            self.params = encode_params(name, self.params)
         self.round_timeout = float(round_timeout)
         self.round_timeout_join = float(round_timeout_join)
         self.context = Context()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..rules.steps import RetryPolicy
+from .payloads import params_to_store, stored_params
 
 #: The retry table of a task stored without one (its defaults are RetryPolicy's).
 _DEFAULT_POLICY = RetryPolicy()
@@ -88,7 +89,7 @@ class TaskSpec:
             "description": self.description,
             "tags": list(self.tags),
             "executor_id": self.executor_id,
-            "params": self.params,
+            "params": params_to_store(self.params),
             "retry_count": self.retry_count,
             "retry_delay": self.retry_delay,
             "retry_until_completed": self.retry_until_completed,
@@ -111,7 +112,7 @@ class TaskSpec:
         return cls(
             name=str(data.get("name", "?")),
             executor_id=None if not executor_id else str(executor_id),
-            params=dict(data.get("params") or {}),
+            params=stored_params(data.get("params")),
             retry_count=int(data.get("retry_count", cls.retry_count)),
             retry_delay=float(data.get("retry_delay", cls.retry_delay)),
             retry_until_completed=bool(

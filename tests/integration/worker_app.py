@@ -20,6 +20,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import dramatiq
@@ -446,3 +449,33 @@ def joined(task: Task, context: Context, *, first: str, second: str) -> str:
     can make the database refuse while the parameters are stored."""
     counters().incr(trace_key("runs", context.job_id, task.name))
     return first + second
+
+
+@dataclass
+class Customer:
+    """A typed parameter of :func:`invoice` (this release dropped ``phone``)."""
+
+    name: str
+
+
+@workflow_task(name="it.invoice", retry_count=3)
+def invoice(
+    task: Task,
+    context: Context,
+    *,
+    customer: Customer,
+    amount: Decimal,
+    due: date,
+    currency: str = "EUR",
+) -> list[str]:
+    """The newer release of a task whose older producers still store the old payload:
+    ``note`` is no parameter any more, ``currency`` came with a default. Counts its
+    runs; returns the types it was given."""
+    counters().incr(trace_key("runs", context.job_id, task.name))
+    return [
+        type(customer).__name__,
+        type(amount).__name__,
+        type(due).__name__,
+        str(amount),
+        currency,
+    ]
