@@ -39,7 +39,7 @@ from datetime import date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..errors import PayloadError
+from ..errors import PayloadError, describe
 from ..ops.display import printable
 from ..ops.isolation import OnceEach
 from ..ops.logs import get_logger
@@ -59,7 +59,7 @@ logger = get_logger(__name__)
 
 #: (task, key) pairs already logged as dropped, in this process.
 _dropped = OnceEach()
-#: Tasks whose annotations could not be read, already logged.
+#: (task, parameter) pairs whose annotation could not be read, already logged.
 _unannotated = OnceEach()
 
 #: A converter: the stored value and where it sits (``order.lines[0]``) to the typed value.
@@ -232,7 +232,7 @@ class ParamsDecoder:
         self.accepted = frozenset(p.name for p in named)
         #: The keywords it has no default for.
         self.required = frozenset(p.name for p in named if p.default is p.empty)
-        hints = _hints(fn, task_id)
+        hints = _hints(fn, task_id, [p.name for p in named])
         converters = {}
         for p in named:
             converter = _converter(hints.get(p.name, Any))
@@ -310,20 +310,40 @@ def decoder_for(fn: Callable[..., Any], task_id: str, skip: int = 0) -> ParamsDe
     return found
 
 
-def _hints(fn: Callable[..., Any], task_id: str) -> dict[str, Any]:
-    """``fn``'s annotations, resolved; none (every value as stored) when they cannot be."""
+def _hints(fn: Callable[..., Any], task_id: str, names: list[str]) -> dict[str, Any]:
+    """The annotations of ``fn``'s parameters ``names``, resolved.
+
+    ``typing.get_type_hints`` resolves them all at once; when one of them names
+    what the module cannot resolve (often ``task: Task, context: Context``
+    imported only under ``TYPE_CHECKING``), each of ``names`` is resolved alone,
+    and one that cannot be is passed as stored (logged once per task and parameter).
+    """
     target = inspect.unwrap(fn)
     try:
         return typing.get_type_hints(target, include_extras=True)
-    except Exception as exc:  # an annotation naming what its module cannot resolve
-        if _unannotated.first(task_id):
-            logger.warning(
-                "task %s: its annotations cannot be read (%s); its parameters are passed as stored",
-                task_id,
-                printable(str(exc)),
-                extra={"action": "payload_hints_unreadable", "task": task_id},
-            )
-        return {}
+    except Exception:  # an annotation naming what its module cannot resolve
+        pass
+    annotations: dict[str, Any] = getattr(target, "__annotations__", None) or {}
+    namespace: dict[str, Any] = getattr(target, "__globals__", None) or {}
+    hints: dict[str, Any] = {}
+    for name in names:
+        annotation = annotations.get(name, Any)
+        if not isinstance(annotation, str):
+            hints[name] = annotation
+            continue
+        try:
+            hints[name] = eval(annotation, namespace)  # what get_type_hints does, one by one
+        except Exception as exc:
+            if _unannotated.first((task_id, name)):
+                logger.warning(
+                    "task %s: the annotation of parameter %r cannot be read (%s); "
+                    "it is passed as stored",
+                    task_id,
+                    name,
+                    printable(describe(exc)),
+                    extra={"action": "payload_hints_unreadable", "task": task_id},
+                )
+    return hints
 
 
 #: Generic origins decoded as a list, a tuple or a set, and as an object.

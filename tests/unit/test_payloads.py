@@ -15,11 +15,11 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import pydantic
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pypepper_dramatiq import Context, PayloadError, Task, workflow_task
@@ -31,6 +31,9 @@ from pypepper_dramatiq.records.payloads import (
     stored_params,
 )
 from pypepper_dramatiq.records.spec import TaskSpec
+
+if TYPE_CHECKING:
+    from pypepper_dramatiq.model.job import Job  # only for the annotation of ``typed_only``
 
 
 class Tier(enum.Enum):
@@ -135,6 +138,7 @@ nodes = st.recursive(
 )
 
 
+@settings(deadline=None)
 @given(
     order=orders,
     when=aware | st.datetimes(),
@@ -192,6 +196,7 @@ json_values = st.recursive(
 )
 
 
+@settings(deadline=None)
 @given(st.dictionaries(texts, json_values))
 def test_plain_json_params_are_stored_and_passed_as_the_same_dict(params: dict[str, Any]) -> None:
     assert encode_params("t", params) is params
@@ -375,3 +380,35 @@ print("ok")
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@workflow_task(name="unit-payloads.billing.charge")
+def charge(task: Task, context: Context, *, amount: Decimal) -> str:
+    return f"{amount!r}"
+
+
+#: The id the function had before it moved: registered too while stored jobs name it.
+charge_by_old_name = workflow_task(name="unit-payloads.charge")(charge.fn)
+
+
+def test_a_moved_task_registered_under_its_old_id_too_runs_jobs_stored_with_either() -> None:
+    for stored_id in ("unit-payloads.charge", "unit-payloads.billing.charge"):
+        task = Task.from_dict(
+            {"name": "charge", "executor_id": stored_id, "params": {"amount": "2.50"}}
+        )
+        assert task.executor.execute(task, task.context) == "Decimal('2.50')"
+
+
+def typed_only(task: Job, context: Job, *, when: datetime, later: Job | None = None) -> None:
+    """Annotations naming what is imported only for type checkers (``Job``)."""
+
+
+def test_a_parameter_annotated_with_what_only_type_checkers_import_is_passed_as_stored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="pypepper_dramatiq"):
+        got = _decoded(typed_only, {"when": "2030-01-01T00:00:00", "later": "x"})
+    # The others are still decoded: ``task`` and ``context`` are not the task's to read.
+    assert got == {"when": datetime(2030, 1, 1), "later": "x"}
+    said = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(said) == 1 and "'later'" in said[0], said
