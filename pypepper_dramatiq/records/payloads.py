@@ -162,6 +162,8 @@ def encode_value(value: Any, where: str = "value") -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             stored_key = encode_value(key, f"{where} key")
+            if isinstance(stored_key, int) and not isinstance(stored_key, bool):
+                stored_key = str(stored_key)  # as JSON writes an int key
             if not isinstance(stored_key, str):
                 raise _Invalid(where, f"has a key of type {type(key).__name__}, not a string")
             out[stored_key] = encode_value(item, f"{where}[{stored_key!r}]")
@@ -487,7 +489,8 @@ def _list(value: Any, where: str) -> list[Any] | tuple[Any, ...] | set[Any] | fr
 
 
 def _mapping(args: tuple[Any, ...]) -> Converter | None:
-    key = _converter(args[0]) if args else None
+    # JSON keys are strings: an int key was stored as its digits.
+    key = (_int_key if args[0] is int else _converter(args[0])) if args else None
     item = _converter(args[1]) if len(args) > 1 else None
     if key is None and item is None:
         return None
@@ -503,6 +506,15 @@ def _mapping(args: tuple[Any, ...]) -> Converter | None:
         }
 
     return entries
+
+
+def _int_key(value: Any, where: str) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise _Invalid(where, f"is {_shown(value)}, not a whole number") from None
 
 
 def _enum(kind: type[enum.Enum]) -> Converter:

@@ -92,6 +92,7 @@ def typed(
     totals: dict[str, Decimal] | None = None,
     pair: tuple[date, Decimal] | None = None,
     tree: Node | None = None,
+    counts: dict[int, Decimal] | None = None,
     address: Address | None = None,
     note: str = "",
 ) -> None:
@@ -151,6 +152,7 @@ nodes = st.recursive(
     totals=st.none() | st.dictionaries(texts, decimals, max_size=3),
     pair=st.none() | st.tuples(st.dates(), decimals),
     tree=st.none() | nodes,
+    counts=st.none() | st.dictionaries(st.integers(), decimals, max_size=3),
 )
 def test_typed_values_come_back_equal_and_of_their_types(
     order: Order,
@@ -164,6 +166,7 @@ def test_typed_values_come_back_equal_and_of_their_types(
     totals: dict[str, Decimal] | None,
     pair: tuple[date, Decimal] | None,
     tree: Node | None,
+    counts: dict[int, Decimal] | None,
 ) -> None:
     given_params = {
         "order": order,
@@ -177,6 +180,7 @@ def test_typed_values_come_back_equal_and_of_their_types(
         "totals": totals,
         "pair": pair,
         "tree": tree,
+        "counts": counts,
     }
     got = _decoded(typed, _through_json(given_params))
     assert got == given_params
@@ -293,6 +297,7 @@ _GOOD: dict[str, Any] = {
         ({"order": {"id": str(uuid.uuid4()), "lines": [{"sku": "a"}]}}, "order", "'price'"),
         ({"order": {"id": str(uuid.uuid4()), "lines": {}}}, "order", "not a list"),
         ({"pair": ["2030-01-01"]}, "pair", "holds 1 items; 2 are expected"),
+        ({"counts": {"one": "1"}}, "counts", "'one', not a whole number"),
         ({"address": {"street": "Main"}}, "address", "not a valid Address (since: Field required)"),
     ],
 )
