@@ -21,7 +21,7 @@ from ..channels.broker import get_broker
 from ..model.context import Context
 from ..model.executor import FinalFailureHook, IExecutor, executor_registry
 from ..model.task import Task
-from ..records.payloads import decoder_for
+from ..records.payloads import ParamsDecoder, decoder_for
 from ..records.spec import POLICY_KEYS
 
 R = TypeVar("R")
@@ -41,9 +41,12 @@ class FunctionExecutor(IExecutor):
     ) -> None:
         self.fn = fn
         self.on_final_failure = on_final_failure
+        self._decoder: ParamsDecoder | None = None
 
     def execute(self, task: Task, context: Context) -> Any:
-        decoder = decoder_for(self.fn, task.executor_id or task.name, skip=2)
+        decoder = self._decoder
+        if decoder is None:  # the first call: the function's signature read, then kept
+            decoder = self._decoder = decoder_for(self.fn, task.executor_id or task.name, 2)
         return self.fn(task, context, **decoder.arguments(task.name, task.params))
 
 
@@ -59,9 +62,12 @@ class ActorExecutor(IExecutor):
     def __init__(self, actor: dramatiq.Actor[Any, Any]) -> None:
         self.actor = actor
         self.fn = _actor_function(actor)
+        self._decoder: ParamsDecoder | None = None
 
     def execute(self, task: Task, context: Context) -> Any:
-        decoder = decoder_for(self.fn, task.executor_id or task.name)
+        decoder = self._decoder
+        if decoder is None:  # kept by function too: the registry makes an executor per lookup
+            decoder = self._decoder = decoder_for(self.fn, task.executor_id or task.name)
         return self.fn(**decoder.arguments(task.name, task.params))
 
 
