@@ -82,6 +82,9 @@ NOTICES = {
     "tasks before it kept their results.",
 }
 
+#: The dashboard's icon (static/), also served at /favicon.ico.
+FAVICON = "favicon.svg"
+
 #: What a page that failed unexpectedly says (the log has the traceback).
 SERVER_ERROR = "The dashboard failed on this page; the server's log says why."
 
@@ -130,6 +133,8 @@ _URLS = Map(
         Rule("/channels", endpoint="channels"),
         Rule("/workers", endpoint="workers"),
         Rule("/static/<path:filename>", endpoint="static"),
+        # Where a browser looks for the icon of a page that names none.
+        Rule("/favicon.ico", endpoint="favicon"),
     ],
     strict_slashes=False,
     # "//" is kept: merged, "/jobs//x" would be the job "x", not "/x" (and a POST to
@@ -285,7 +290,7 @@ class Dashboard:
     def _jobs(self, call: _Call) -> Response:
         args = call.request.args
         status = args.get("status") or None
-        if status is not None and status not in {s.value for s in Status}:
+        if status is not None and status not in {s.value for s in views.STORED_STATUSES}:
             raise Refused(400, "Unknown status in the filter.")
         channel = args.get("channel") or None
         category = args.get("category") or None
@@ -337,15 +342,14 @@ class Dashboard:
         return self._render(
             call,
             "jobs.html",
-            rows=[views.job_row(record) for record in page],
+            rows=[views.job_row(record, views.retries_of(record, self.store)) for record in page],
             counts=[
                 (s.value, views.count_text([counts.get(s, 0)], COUNTED))
-                for s in Status
-                if s is not Status.UNKNOWN
+                for s in views.STORED_STATUSES
             ],
             total=views.count_text(counts.values(), COUNTED),
             filters=filters,
-            statuses=[s.value for s in Status],
+            statuses=[s.value for s in views.STORED_STATUSES],
             limit=limit,
             limit_given=args.get("limit"),
             older=older,
@@ -402,6 +406,9 @@ class Dashboard:
 
     def _static(self, call: _Call, filename: str) -> Response:
         return send_from_directory(HERE / "static", filename, call.request.environ)
+
+    def _favicon(self, call: _Call) -> Response:
+        return send_from_directory(HERE / "static", FAVICON, call.request.environ)
 
     # -- actions ------------------------------------------------------------------------
 

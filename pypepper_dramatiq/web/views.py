@@ -92,6 +92,13 @@ def count_text(counts: Iterable[int], limit: int) -> str:
     return f"{total:,}+" if any(value > limit for value in values) else f"{total:,}"
 
 
+#: The statuses a stored job can have (the filter offers these): ``Unknown`` and
+#: ``Initializing`` are a job's before it is stored.
+STORED_STATUSES = tuple(s for s in Status if s not in (Status.UNKNOWN, Status.INITIALIZING))
+#: Most task names a row of the list names (then "and N more").
+ROW_TASKS = 3
+
+
 @dataclass(frozen=True)
 class JobRow:
     id: str
@@ -103,19 +110,75 @@ class JobRow:
     error: str
     #: Why the stored row could not be read (the list shows it in the error's place).
     damaged: str | None = None
+    #: The names of its first tasks, "and N more" for the rest ("-": none stored).
+    tasks: str = "-"
+    #: From created to its end, for an ended job; "-" for one not ended.
+    duration: str = "-"
+    #: The jobs that retry it (``Job.retry_saved``), oldest first.
+    retried_as: tuple[str, ...] = ()
 
 
-def job_row(record: JobRecord) -> JobRow:
+def task_names(record: JobRecord) -> list[str]:
+    """The names of the job's tasks in order, as its payload stores them."""
+    payload = record.payload if isinstance(record.payload, Mapping) else {}
+    return [
+        str(task.get("name") or "?")
+        for workflow in payload.get("workflows") or []
+        if isinstance(workflow, Mapping)
+        for task in workflow.get("tasks") or []
+        if isinstance(task, Mapping)
+    ]
+
+
+def tasks_text(names: Sequence[str]) -> str:
+    """Task names as a list row shows them: the first :data:`ROW_TASKS`, then a count."""
+    if not names:
+        return "-"
+    shown = ", ".join(names[:ROW_TASKS])
+    rest = len(names) - ROW_TASKS
+    return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+def job_duration(record: JobRecord) -> str:
+    """How long an ended job took from its creation to its end, in words; "-" otherwise."""
+    if not record.status.is_terminal:
+        return "-"
+    seconds = (record.updated - record.created).total_seconds()
+    return f"{seconds:.1f}s" if seconds < 60 else _duration(seconds)
+
+
+def job_row(record: JobRecord, retried_as: Sequence[str] = ()) -> JobRow:
+    readable = record.damaged is None
     return JobRow(
         id=record.id,
-        status=record.status.value if record.damaged is None else DAMAGED,
+        status=record.status.value if readable else DAMAGED,
         channel_id=record.channel_id,
         category=record.category or "-",
         created=when(record.created),
         updated=when(record.updated),
-        error=first_line(record.error if record.damaged is None else record.damaged, 200),
+        error=first_line(record.error if readable else record.damaged, 200),
         damaged=record.damaged,
+        tasks=tasks_text(task_names(record)) if readable else "-",
+        duration=job_duration(record) if readable else "-",
+        retried_as=tuple(retried_as),
     )
+
+
+#: The statuses whose jobs may have been retried (the list looks up their retries).
+RETRIABLE = frozenset({Status.FAILED, Status.CANCELLED})
+#: Most retries a row of the list links.
+ROW_RETRIES = 3
+
+
+def retries_of(record: JobRecord, store: IJobStore) -> list[str]:
+    """The ids of the jobs that retry ``record`` (its links of kind retry), for an
+    ended Failed or Cancelled row; none for the others (nothing is read)."""
+    if record.damaged is not None or record.status not in RETRIABLE:
+        return []
+    links = store.links(record.id, limit=ROW_RETRIES + 1)
+    return [link.child for link in links if link.parent == record.id and link.kind == RETRY][
+        :ROW_RETRIES
+    ]
 
 
 # -- a row that cannot be read -----------------------------------------------------------------
