@@ -21,9 +21,10 @@ from werkzeug.routing import Map, MapAdapter, PathConverter, RequestRedirect, Ru
 from werkzeug.utils import redirect, send_from_directory
 from werkzeug.wrappers import Request, Response
 
-from ..channels.broker import get_broker
+from ..channels.broker import get_broker, transport_of
 from ..channels.channel import manager
 from ..errors import (
+    BrokerUnavailableError,
     ChannelEnqueueError,
     CorruptRecordError,
     InvalidTransitionError,
@@ -80,7 +81,15 @@ NOTICES = {
     "triggered": "The schedule was fired now: this is the job in charge.",
     "retried": "This job retries the one it was made from, where that one stopped: the "
     "tasks before it kept their results.",
+    "channel_stopped": "The channel is stopped: new jobs are refused until it is resumed; "
+    "jobs already queued still run.",
+    "channel_resumed": "The channel is resumed: it takes new jobs again.",
+    "channel_resized": "The channel's bound is changed.",
+    "channel_unchanged": "The channel already had that bound: nothing was changed.",
 }
+
+#: The largest bound the channels page sets (more is a typo; 0 is unbounded).
+LARGEST_BOUND = 1_000_000_000
 
 #: The dashboard's icon (static/), also served at /favicon.ico.
 FAVICON = "favicon.svg"
@@ -131,6 +140,11 @@ _URLS = Map(
         Rule("/actions/resume/<text:name>", endpoint="resume", methods=["POST"]),
         Rule("/actions/trigger/<text:name>", endpoint="trigger", methods=["POST"]),
         Rule("/channels", endpoint="channels"),
+        Rule(
+            "/actions/channel/<any(stop, resume, resize):action>/<text:name>",
+            endpoint="channel_action",
+            methods=["POST"],
+        ),
         Rule("/workers", endpoint="workers"),
         Rule("/static/<path:filename>", endpoint="static"),
         # Where a browser looks for the icon of a page that names none.
@@ -391,6 +405,43 @@ class Dashboard:
             source, rows, problem = "Redis", [], f"Redis cannot be read: {exc}"
         return self._render(call, "channels.html", source=source, channels=rows, problem=problem)
 
+    def _channel_action(self, call: _Call, action: str, name: str) -> Response:
+        """Stop, resume or resize channel ``name`` as ``pypepper-dramatiq channels`` does:
+        on its gate, shared by every process through the transport (Redis)."""
+        self._may_act(call)
+        size = _bound(call.request.form.get("size")) if action == "resize" else None
+        broker = self._broker if self._broker is not None else get_broker()
+        shared = transport_of(broker).shared
+        if not _plausible_name(name) or (not shared and manager.get(name) is None):
+            # Without a shared transport only this process's channels are there to change.
+            raise Refused(404, f"No channel {name!r} is known here.")
+        by = by_dashboard(_user_of(call.request))
+        try:
+            gate = manager.gate_of(name, broker)
+            if action == "resume" and not gate.known():
+                raise Refused(404, f"No channel {name!r} is known: there is no stop to lift.")
+            if action == "stop":
+                gate.request_stop()
+                notice, before = "channel_stopped", None
+            elif action == "resume":
+                gate.resume()
+                notice, before = "channel_resumed", None
+            else:
+                assert size is not None
+                before = gate.resize(size)
+                notice = "channel_resized" if before != size else "channel_unchanged"
+        except BrokerUnavailableError as exc:
+            raise Refused(503, f"The channel was not changed: {exc}") from None
+        logger.info(
+            "dashboard: channel %s %s by %s%s",
+            name,
+            {"stop": "stopped", "resume": "resumed", "resize": "resized"}[action],
+            by,
+            "" if size is None else f": bound {before} -> {size}",
+            extra={"action": f"dashboard_channel_{action}", "channel_id": name, "by": by},
+        )
+        return redirect(call.url("channels", notice=notice), 303)
+
     def _workers(self, call: _Call) -> Response:
         now = utcnow()
         found = self.store.workers(now)
@@ -549,6 +600,19 @@ def _plausible_id(job_id: str) -> bool:
 def _plausible_name(name: str) -> bool:
     """Whether a store could hold a recurring schedule named ``name``."""
     return bool(name) and unstorable_in(name) is None
+
+
+def _bound(text: str | None) -> int:
+    """A channel's new bound from the resize form: a whole number, 0 for unbounded."""
+    try:
+        value = int((text or "").strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= LARGEST_BOUND:
+        raise Refused(
+            400, f"The bound must be a whole number from 0 (unbounded) to {LARGEST_BOUND:,}."
+        )
+    return value
 
 
 def _limit(text: str | None) -> int:

@@ -4,15 +4,18 @@ names, durations and retries."""
 
 from __future__ import annotations
 
+import base64
+import logging
 import re
 from datetime import timedelta
 
+import pytest
 from werkzeug.test import Client
 
-from pypepper_dramatiq import Job, Workflow
+from pypepper_dramatiq import Job, Workflow, manager
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
-from pypepper_dramatiq.web import make_app
+from pypepper_dramatiq.web import basic_auth, make_app
 
 from .conftest import CHANNEL, T0, fetch, put, run_job, text, two_step_job
 
@@ -84,3 +87,111 @@ def test_a_failed_job_later_retried_links_its_retry(store: IJobStore) -> None:
     shown = row_of(page, "broken")
     assert f'retried as <a href="/jobs/{new_id}">{new_id}</a>' in shown
     assert "retried as" not in row_of(page, failed)
+
+
+# -- channel actions ----------------------------------------------------------------------
+
+
+def user_client(app_user: str = "ops") -> Client:
+    """A client of a dashboard with basic auth, signed in as ``app_user``."""
+    return Client(make_app(auth=basic_auth(app_user, "pw")))
+
+
+def signed_in(user: str = "ops") -> dict[str, str]:
+    token = base64.b64encode(f"{user}:pw".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def test_a_channel_is_stopped_resumed_and_resized_by_who_is_signed_in(
+    store: IJobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    channel = manager.new(CHANNEL, maxsize=5)
+    client = user_client()
+    headers = signed_in()
+    page = client.get("/channels", headers=headers)
+    token = re.findall(r'name="csrf_token" value="([^"]+)"', text(page))[0]
+    assert f'action="/actions/channel/stop/{CHANNEL}"' in text(page)
+    caplog.set_level(logging.INFO, logger="pypepper_dramatiq.web.app")
+
+    stop = client.post(
+        f"/actions/channel/stop/{CHANNEL}", data={"csrf_token": token}, headers=headers
+    )
+    assert stop.status_code == 303 and stop.headers["Location"].endswith("notice=channel_stopped")
+    assert channel.stop
+    shown = text(client.get(stop.headers["Location"], headers=headers))
+    assert "The channel is stopped" in shown
+    assert f'action="/actions/channel/resume/{CHANNEL}"' in shown
+
+    resume = client.post(
+        f"/actions/channel/resume/{CHANNEL}", data={"csrf_token": token}, headers=headers
+    )
+    assert resume.status_code == 303 and not channel.stop
+    resize = client.post(
+        f"/actions/channel/resize/{CHANNEL}",
+        data={"csrf_token": token, "size": "9"},
+        headers=headers,
+    )
+    assert resize.headers["Location"].endswith("notice=channel_resized") and channel.maxsize == 9
+    same = client.post(
+        f"/actions/channel/resize/{CHANNEL}",
+        data={"csrf_token": token, "size": "9"},
+        headers=headers,
+    )
+    assert same.headers["Location"].endswith("notice=channel_unchanged")
+    said = [r.getMessage() for r in caplog.records if "dashboard: channel" in r.getMessage()]
+    assert said == [
+        f"dashboard: channel {CHANNEL} stopped by dashboard:ops",
+        f"dashboard: channel {CHANNEL} resumed by dashboard:ops",
+        f"dashboard: channel {CHANNEL} resized by dashboard:ops: bound 5 -> 9",
+        f"dashboard: channel {CHANNEL} resized by dashboard:ops: bound 9 -> 9",
+    ]
+
+
+def test_channel_actions_are_refused_without_a_token_read_only_or_signed_out(
+    store: IJobStore,
+) -> None:
+    channel = manager.new(CHANNEL, maxsize=5)
+    client = user_client()
+    headers = signed_in()
+    token = csrf_token_of(client, "/channels", headers)
+    for data in ({}, {"csrf_token": token + "x"}):
+        refused = client.post(f"/actions/channel/stop/{CHANNEL}", data=data, headers=headers)
+        assert refused.status_code == 403 and "CSRF token" in text(refused)
+    signed_out = client.post(f"/actions/channel/stop/{CHANNEL}", data={"csrf_token": token})
+    assert signed_out.status_code == 401
+    visit = client.get(f"/actions/channel/stop/{CHANNEL}", headers=headers)
+    assert visit.status_code == 405
+    read_only = Client(make_app())
+    page = text(read_only.get("/channels"))
+    assert "/actions/channel/" not in page
+    cookie = read_only.get_cookie("pypepper_dashboard_csrf")
+    assert cookie is not None
+    app = make_app()
+    response = Client(app).post(
+        f"/actions/channel/stop/{CHANNEL}", data={"csrf_token": app._csrf.token(cookie.value)}
+    )
+    assert response.status_code == 403 and "read-only" in text(response)
+    assert not channel.stop and channel.maxsize == 5
+
+
+def test_a_bad_bound_or_an_unknown_channel_changes_nothing(store: IJobStore) -> None:
+    channel = manager.new(CHANNEL, maxsize=5)
+    client = user_client()
+    headers = signed_in()
+    token = csrf_token_of(client, "/channels", headers)
+    for size in ("", "-1", "x", "1.5", "1000000001"):
+        bad = client.post(
+            f"/actions/channel/resize/{CHANNEL}",
+            data={"csrf_token": token, "size": size},
+            headers=headers,
+        )
+        assert bad.status_code == 400 and "whole number" in text(bad), size
+    unknown = client.post("/actions/channel/stop/nope", data={"csrf_token": token}, headers=headers)
+    assert unknown.status_code == 404 and "No channel" in text(unknown)
+    assert not channel.stop and channel.maxsize == 5
+
+
+def csrf_token_of(client: Client, path: str, headers: dict[str, str]) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', text(client.get(path, headers=headers)))
+    assert found
+    return found.group(1)

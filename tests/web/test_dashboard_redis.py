@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -50,3 +51,34 @@ def test_a_redis_that_cannot_be_reached_is_said_on_the_page() -> None:
         assert "Redis cannot be read" in response.get_data(as_text=True)
     finally:
         down.close()
+
+
+def test_channel_actions_change_the_channel_in_redis_for_every_process(
+    broker: RedisBroker,
+) -> None:
+    client: redis.Redis = broker.client
+    name, unknown = (f"web-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    gate = RedisGate(client, name, 3)
+    gate.connect()
+    dashboard = Client(make_app(broker=broker, allow_anonymous_actions=True))
+    try:
+        page = dashboard.get("/channels").get_data(as_text=True)
+        token = re.findall(r'name="csrf_token" value="([^"]+)"', page)[0]
+
+        def post(action: str, channel: str, **form: str) -> int:
+            response = dashboard.post(
+                f"/actions/channel/{action}/{channel}", data={"csrf_token": token, **form}
+            )
+            return response.status_code
+
+        assert post("stop", name) == 303
+        assert RedisGate(client, name).stopped  # a gate of its own reads Redis
+        assert post("resize", name, size="7") == 303 and RedisGate(client, name).maxsize == 7
+        assert post("resume", name) == 303 and not RedisGate(client, name).stopped
+        # As the CLI: a resume of a channel Redis does not know is refused; a stop
+        # creates it stopped (to stop it before its producers start).
+        assert post("resume", unknown) == 404
+        assert post("stop", unknown) == 303 and RedisGate(client, unknown).stopped
+    finally:
+        gate.reset()
+        RedisGate(client, unknown).reset()

