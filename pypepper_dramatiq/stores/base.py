@@ -204,8 +204,10 @@ class IJobStore(abc.ABC):
             status, channel_id, category: keep only rows with these values.
             created_from, created_until: keep only rows created at or after
                 ``created_from`` and before ``created_until``.
-            search: keep only rows whose id or category holds this text, ignoring
-                case (:func:`matches`; ``%`` and ``_`` are plain characters).
+            search: keep only rows whose id, category or error holds this text,
+                ignoring case (:func:`matches`; ``%`` and ``_`` are plain characters).
+                No index serves it: bound the rows it reads with ``before`` and
+                ``after`` (:meth:`list_keys` finds the edge of a window).
             limit: at most this many rows (the first ones in the order).
             newest_first: order by ``created`` then ``id`` descending; by default
                 ascending (oldest first).
@@ -217,6 +219,38 @@ class IJobStore(abc.ABC):
             after: the other way: keep only rows strictly after ``(created,
                 id)`` (oldest first, the last row of a page gives the next page).
         """
+
+    def list_keys(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 1,
+        status: Status | str | None = None,
+        channel_id: str | None = None,
+        category: str | None = None,
+        newest_first: bool = False,
+        before: tuple[datetime, str] | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+    ) -> builtins.list[tuple[datetime, str]]:
+        """The ``(created, id)`` of the rows :meth:`list` gives with these filters, at
+        most ``limit`` of them from the ``offset``-th on (0 is the first).
+
+        For the edge of a window of rows (a bounded search reads the rows up to
+        it): the SQL stores read their indexes only, however wide the window. This
+        default reads the rows.
+        """
+        rows = self.list(
+            status=status,
+            channel_id=channel_id,
+            category=category,
+            newest_first=newest_first,
+            before=before,
+            created_from=created_from,
+            created_until=created_until,
+            limit=max(0, offset) + max(0, limit),
+        )
+        return [(row.created, row.id) for row in rows[max(0, offset) :]]
 
     @abc.abstractmethod
     def renew_leases(
@@ -627,10 +661,12 @@ def check_ended(status: Status) -> None:
 
 
 def matches(record: JobRecord, search: str) -> bool:
-    """Whether ``record``'s id or category holds ``search``, ignoring case (the
+    """Whether ``record``'s id, category or error holds ``search``, ignoring case (the
     ``search`` filter of :meth:`IJobStore.list`)."""
     needle = search.lower()
-    return needle in record.id.lower() or needle in (record.category or "").lower()
+    return any(
+        needle in text.lower() for text in (record.id, record.category or "", record.error or "")
+    )
 
 
 def why_not_claimable(

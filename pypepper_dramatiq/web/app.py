@@ -67,6 +67,10 @@ PAGE, MOST = 50, 500
 COUNTED = 10_000
 #: The longest text search taken (characters; the rest is dropped).
 SEARCH_LONGEST = 200
+#: How many jobs one page of a text search looks through, newest first: no index
+#: serves a substring of an error, so a search reads a window of rows (by the
+#: (status, created, id) indexes) and offers to search the next window.
+SEARCH_WINDOW = 20_000
 #: The farthest a page of a job's parents or children may start (the children up to
 #: it are read to reach it).
 LINKED_FARTHEST = 1_000_000
@@ -181,6 +185,9 @@ class _Call:
 
 class Dashboard:
     """The WSGI application :func:`make_app` returns (see there)."""
+
+    #: How many jobs one page of a text search looks through (:data:`SEARCH_WINDOW`).
+    search_window = SEARCH_WINDOW
 
     def __init__(
         self,
@@ -325,25 +332,45 @@ class Dashboard:
             "created_from": args.get("created_from") if created_from else None,
             "created_until": args.get("created_until") if created_until else None,
         }
+        search_more = None
         if any(unstorable_in(value) for value in (channel or "", category or "", search or "")):
             # No stored value holds a NUL or a lone surrogate (no store keeps them): nothing
             # matches, and the store is not asked (PostgreSQL would refuse the query).
             found: list[Any] = []
             counts = dict.fromkeys(Status, 0)
         else:
+            wanted: dict[str, Any] = {
+                "status": status,
+                "channel_id": channel,
+                "category": category,
+                "created_from": created_from,
+                "created_until": created_until,
+            }
+            beyond = None
+            if search is not None:
+                # The window's last row and the one after it: the search reads the
+                # rows newer than that one, and goes on from the last.
+                edge = self.store.list_keys(
+                    offset=self.search_window - 1,
+                    limit=2,
+                    newest_first=True,
+                    before=before,
+                    **wanted,
+                )
+                if len(edge) == 2:
+                    window_end, beyond = edge
             found = list(
                 self.store.list(
-                    status=status,
-                    channel_id=channel,
-                    category=category,
-                    created_from=created_from,
-                    created_until=created_until,
+                    **wanted,
                     search=search,
                     limit=limit + 1,
                     newest_first=True,
                     before=before,
+                    after=beyond,
                 )
             )
+            if beyond is not None and len(found) <= limit:
+                search_more = encode_cursor(*window_end)
             counts = self.store.count_by_status(
                 channel_id=channel,
                 category=category,
@@ -367,6 +394,8 @@ class Dashboard:
             limit=limit,
             limit_given=args.get("limit"),
             older=older,
+            search_more=search_more,
+            search_window=f"{self.search_window:,}",
             paged=before is not None,
         )
 

@@ -54,6 +54,34 @@ def test_search_finds_text_in_the_id_or_the_category_ignoring_case(store: IJobSt
     assert ids(store.list(search="zzz")) == []
 
 
+def test_search_finds_text_in_the_error_too(store: IJobStore) -> None:
+    put(store, "j-1", status=Status.FAILED, error="ValueError: Disk FULL on /var")
+    put(store, "j-2", status=Status.FAILED, error="KeyError: 'x'", created=at(1))
+    put(store, "j-3", created=at(2))
+    assert ids(store.list(search="disk full")) == ["j-1"]
+    assert ids(store.list(search="error", status=Status.FAILED, newest_first=True)) == [
+        "j-2",
+        "j-1",
+    ]
+    assert ids(store.list(search="nothing like it")) == []
+
+
+def test_list_keys_are_the_keys_of_the_listing_from_an_offset(store: IJobStore) -> None:
+    for n in range(6):
+        put(store, f"k{n}", status=Status.FAILED if n % 2 else Status.COMPLETED, created=at(n))
+    listed = [(row.created, row.id) for row in store.list(newest_first=True)]
+    assert store.list_keys(offset=0, limit=6, newest_first=True) == listed
+    assert store.list_keys(offset=2, limit=2, newest_first=True) == listed[2:4]
+    assert store.list_keys(offset=5, limit=2, newest_first=True) == listed[5:]
+    assert store.list_keys(offset=6, limit=2, newest_first=True) == []
+    assert store.list_keys(offset=1, limit=9) == [(at(n), f"k{n}") for n in range(1, 6)]
+    failed = store.list_keys(status=Status.FAILED, offset=0, limit=9, newest_first=True)
+    assert [job_id for _, job_id in failed] == ["k5", "k3", "k1"]
+    before = store.list_keys(offset=0, limit=2, newest_first=True, before=listed[1])
+    assert before == listed[2:4]
+    assert all(created.tzinfo is not None for created, _ in listed)
+
+
 @pytest.mark.parametrize(
     "text", ["%", "_", "!", "' OR '1'='1", '"; DROP TABLE scheduler_jobs; --', "\\", "%_!'\""]
 )

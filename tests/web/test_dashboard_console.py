@@ -195,3 +195,54 @@ def csrf_token_of(client: Client, path: str, headers: dict[str, str]) -> str:
     found = re.search(r'name="csrf_token" value="([^"]+)"', text(client.get(path, headers=headers)))
     assert found
     return found.group(1)
+
+
+# -- search in errors ---------------------------------------------------------------------
+
+
+def ids_on(page: str) -> list[str]:
+    return re.findall(r'<td class="id"><a href="/jobs/([^"]+)">', page)
+
+
+def test_the_search_finds_a_job_by_its_errors_text(store: IJobStore) -> None:
+    put(store, "quiet", 0, status=Status.COMPLETED)
+    put(store, "loud", 1, status=Status.FAILED, error="OSError: disk quota exceeded on /srv")
+    put(store, "other", 2, status=Status.FAILED, error="KeyError: 'x'")
+    page = text(Client(make_app()).get("/?q=QUOTA+exceeded"))
+    assert ids_on(page) == ["loud"]
+    assert "search-more" not in page
+
+
+def test_a_search_reads_a_window_of_jobs_and_offers_the_next(store: IJobStore) -> None:
+    for n in range(8):  # newest first: m7 ... m0; the even ones hold the text
+        error = f"Timeout talking to db {n}" if n % 2 == 0 else "other"
+        put(store, f"m{n}", n, status=Status.FAILED, error=error)
+    app = make_app()
+    app.search_window = 3
+    client = Client(app)
+    seen: list[list[str]] = []
+    path = "/?q=timeout"
+    while True:
+        page = text(client.get(path))
+        seen.append(ids_on(page))
+        found = re.search(r'class="search-more" href="([^"]+)"', page)
+        if found is None:
+            break
+        assert "Search the next 3 jobs" in page
+        path = found.group(1).replace("&amp;", "&")
+    # Windows m7-m5, m4-m2, m1-m0: each job read once, in order.
+    assert seen == [["m6"], ["m4", "m2"], ["m0"]]
+
+
+def test_a_full_page_of_matches_pages_on_before_the_window_ends(store: IJobStore) -> None:
+    for n in range(6):
+        put(store, f"p{n}", n, status=Status.FAILED, error="Boom")
+    app = make_app()
+    app.search_window = 5
+    client = Client(app)
+    first = text(client.get("/?q=boom&limit=2"))
+    assert ids_on(first) == ["p5", "p4"] and "search-more" not in first
+    older = re.search(r'rel="next" href="([^"]+)"', first)
+    assert older is not None
+    second = text(client.get(older.group(1).replace("&amp;", "&")))
+    assert ids_on(second)[:1] == ["p3"]

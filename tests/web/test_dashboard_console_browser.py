@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -18,15 +19,45 @@ from dramatiq.brokers.redis import RedisBroker
 from process_state import clean_process_state
 from werkzeug.serving import make_server
 
+from pypepper_dramatiq import Context, Job, Task, Workflow, workflow_task
+from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.transport.redis import RedisGate
 from pypepper_dramatiq.web import basic_auth, make_app
 
+from .conftest import CHANNEL, run_job
+
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(600)]
 
 USER, PASSWORD = "ops", "console-test"
+#: While True, the task below fails.
+BROKEN = {"on": True}
+
+
+@workflow_task(name="console-tests.cool")
+def cool(task: Task, context: Context) -> str:
+    if BROKEN["on"]:
+        raise RuntimeError(f"reactor {context.job_id[:8]} overheated")
+    return "cooled"
+
+
+def failed_job() -> str:
+    """A job run by the in-process worker that failed (its task raised)."""
+    job = Job(category="reactor", channel_id=CHANNEL)
+    job.workflows.append(Workflow([cool.task(name="cool")]))
+    return off_the_loop(lambda: run_job(job))
+
+
+T = TypeVar("T")
+
+
+def off_the_loop(call: Callable[[], T]) -> T:
+    """``call()`` in a thread of its own: Playwright's sync API runs an event loop in
+    this one, where scheduling a job refuses to run."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result(timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +75,7 @@ def shots(tmp_path: Path) -> Path:
 def store(pg_store: SqlJobStore) -> Iterator[IJobStore]:
     with clean_process_state():
         set_job_store(pg_store)
+        BROKEN["on"] = True
         yield pg_store
 
 
@@ -105,3 +137,26 @@ def test_a_channel_stopped_resized_and_resumed_on_its_page_is_so_in_redis(
         page.screenshot(path=str(shots / "channel-resumed.png"), full_page=True)
     finally:
         gate.reset()
+
+
+def test_a_search_by_an_errors_text_finds_the_job(
+    store: IJobStore, server: str, page: Any, shots: Path
+) -> None:
+    failed = failed_job()
+    others = [off_the_loop(lambda: run_job(job_of("other"))) for _ in range(2)]
+    record = store.get(failed)
+    assert record is not None and record.status is Status.FAILED
+    assert f"reactor {failed[:8]} overheated" in (record.error or "")
+    page.goto(f"{server}/")
+    page.fill("input[name=q]", f"{failed[:8]} OVERHEATED")
+    page.click("form.filters button[type=submit]")
+    rows = page.locator("table.jobs tbody tr")
+    assert rows.count() == 1 and rows.first.inner_text().startswith(failed)
+    assert all(job_id not in page.content() for job_id in others)
+    page.screenshot(path=str(shots / "search-by-error.png"), full_page=True)
+
+
+def job_of(category: str) -> Job:
+    job = Job(category=category, channel_id=CHANNEL)
+    job.workflows.append(Workflow([cool.task(name="cool")]))
+    return job

@@ -77,6 +77,48 @@ class JobListings(SqlStorePart):
         with boundary(self._engine, "listing jobs"), self._engine.connect() as conn:
             return listed_jobs(conn.execute(query).mappings())
 
+    def list_keys(
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 1,
+        status: Status | str | None = None,
+        channel_id: str | None = None,
+        category: str | None = None,
+        newest_first: bool = False,
+        before: tuple[datetime, str] | None = None,
+        created_from: datetime | None = None,
+        created_until: datetime | None = None,
+    ) -> builtins.list[tuple[datetime, str]]:
+        # As list(), but (created, id) only: the (status, created, id) index and its
+        # channel and category kin hold both, so each branch is an index-only read
+        # of offset + limit entries.
+        where = filters(
+            channel_id=channel_id,
+            category=category,
+            before=before,
+            created_from=created_from,
+            created_until=created_until,
+        )
+        offset, limit = max(0, offset), max(0, limit)
+        reach = offset + limit
+
+        def ordered(query: Select[Any]) -> Select[Any]:
+            columns = query.selected_columns
+            if newest_first:
+                return query.order_by(columns.created.desc(), columns.id.desc())
+            return query.order_by(columns.created, columns.id)
+
+        keys = (jobs.c.created, jobs.c.id)
+        chosen = [Status(status)] if status is not None else list(Status)
+        branches = [
+            ordered(select(*keys).where(status_is(value), *where)).limit(reach) for value in chosen
+        ]
+        merged = (branches[0] if len(branches) == 1 else union_all(*branches)).subquery()
+        query = ordered(select(merged.c.created, merged.c.id)).offset(offset).limit(limit)
+        with boundary(self._engine, "listing job keys"), self._engine.connect() as conn:
+            return [(created, str(job_id)) for created, job_id in conn.execute(query)]
+
     def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
         query = (
             select(jobs)

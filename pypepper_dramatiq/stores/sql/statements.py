@@ -77,6 +77,7 @@ def filters(
             or_(
                 jobs.c.id.ilike(pattern, escape=_LIKE_ESCAPE),
                 jobs.c.category.ilike(pattern, escape=_LIKE_ESCAPE),
+                jobs.c.error.ilike(pattern, escape=_LIKE_ESCAPE),
             )
         )
     return where
