@@ -109,6 +109,16 @@ class CronSchedule:
         _check_aware(until, "until")
         return self._bounded(after, until)
 
+    def slots_until(self, until: datetime, count: int) -> list[datetime]:
+        """The ``count`` latest slots at or before the aware ``until``, newest first, in UTC."""
+        _check_aware(until, "until")
+        found: list[datetime] = []
+        for slot in self._backward(until):
+            if len(found) >= count:
+                break
+            found.append(slot)
+        return found
+
     def _bounded(self, after: datetime, until: datetime) -> Iterator[datetime]:
         for slot in self._forward(after):
             if slot > until:

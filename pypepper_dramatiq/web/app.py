@@ -420,7 +420,7 @@ class Dashboard:
         return self._render(call, "linked.html", page=page)
 
     def _schedules(self, call: _Call) -> Response:
-        rows = [views.schedule_row(schedule) for schedule in self.store.list_recurring()]
+        rows = views.schedule_rows(self.store.list_recurring(), self.store)
         return self._render(call, "schedules.html", schedules=rows)
 
     def _channels(self, call: _Call) -> Response:

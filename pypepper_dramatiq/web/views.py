@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..channels.broker import transport_of
+from ..errors import ConfigError
 from ..ops.display import printable
 from ..records.links import AFTER, RETRY, Link
 from ..records.progress import PROGRESS_KEY
@@ -21,9 +22,11 @@ from ..records.recurring import RecurringSchedule
 from ..records.spec import TaskSpec
 from ..records.state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
 from ..records.workers import LIVE, ListedWorker, WorkerInfo, listing, sweep_leader
+from ..rules.cron import CronSchedule, firing_id
 from ..rules.status import Status
 from ..rules.waits import Waits
 from ..stores.base import IJobStore
+from .cron_words import in_words
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).
 SHORT = 120
@@ -654,6 +657,22 @@ def job_view(record: JobRecord, store: IJobStore) -> JobView:
 # -- schedules and channels ------------------------------------------------------------------
 
 
+#: How many of a schedule's latest firings its row shows.
+FIRINGS = 5
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One firing of a schedule: its slot, its job and how the job stands."""
+
+    slot: str
+    job_id: str
+    #: The job's status; None when no job of that slot is stored (a slot skipped as
+    #: the schedule's catch-up says, one before it was stored, or a purged job).
+    status: str | None
+    duration: str
+
+
 @dataclass(frozen=True)
 class ScheduleRow:
     name: str
@@ -667,10 +686,59 @@ class ScheduleRow:
     category: str
     #: Why the stored row could not be read (it does not fire; no action applies).
     damaged: str | None = None
+    #: The expression in words (:mod:`.cron_words`); None: the page shows it alone.
+    cron_words: str | None = None
+    #: Its latest firings, newest first.
+    firings: tuple[Firing, ...] = ()
 
 
-def schedule_row(schedule: RecurringSchedule) -> ScheduleRow:
+def firing_slots(schedule: RecurringSchedule, count: int = FIRINGS) -> list[tuple[str, str]]:
+    """The (slot as shown, job id) of the ``count`` latest slots of ``schedule`` up to
+    its last one, newest first, and of its last job when that is no slot's (a firing
+    by ``trigger``): each slot's job has the id :func:`firing_id` gives it, so they
+    are read by id. None for a row that cannot be read or fired here."""
+    if schedule.damaged is not None or schedule.last_slot is None:
+        return []
+    try:
+        slots = CronSchedule(schedule.cron, schedule.timezone).slots_until(
+            schedule.last_slot, count
+        )
+    except (ConfigError, ValueError):  # croniter missing, an expression not read here
+        return []
+    found = [(when(slot), firing_id(schedule.name, slot)) for slot in slots]
+    last = schedule.last_job_id
+    if last and all(job_id != last for _, job_id in found):
+        found.insert(0, (when(schedule.last_slot), last))
+    return found[:count]
+
+
+def schedule_rows(schedules: Sequence[RecurringSchedule], store: IJobStore) -> list[ScheduleRow]:
+    """The schedules page: each schedule with its latest firings' jobs (one read of
+    them all, by id)."""
+    slots = {schedule.name: firing_slots(schedule) for schedule in schedules}
+    wanted = [job_id for pairs in slots.values() for _, job_id in pairs]
+    rows = {row.id: row for row in store.get_many(wanted)} if wanted else {}
+    return [
+        schedule_row(
+            schedule,
+            [
+                Firing(
+                    slot=slot,
+                    job_id=job_id,
+                    status=rows[job_id].status.value if job_id in rows else None,
+                    duration=job_duration(rows[job_id]) if job_id in rows else "-",
+                )
+                for slot, job_id in slots[schedule.name]
+            ],
+        )
+        for schedule in schedules
+    ]
+
+
+def schedule_row(schedule: RecurringSchedule, firings: Sequence[Firing] = ()) -> ScheduleRow:
     return ScheduleRow(
+        cron_words=in_words(schedule.cron) if schedule.damaged is None else None,
+        firings=tuple(firings),
         name=schedule.name,
         cron=schedule.cron,
         timezone=schedule.timezone,

@@ -4,6 +4,7 @@ names, durations and retries."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import re
@@ -12,12 +13,12 @@ from datetime import timedelta
 import pytest
 from werkzeug.test import Client
 
-from pypepper_dramatiq import Job, Workflow, manager
+from pypepper_dramatiq import Job, Worker, Workflow, manager
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.web import basic_auth, make_app
 
-from .conftest import CHANNEL, T0, fetch, put, run_job, text, two_step_job
+from .conftest import CHANNEL, T0, fetch, load, put, run_job, text, two_step_job
 
 # -- the jobs list ----------------------------------------------------------------------------
 
@@ -246,3 +247,42 @@ def test_a_full_page_of_matches_pages_on_before_the_window_ends(store: IJobStore
     assert older is not None
     second = text(client.get(older.group(1).replace("&amp;", "&")))
     assert ids_on(second)[:1] == ["p3"]
+
+
+# -- schedules ----------------------------------------------------------------------------
+
+
+def test_a_schedule_shows_its_cron_in_words_and_its_latest_firings(store: IJobStore) -> None:
+    from pypepper_dramatiq.schedules.firing import fire_due, recurring
+
+    manager.new(CHANNEL)
+    template = Job(category="tick", channel_id=CHANNEL)
+    template.workflows.append(Workflow([load.task(name="load")]))  # fails: no fetch result
+    schedule = recurring("ticks", "*/10 * * * *", template, overlap="allow", catch_up="all")
+    # Its next slot moved back: three slots are due now (slots in the past run at once).
+    start = schedule.next_slot - timedelta(minutes=40)
+    assert store.advance_recurring(schedule.evolve(next_slot=start))
+    fired = fire_due(now=start + timedelta(minutes=25))
+    assert len(fired) == 3
+    asyncio.run(Worker(manager.available(CHANNEL)).run_once())  # runs (and fails) one
+    ran = [job_id for job_id in fired if store.get(job_id).status is Status.FAILED]  # type: ignore[union-attr]
+    assert len(ran) == 1
+    recurring("hourly", "@hourly", template)  # never fired
+    page = text(Client(make_app()).get("/schedules"))
+    row = page.split("<td>ticks</td>", 1)[1].split("</tr>", 1)[0]
+    assert '<code>*/10 * * * *</code><span class="cron-words">Every 10 minutes</span>' in row
+    shown = re.findall(r'<a href="/jobs/([^"]+)"><span class="badge status-(\w+)">', row)
+    newest_first = sorted(fired, reverse=True)  # a firing's id ends with its slot
+    assert [job_id for job_id, _ in shown] == newest_first
+    assert {job_id: status for job_id, status in shown}[ran[0]] == "failed"
+    assert sorted(status for _, status in shown) == ["failed", "scheduled", "scheduled"]
+    hourly = page.split("<td>hourly</td>", 1)[1].split("</tr>", 1)[0]
+    assert '<span class="cron-words">Once an hour, at minute 0</span>' in hourly
+
+
+def test_an_expression_without_words_is_shown_alone(store: IJobStore) -> None:
+    from pypepper_dramatiq.web.cron_words import in_words
+
+    assert in_words("0 30 2 * * *") == "At 02:30"  # six fields: seconds first
+    assert in_words("not a cron") is None
+    assert in_words("1 2 3 4 5 6 7 8") is None
