@@ -45,7 +45,7 @@ from ..rules.status import Status
 from ..schedules.firing import pause_recurring, resume_recurring, trigger_recurring
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
-from . import text, views
+from . import bulk, text, views
 from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens, same_origin
 
 if TYPE_CHECKING:
@@ -140,6 +140,9 @@ _URLS = Map(
         # GET: the confirmation page, whose form POSTs here (no JavaScript needed).
         Rule("/actions/cancel/<text:job_id>", endpoint="cancel", methods=["GET", "POST"]),
         Rule("/actions/retry/<text:job_id>", endpoint="retry", methods=["POST"]),
+        # GET: the confirmation page of a bulk action (a filter or a selection); its
+        # form POSTs the ids it shows here.
+        Rule("/actions/bulk/<any(retry, cancel):action>", endpoint="bulk", methods=["GET", "POST"]),
         Rule("/actions/pause/<text:name>", endpoint="pause", methods=["POST"]),
         Rule("/actions/resume/<text:name>", endpoint="resume", methods=["POST"]),
         Rule("/actions/trigger/<text:name>", endpoint="trigger", methods=["POST"]),
@@ -214,7 +217,7 @@ class Dashboard:
             lstrip_blocks=True,
             finalize=text.shown,  # every printed text: controls, bidi, zero-width made visible
         )
-        self._templates.filters.update(block=text.block, verbatim=text.verbatim)
+        self._templates.filters.update(block=text.block, verbatim=text.verbatim, field=text.field)
 
     # -- WSGI ---------------------------------------------------------------------------
 
@@ -571,6 +574,88 @@ class Dashboard:
         )
         return redirect(call.url("job", job_id=new_id, notice="retried"), 303)
 
+    def _bulk(self, call: _Call, action: str) -> Response:
+        chosen_action = bulk.ACTIONS[action]
+        if call.request.method != "POST":
+            return self._confirm_bulk(call, chosen_action)
+        self._may_act(call)
+        job_ids = _bulk_ids(call.request.form.getlist("ids"))
+        if not job_ids:
+            raise Refused(400, "The form names no job: nothing was done.")
+        chosen = bulk.by_ids(self.store, chosen_action, job_ids)
+        by = by_dashboard(_user_of(call.request))
+        outcomes = [self._bulk_one(chosen_action, record.id, by) for record in chosen.records]
+        logger.info(
+            "dashboard: bulk %s by %s: %d of %d jobs asked (%s)",
+            action,
+            by,
+            sum(outcome.done for outcome in outcomes),
+            len(job_ids),
+            ", ".join(f"{o.job_id}: {o.what}" for o in outcomes) or "none taken",
+            extra={"action": f"dashboard_bulk_{action}", "by": by, "jobs": len(outcomes)},
+        )
+        return self._render(
+            call,
+            "bulk_done.html",
+            action=chosen_action,
+            outcomes=outcomes,
+            done=sum(outcome.done for outcome in outcomes),
+            left_out=chosen.left_out,
+        )
+
+    def _bulk_one(self, action: bulk.BulkAction, job_id: str, by: str) -> _Outcome:
+        """Retry or cancel one job of a bulk action; what came of it."""
+        if action.name == "cancel":
+            try:
+                cancelled = Job.cancel_saved(job_id, by=by)
+            except UnknownJobError:
+                return _Outcome(job_id, False, "no longer stored")
+            except InvalidTransitionError:
+                return _Outcome(job_id, False, "had already ended")
+            return _Outcome(job_id, cancelled, "cancelled" if cancelled else "busy: not changed")
+        try:
+            new_id = Job.retry_saved(job_id)
+        except UnknownJobError:
+            return _Outcome(job_id, False, "no longer stored")
+        except UnknownExecutorError as exc:
+            return _Outcome(job_id, False, f"not retried: {exc}. {REBUILD_HINT}")
+        except (RetryError, ChannelEnqueueError) as exc:
+            return _Outcome(job_id, False, f"not retried: {exc}")
+        return _Outcome(job_id, True, "retried", new_id)
+
+    def _confirm_bulk(self, call: _Call, action: bulk.BulkAction) -> Response:
+        """The page that shows which jobs a bulk action touches and asks to confirm."""
+        if not self.actions_allowed:
+            self._may_act(call)  # refused: read-only
+        args = call.request.args
+        if args.get("q"):
+            raise Refused(
+                400,
+                "A bulk action takes the list's filters but its text search: select the "
+                "jobs found instead.",
+            )
+        if "ids" in args:
+            chosen = bulk.by_ids(self.store, action, _bulk_ids(args.getlist("ids")))
+        else:
+            chosen = bulk.by_filter(
+                self.store,
+                action,
+                channel_id=args.get("channel") or None,
+                category=args.get("category") or None,
+                created_from=_moment(args.get("created_from"), "created_from"),
+                created_until=_moment(args.get("created_until"), "created_until"),
+            )
+        return self._render(
+            call,
+            "confirm_bulk.html",
+            action=action,
+            rows=[views.job_row(record) for record in chosen.records],
+            more=chosen.more,
+            left_out=chosen.left_out,
+            most=bulk.MOST,
+            scan=f"{bulk.SCAN:,}",
+        )
+
     def _pause(self, call: _Call, name: str) -> Response:
         return self._schedule_action(call, name, "paused")
 
@@ -601,6 +686,24 @@ class Dashboard:
         except UnknownScheduleError:
             raise Refused(404, f"No recurring schedule {name!r} is stored.") from None
         return redirect(call.url("schedules", notice=notice), 303)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a bulk action did to one job."""
+
+    job_id: str
+    done: bool
+    what: str
+    new_id: str | None = None
+
+
+def _bulk_ids(given: list[str]) -> list[str]:
+    """The job ids of a bulk form, each a plausible id, at most :data:`bulk.MOST`."""
+    job_ids = [job_id for job_id in dict.fromkeys(given) if job_id]
+    if len(job_ids) > bulk.MOST:
+        raise Refused(400, f"A bulk action takes at most {bulk.MOST} jobs at a time.")
+    return [job_id for job_id in job_ids if _plausible_id(job_id)]
 
 
 def _user_of(request: Request) -> str | None:

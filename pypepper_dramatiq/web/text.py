@@ -10,7 +10,10 @@ Two filters say where text is printed otherwise:
 * ``block``: a block of lines (an error, a traceback, JSON) in a ``<pre>``, its
   line breaks and tabs kept;
 * ``verbatim``: a form field's value, kept as the user typed it (escaped only), so
-  that a filter sent again is the same filter.
+  that a filter sent again is the same filter;
+* ``field``: a value a form sends back exactly (a job id in a bulk form), its
+  control and format characters written as character references: the browser
+  sends them as they are, and the page holds none of them.
 
 The stylesheet wraps long text and isolates each piece of user text
 (``unicode-bidi: isolate``) so that right-to-left text cannot move its neighbours.
@@ -18,6 +21,7 @@ The stylesheet wraps long text and isolates each piece of user text
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from markupsafe import Markup, escape
@@ -45,3 +49,15 @@ def block(value: Any) -> Markup:
 def verbatim(value: Any) -> Markup:
     """The ``verbatim`` filter: a form field's value as it was given, escaped for HTML."""
     return escape(value)
+
+
+def field(value: Any) -> Markup:
+    """The ``field`` filter: a value sent back by a form as it is, escaped for HTML,
+    its control and format characters (bidi controls, zero-width ones) written as
+    numeric character references."""
+    return Markup(
+        "".join(
+            f"&#x{ord(char):X};" if unicodedata.category(char) in ("Cc", "Cf") else char
+            for char in str(escape(value))
+        )
+    )

@@ -105,7 +105,7 @@ def test_list_filter_open_and_cancel_a_job_without_javascript(
     page.select_option("select[name=status]", "Scheduled")
     page.click("form.filters button[type=submit]")
     assert "status=Scheduled" in page.url
-    assert rows.count() == 1 and rows.first.inner_text().startswith(waiting)
+    assert rows.count() == 1 and rows.first.inner_text().strip().startswith(waiting)
 
     page.click(f"text={waiting}")
     assert page.locator("#job-status").inner_text() == "Scheduled"

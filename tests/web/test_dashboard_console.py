@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import logging
 import re
 from datetime import timedelta
@@ -286,3 +287,144 @@ def test_an_expression_without_words_is_shown_alone(store: IJobStore) -> None:
     assert in_words("0 30 2 * * *") == "At 02:30"  # six fields: seconds first
     assert in_words("not a cron") is None
     assert in_words("1 2 3 4 5 6 7 8") is None
+
+
+# -- bulk actions -------------------------------------------------------------------------
+
+
+def workflows() -> dict[str, object]:
+    """The stored workflows of a job the tests' worker can run."""
+    stored = two_step_job().to_record().payload
+    assert stored is not None
+    return stored
+
+
+def confirm_form(page: str) -> tuple[str, list[str]]:
+    """The CSRF token and the job ids of a bulk confirmation page's form."""
+    form = page.split('id="confirm-bulk"', 1)[1].split("</form>", 1)[0]
+    token = re.search(r'name="csrf_token" value="([^"]+)"', form)
+    assert token is not None
+    return token.group(1), re.findall(r'name="ids" value="([^"]+)"', form)
+
+
+def test_retry_the_failed_jobs_of_a_filter_after_confirming(
+    store: IJobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager.new(CHANNEL)
+    for n in range(3):
+        put(store, f"f{n}", n, status=Status.FAILED, payload=workflows(), error="Boom")
+    put(store, "elsewhere", 3, status=Status.FAILED, payload=workflows(), channel_id="other")
+    put(store, "fine", 4, status=Status.COMPLETED, payload=workflows())
+    client, headers = user_client(), signed_in()
+    listing = text(client.get(f"/?channel={CHANNEL}", headers=headers))
+    link = re.search(r'href="(/actions/bulk/retry\?[^"]+)"', listing)
+    assert link is not None and f"channel={CHANNEL}" in link.group(1)
+    confirm = text(client.get(link.group(1).replace("&amp;", "&"), headers=headers))
+    assert '<h1 id="bulk-title">Retry 3 failed jobs?</h1>' in confirm
+    assert "at most 100 jobs" in confirm
+    token, job_ids = confirm_form(confirm)
+    assert job_ids == ["f0", "f1", "f2"]
+    caplog.set_level(logging.INFO, logger="pypepper_dramatiq.web.app")
+
+    done = client.post(
+        "/actions/bulk/retry", data={"csrf_token": token, "ids": job_ids}, headers=headers
+    )
+    assert done.status_code == 200
+    assert '<h1 id="bulk-done">3 of 3 jobs retried</h1>' in text(done)
+    retries = [r for r in store.list() if (r.payload or {}).get("retry_of")]
+    assert sorted(str((r.payload or {})["retry_of"]) for r in retries) == job_ids
+    assert all(r.status is Status.SCHEDULED for r in retries)
+    said = [r.getMessage() for r in caplog.records if "bulk retry" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("dashboard: bulk retry by dashboard:ops: 3 of 3")
+
+    again = client.post(
+        "/actions/bulk/retry", data={"csrf_token": token, "ids": job_ids}, headers=headers
+    )
+    assert '<h1 id="bulk-done">0 of 0 jobs retried</h1>' in text(again)
+    assert "3 of the jobs sent were left out" in text(again)
+    assert len([r for r in store.list() if (r.payload or {}).get("retry_of")]) == 3
+
+
+def test_cancel_a_selection_cancels_only_its_waiting_jobs_as_who_did_it(store: IJobStore) -> None:
+    put(store, "w1", 0, status=Status.SCHEDULED, payload=workflows())
+    put(store, "w2", 1, status=Status.SCHEDULED, payload=workflows())
+    put(store, "ended", 2, status=Status.COMPLETED, payload=workflows())
+    client, headers = user_client(), signed_in()
+    listing = text(client.get("/", headers=headers))
+    assert 'name="ids" value="w1" form="selection"' in listing
+    confirm = text(client.get("/actions/bulk/cancel?ids=w2&ids=ended&ids=nope", headers=headers))
+    assert '<h1 id="bulk-title">Cancel 1 waiting jobs?</h1>' in confirm
+    assert "2 of the jobs selected are left out" in confirm
+    token, job_ids = confirm_form(confirm)
+    assert job_ids == ["w2"]
+    done = client.post(
+        "/actions/bulk/cancel", data={"csrf_token": token, "ids": job_ids}, headers=headers
+    )
+    assert '<h1 id="bulk-done">1 of 1 jobs cancelled</h1>' in text(done)
+    w2, w1 = store.get("w2"), store.get("w1")
+    assert w2 is not None and w2.status is Status.CANCELLED
+    assert w2.state["cancelled_by"]["by"] == "dashboard:ops"
+    assert w1 is not None and w1.status is Status.SCHEDULED
+
+
+def test_bulk_actions_are_refused_without_a_token_read_only_signed_out_or_too_many(
+    store: IJobStore,
+) -> None:
+    put(store, "w1", 0, status=Status.SCHEDULED, payload=workflows())
+    client, headers = user_client(), signed_in()
+    token, _ = confirm_form(text(client.get("/actions/bulk/cancel?ids=w1", headers=headers)))
+    for data in ({"ids": "w1"}, {"ids": "w1", "csrf_token": token + "x"}):
+        refused = client.post("/actions/bulk/cancel", data=data, headers=headers)
+        assert refused.status_code == 403 and "CSRF token" in text(refused)
+    signed_out = client.post("/actions/bulk/cancel", data={"csrf_token": token, "ids": "w1"})
+    assert signed_out.status_code == 401
+    many = [f"id-{n}" for n in range(101)]
+    too_many = client.post(
+        "/actions/bulk/cancel", data={"csrf_token": token, "ids": many}, headers=headers
+    )
+    assert too_many.status_code == 400 and "at most 100 jobs" in text(too_many)
+    none = client.post("/actions/bulk/cancel", data={"csrf_token": token}, headers=headers)
+    assert none.status_code == 400
+    searched = client.get("/actions/bulk/retry?q=boom", headers=headers)
+    assert searched.status_code == 400
+    read_only = Client(make_app())
+    assert "/actions/bulk/" not in text(read_only.get("/"))
+    assert read_only.get("/actions/bulk/cancel?ids=w1").status_code == 403
+    cookie = read_only.get_cookie("pypepper_dashboard_csrf")
+    assert cookie is not None
+    app = make_app()
+    response = Client(app).post(
+        "/actions/bulk/cancel", data={"csrf_token": app._csrf.token(cookie.value), "ids": "w1"}
+    )
+    assert response.status_code == 403 and "read-only" in text(response)
+    record = store.get("w1")
+    assert record is not None and record.status is Status.SCHEDULED
+
+
+def test_a_filter_touches_at_most_the_bound_oldest_first(store: IJobStore) -> None:
+    for n in range(103):
+        put(store, f"s{n:03d}", n, status=Status.SCHEDULED)
+    client, headers = user_client(), signed_in()
+    confirm = text(client.get("/actions/bulk/cancel", headers=headers))
+    assert '<h1 id="bulk-title">Cancel 100 waiting jobs?</h1>' in confirm
+    assert "more match: the first 100, oldest first" in confirm
+    _, job_ids = confirm_form(confirm)
+    assert job_ids == [f"s{n:03d}" for n in range(100)]
+
+
+def test_an_id_with_a_bidi_control_goes_through_a_bulk_form_exactly(store: IJobStore) -> None:
+    spoofed = "w\u202e1"
+    put(store, spoofed, 0, status=Status.SCHEDULED)
+    client, headers = user_client(), signed_in()
+    listing = text(client.get("/", headers=headers))
+    assert "\u202e" not in listing and 'value="w&#x202E;1" form="selection"' in listing
+    confirm = text(
+        client.get("/actions/bulk/cancel", query_string={"ids": spoofed}, headers=headers)
+    )
+    assert "\u202e" not in confirm
+    token, job_ids = confirm_form(confirm)
+    sent = [html.unescape(job_id) for job_id in job_ids]  # what a browser sends
+    assert sent == [spoofed]
+    client.post("/actions/bulk/cancel", data={"csrf_token": token, "ids": sent}, headers=headers)
+    record = store.get(spoofed)
+    assert record is not None and record.status is Status.CANCELLED

@@ -5,6 +5,7 @@ Screenshots go to ``$PYPEPPER_SCREENSHOTS`` (default: the test's temporary direc
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from dramatiq.brokers.redis import RedisBroker
 from process_state import clean_process_state
 from werkzeug.serving import make_server
 
-from pypepper_dramatiq import Context, Job, Task, Workflow, workflow_task
+from pypepper_dramatiq import Context, Job, Task, Worker, Workflow, manager, workflow_task
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
@@ -151,7 +152,7 @@ def test_a_search_by_an_errors_text_finds_the_job(
     page.fill("input[name=q]", f"{failed[:8]} OVERHEATED")
     page.click("form.filters button[type=submit]")
     rows = page.locator("table.jobs tbody tr")
-    assert rows.count() == 1 and rows.first.inner_text().startswith(failed)
+    assert rows.count() == 1 and rows.first.inner_text().strip().startswith(failed)
     assert all(job_id not in page.content() for job_id in others)
     page.screenshot(path=str(shots / "search-by-error.png"), full_page=True)
 
@@ -160,3 +161,45 @@ def job_of(category: str) -> Job:
     job = Job(category=category, channel_id=CHANNEL)
     job.workflows.append(Workflow([cool.task(name="cool")]))
     return job
+
+
+def test_a_bulk_retry_of_three_failed_jobs_completes_them(
+    store: IJobStore, server: str, page: Any, shots: Path
+) -> None:
+    failed = [failed_job() for _ in range(3)]
+    done = off_the_loop(lambda: run_job(job_of("fine-later")))  # fails too: left unticked
+    assert all(store.get(job_id).status is Status.FAILED for job_id in failed)  # type: ignore[union-attr]
+    BROKEN["on"] = False  # the fix is deployed
+    page.goto(f"{server}/?status=Failed")
+    for job_id in failed:
+        page.check(f"input[name=ids][value='{job_id}']")
+    page.screenshot(path=str(shots / "bulk-selected.png"), full_page=True)
+    page.click("button:has-text('Retry selected')")
+    assert page.locator("#bulk-title").inner_text() == "Retry 3 failed jobs?"
+    page.screenshot(path=str(shots / "bulk-confirm.png"), full_page=True)
+    page.click("button:has-text('Yes, retry 3 jobs')")
+    assert page.locator("#bulk-done").inner_text() == "3 of 3 jobs retried"
+    page.screenshot(path=str(shots / "bulk-done.png"), full_page=True)
+    retries = {
+        str((r.payload or {})["retry_of"]): r.id
+        for r in store.list()
+        if (r.payload or {}).get("retry_of")
+    }
+    assert sorted(retries) == sorted(failed)
+
+    def work() -> None:
+        worker = Worker(manager.available(CHANNEL))
+        for _ in retries:
+            asyncio.run(worker.run_once())
+
+    off_the_loop(work)
+    for new_id in retries.values():
+        record = store.get(new_id)
+        assert record is not None and record.status is Status.COMPLETED, record
+    untouched = store.get(done)
+    assert untouched is not None and untouched.status is Status.FAILED
+    page.goto(f"{server}/")
+    for job_id, new_id in retries.items():
+        row = page.locator("table.jobs tbody tr", has_text=job_id)
+        assert f"retried as {new_id}" in row.inner_text()
+    page.screenshot(path=str(shots / "bulk-retried-list.png"), full_page=True)
