@@ -203,3 +203,29 @@ def test_a_bulk_retry_of_three_failed_jobs_completes_them(
         row = page.locator("table.jobs tbody tr", has_text=job_id)
         assert f"retried as {new_id}" in row.inner_text()
     page.screenshot(path=str(shots / "bulk-retried-list.png"), full_page=True)
+
+
+def test_the_schedules_page_reads_its_cron_and_its_firings(
+    store: IJobStore, server: str, page: Any, shots: Path
+) -> None:
+    from datetime import timedelta
+
+    from pypepper_dramatiq.schedules.firing import fire_due, recurring
+
+    manager.new(CHANNEL)
+    schedule = recurring(
+        "reactor check", "*/15 * * * 1-5", job_of("checks"), catch_up="all", overlap="allow"
+    )
+    start = schedule.next_slot - timedelta(days=7)
+    assert store.advance_recurring(schedule.evolve(next_slot=start))
+    fired = off_the_loop(lambda: fire_due(now=start + timedelta(minutes=40)))
+    assert len(fired) == 3
+    off_the_loop(lambda: asyncio.run(Worker(manager.available(CHANNEL)).run_once()))
+    page.goto(f"{server}/schedules")
+    row = page.locator("table.schedules tr", has_text="reactor check")
+    assert "Every 15 minutes, Monday through Friday" in row.inner_text()
+    assert row.locator("td.firings li").count() == 5  # the five latest slots
+    assert row.locator("td.firings .badge").count() == 3  # of which three fired
+    assert row.locator("td.firings li", has_text="no job stored").count() == 2
+    assert row.locator("td.firings .badge", has_text="Failed").count() == 1
+    page.screenshot(path=str(shots / "schedules.png"), full_page=True)
