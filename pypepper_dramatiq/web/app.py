@@ -45,7 +45,7 @@ from ..rules.status import Status
 from ..schedules.firing import pause_recurring, resume_recurring, trigger_recurring
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
-from . import bulk, text, views
+from . import text, views
 from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens, same_origin
 
 if TYPE_CHECKING:
@@ -575,14 +575,14 @@ class Dashboard:
         return redirect(call.url("job", job_id=new_id, notice="retried"), 303)
 
     def _bulk(self, call: _Call, action: str) -> Response:
-        chosen_action = bulk.ACTIONS[action]
+        chosen_action = views.BULK_ACTIONS[action]
         if call.request.method != "POST":
             return self._confirm_bulk(call, chosen_action)
         self._may_act(call)
         job_ids = _bulk_ids(call.request.form.getlist("ids"))
         if not job_ids:
             raise Refused(400, "The form names no job: nothing was done.")
-        chosen = bulk.by_ids(self.store, chosen_action, job_ids)
+        chosen = views.bulk_by_ids(self.store, chosen_action, job_ids)
         by = by_dashboard(_user_of(call.request))
         outcomes = [self._bulk_one(chosen_action, record.id, by) for record in chosen.records]
         logger.info(
@@ -603,7 +603,7 @@ class Dashboard:
             left_out=chosen.left_out,
         )
 
-    def _bulk_one(self, action: bulk.BulkAction, job_id: str, by: str) -> _Outcome:
+    def _bulk_one(self, action: views.BulkAction, job_id: str, by: str) -> _Outcome:
         """Retry or cancel one job of a bulk action; what came of it."""
         if action.name == "cancel":
             try:
@@ -623,7 +623,7 @@ class Dashboard:
             return _Outcome(job_id, False, f"not retried: {exc}")
         return _Outcome(job_id, True, "retried", new_id)
 
-    def _confirm_bulk(self, call: _Call, action: bulk.BulkAction) -> Response:
+    def _confirm_bulk(self, call: _Call, action: views.BulkAction) -> Response:
         """The page that shows which jobs a bulk action touches and asks to confirm."""
         if not self.actions_allowed:
             self._may_act(call)  # refused: read-only
@@ -635,9 +635,9 @@ class Dashboard:
                 "jobs found instead.",
             )
         if "ids" in args:
-            chosen = bulk.by_ids(self.store, action, _bulk_ids(args.getlist("ids")))
+            chosen = views.bulk_by_ids(self.store, action, _bulk_ids(args.getlist("ids")))
         else:
-            chosen = bulk.by_filter(
+            chosen = views.bulk_by_filter(
                 self.store,
                 action,
                 channel_id=args.get("channel") or None,
@@ -652,8 +652,8 @@ class Dashboard:
             rows=[views.job_row(record) for record in chosen.records],
             more=chosen.more,
             left_out=chosen.left_out,
-            most=bulk.MOST,
-            scan=f"{bulk.SCAN:,}",
+            most=views.BULK_MOST,
+            scan=f"{views.BULK_SCAN:,}",
         )
 
     def _pause(self, call: _Call, name: str) -> Response:
@@ -699,10 +699,10 @@ class _Outcome:
 
 
 def _bulk_ids(given: list[str]) -> list[str]:
-    """The job ids of a bulk form, each a plausible id, at most :data:`bulk.MOST`."""
+    """The job ids of a bulk form, each a plausible id, at most :data:`views.BULK_MOST`."""
     job_ids = [job_id for job_id in dict.fromkeys(given) if job_id]
-    if len(job_ids) > bulk.MOST:
-        raise Refused(400, f"A bulk action takes at most {bulk.MOST} jobs at a time.")
+    if len(job_ids) > views.BULK_MOST:
+        raise Refused(400, f"A bulk action takes at most {views.BULK_MOST} jobs at a time.")
     return [job_id for job_id in job_ids if _plausible_id(job_id)]
 
 

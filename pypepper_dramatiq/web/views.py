@@ -26,7 +26,21 @@ from ..rules.cron import CronSchedule, firing_id
 from ..rules.status import Status
 from ..rules.waits import Waits
 from ..stores.base import IJobStore
-from .cron_words import in_words
+
+try:
+    from cron_descriptor import (
+        ExpressionDescriptor,
+        FormatError,
+        MissingFieldError,
+        Options,
+        WrongArgumentError,
+    )
+
+    _LIBRARY: tuple[type[Exception], ...] = (FormatError, MissingFieldError, WrongArgumentError)
+except ImportError:  # pragma: no cover - depends on the install
+    ExpressionDescriptor = None
+    Options = None
+    _LIBRARY = ()
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).
 SHORT = 120
@@ -654,6 +668,45 @@ def job_view(record: JobRecord, store: IJobStore) -> JobView:
     )
 
 
+# -- a cron expression in words ------------------------------------------------------------------
+#
+# Read by cron-descriptor (part of the ``dashboard`` extra), in 24-hour time, with the
+# 6-field form read seconds first as the package's schedules read it. Without the
+# library, or for an expression it cannot read, there are no words and the page shows
+# the expression alone.
+#: What reading an expression may raise: the library's errors, and on odd text its
+#: own parsing's.
+_UNREAD: tuple[type[Exception], ...] = (*_LIBRARY, ValueError, KeyError, IndexError)
+
+#: The aliases croniter reads and cron-descriptor does not, in words.
+CRON_ALIASES = {
+    "@yearly": "Once a year, at 00:00 on January 1",
+    "@annually": "Once a year, at 00:00 on January 1",
+    "@monthly": "Once a month, at 00:00 on day 1",
+    "@weekly": "Once a week, at 00:00 on Sunday",
+    "@daily": "Once a day, at 00:00",
+    "@midnight": "Once a day, at 00:00",
+    "@hourly": "Once an hour, at minute 0",
+}
+
+
+def in_words(expression: str) -> str | None:
+    """``expression`` in English words; None when it cannot be said."""
+    text = expression.strip()
+    if text.lower() in CRON_ALIASES:
+        return CRON_ALIASES[text.lower()]
+    if ExpressionDescriptor is None or Options is None:
+        return None
+    options: Any = Options()
+    options.use_24hour_time_format = True
+    options.verbose = False
+    try:
+        described = ExpressionDescriptor(text, options).get_description()
+    except _UNREAD:
+        return None
+    return str(described) if described else None
+
+
 # -- schedules and channels ------------------------------------------------------------------
 
 
@@ -686,7 +739,7 @@ class ScheduleRow:
     category: str
     #: Why the stored row could not be read (it does not fire; no action applies).
     damaged: str | None = None
-    #: The expression in words (:mod:`.cron_words`); None: the page shows it alone.
+    #: The expression in words (:func:`in_words`); None: the page shows it alone.
     cron_words: str | None = None
     #: Its latest firings, newest first.
     firings: tuple[Firing, ...] = ()
@@ -910,3 +963,108 @@ def _duration(seconds: float) -> str:
         return f"{minutes}m {rest:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m"
+
+
+# -- bulk actions ------------------------------------------------------------------------------
+#
+# Which jobs "retry the failed" and "cancel the waiting" touch, chosen by a filter of the
+# jobs list or by a selection of its rows. The confirmation page shows the jobs chosen
+# (their ids go in its form), and the POST that follows acts on those ids alone, each
+# checked again. One request touches at most BULK_MOST jobs; a filter reads at most
+# BULK_SCAN rows to find them.
+
+#: The most jobs one bulk request touches (run it again for the rest).
+BULK_MOST = 100
+#: The most rows a filter reads to find them (jobs already was_retried are passed over).
+BULK_SCAN = 2_000
+#: Rows read per page of that scan.
+_BULK_PAGE = 200
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """One kind of bulk action."""
+
+    name: str
+    #: The button's words, and what the result page says was done.
+    verb: str
+    done: str
+    #: The status a job must have to be touched.
+    status: Status
+    #: What the jobs it bulk_takes are called on the pages.
+    jobs: str
+
+
+BULK_ACTIONS = {
+    "retry": BulkAction("retry", "Retry", "retried", Status.FAILED, "failed jobs"),
+    "cancel": BulkAction("cancel", "Cancel", "cancelled", Status.SCHEDULED, "waiting jobs"),
+}
+
+
+@dataclass(frozen=True)
+class BulkChoice:
+    """The jobs a bulk action touches, oldest first."""
+
+    records: list[JobRecord]
+    #: Whether more jobs match than the request touches (:data:`BULK_MOST`), or the scan
+    #: stopped at :data:`BULK_SCAN` rows before the end.
+    more: bool
+    #: How many jobs asked for are left out: not in the action's status, already
+    #: was_retried, or not stored.
+    left_out: int = 0
+
+
+def was_retried(record: JobRecord, store: IJobStore) -> bool:
+    """Whether a job was was_retried already (a link of kind retry from it)."""
+    return any(
+        link.parent == record.id and link.kind == RETRY for link in store.links(record.id, limit=1)
+    )
+
+
+def bulk_takes(action: BulkAction, record: JobRecord, store: IJobStore) -> bool:
+    """Whether ``action`` touches ``record``: in its status, readable, and for a retry
+    not was_retried already (so that a form sent twice retries each job once)."""
+    if record.damaged is not None or record.status is not action.status:
+        return False
+    return action.name != "retry" or not was_retried(record, store)
+
+
+def bulk_by_filter(
+    store: IJobStore,
+    action: BulkAction,
+    *,
+    channel_id: str | None = None,
+    category: str | None = None,
+    created_from: datetime | None = None,
+    created_until: datetime | None = None,
+) -> BulkChoice:
+    """The first :data:`BULK_MOST` jobs of the filter ``action`` touches, oldest first."""
+    found: list[JobRecord] = []
+    after: tuple[datetime, str] | None = None
+    read = 0
+    filters: dict[str, Any] = {
+        "channel_id": channel_id,
+        "category": category,
+        "created_from": created_from,
+        "created_until": created_until,
+    }
+    while read < BULK_SCAN:
+        page = store.list(status=action.status, limit=_BULK_PAGE, after=after, **filters)
+        read += len(page)
+        for record in page:
+            if bulk_takes(action, record, store):
+                if len(found) == BULK_MOST:
+                    return BulkChoice(found, more=True)
+                found.append(record)
+        if len(page) < _BULK_PAGE:
+            return BulkChoice(found, more=False)
+        after = (page[-1].created, page[-1].id)
+    return BulkChoice(found, more=True)
+
+
+def bulk_by_ids(store: IJobStore, action: BulkAction, job_ids: Sequence[str]) -> BulkChoice:
+    """The jobs among ``job_ids`` (at most :data:`BULK_MOST`) ``action`` touches, oldest first."""
+    wanted = list(dict.fromkeys(job_ids))
+    rows = [record for record in store.get_many(wanted) if bulk_takes(action, record, store)]
+    rows.sort(key=lambda record: (record.created, record.id))
+    return BulkChoice(rows, more=False, left_out=len(wanted) - len(rows))
