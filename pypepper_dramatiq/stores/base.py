@@ -355,6 +355,23 @@ class IJobStore(abc.ABC):
         )
         return rows[:limit]
 
+    def ended_counts(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> dict[tuple[Status, int], int]:
+        """How many jobs ended (Completed, Failed, Cancelled: their last ``updated``)
+        in each bucket of ``bucket_seconds`` from ``since`` (bucket 0) to ``until``,
+        by status; buckets with none are left out. For the dashboard's charts: the SQL
+        stores count entries of the (status, updated, id) index in the range.
+        """
+        start, end = as_utc(since), as_utc(until)
+        counts: dict[tuple[Status, int], int] = {}
+        for status in TERMINAL:
+            for row in self.list(status=status):
+                if start <= row.updated < end:
+                    key = (status, int((row.updated - start).total_seconds()) // bucket_seconds)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
     # -- recurring schedules ----------------------------------------------------------
 
     def save_recurring(self, schedule: RecurringSchedule) -> RecurringSchedule:

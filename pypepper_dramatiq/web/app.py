@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +153,7 @@ _URLS = Map(
             methods=["POST"],
         ),
         Rule("/workers", endpoint="workers"),
+        Rule("/charts", endpoint="charts"),
         Rule("/static/<path:filename>", endpoint="static"),
         # Where a browser looks for the icon of a page that names none.
         Rule("/favicon.ico", endpoint="favicon"),
@@ -473,6 +474,24 @@ class Dashboard:
             extra={"action": f"dashboard_channel_{action}", "channel_id": name, "by": by},
         )
         return redirect(call.url("channels", notice=notice), 303)
+
+    def _charts(self, call: _Call) -> Response:
+        name = call.request.args.get("range") or "hour"
+        if name not in views.CHART_RANGES:
+            raise Refused(400, f"The range must be one of {', '.join(views.CHART_RANGES)}.")
+        span, step = views.CHART_RANGES[name]
+        now = utcnow()
+        # Buckets aligned on their width, the current one last.
+        end = datetime.fromtimestamp((now.timestamp() // step + 1) * step, timezone.utc)
+        since = end - timedelta(seconds=span)
+        counts = self.store.ended_counts(since, end, step)
+        return self._render(
+            call,
+            "charts.html",
+            chart=views.ended_chart(counts, name, since),
+            ranges=list(views.CHART_RANGES),
+            live=True,
+        )
 
     def _workers(self, call: _Call) -> Response:
         now = utcnow()

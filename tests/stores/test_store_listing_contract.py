@@ -190,3 +190,23 @@ def test_links_survive_later_writes_and_go_with_the_child(store: IJobStore) -> N
     assert store.links("parent") == [Link("parent", "child", AFTER)]
     assert store.delete("child")
     assert store.links("parent") == []
+
+
+def test_ended_counts_count_the_ends_of_each_bucket_by_status(store: IJobStore) -> None:
+    ends = [
+        (0, Status.COMPLETED),
+        (59, Status.COMPLETED),
+        (61, Status.FAILED),
+        (150, Status.CANCELLED),
+    ]
+    for n, (second, status) in enumerate(ends):
+        put(store, f"e{n}", status=status, created=at(0), updated=at(second))
+    put(store, "running", status=Status.IN_PROGRESS, created=at(0), updated=at(10))
+    put(store, "before", status=Status.COMPLETED, created=at(-100), updated=at(-1))
+    put(store, "after", status=Status.FAILED, created=at(0), updated=at(180))
+    counts = store.ended_counts(at(0), at(180), 60)
+    assert counts == {
+        (Status.COMPLETED, 0): 2,
+        (Status.FAILED, 1): 1,
+        (Status.CANCELLED, 2): 1,
+    }

@@ -9,14 +9,15 @@ import base64
 import html
 import logging
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from werkzeug.test import Client
 
 from pypepper_dramatiq import Job, Worker, Workflow, manager
+from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.stores.base import IJobStore
+from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.web import basic_auth, make_app
 
 from .conftest import CHANNEL, T0, fetch, load, put, run_job, text, two_step_job
@@ -428,3 +429,38 @@ def test_an_id_with_a_bidi_control_goes_through_a_bulk_form_exactly(store: IJobS
     client.post("/actions/bulk/cancel", data={"csrf_token": token, "ids": sent}, headers=headers)
     record = store.get(spoofed)
     assert record is not None and record.status is Status.CANCELLED
+
+
+# -- charts -------------------------------------------------------------------------------
+
+
+def ended(store: IJobStore, job_id: str, status: Status, at: datetime) -> None:
+    assert store.put(
+        JobRecord(id=job_id, channel_id=CHANNEL, status=status, created=at, updated=at)
+    )
+
+
+def test_the_charts_page_draws_the_jobs_ended_per_minute_by_status(store: IJobStore) -> None:
+    at = utcnow() - timedelta(minutes=5)  # one instant: one bucket
+    for n in range(3):
+        ended(store, f"ok{n}", Status.COMPLETED, at)
+    ended(store, "bad", Status.FAILED, at)
+    ended(store, "old", Status.FAILED, at - timedelta(hours=3))
+    put(store, "waiting", 0, status=Status.SCHEDULED)
+    client = Client(make_app())
+    page = text(client.get("/charts"))
+    assert 'href="/charts" aria-current="page">Charts</a>' in page
+    titles = re.findall(
+        r'<rect class="bar status-(\w+)"[^>]*><title>[^<]*: (\d+) (\w+)</title>', page
+    )
+    assert sorted(titles) == [("completed", "3", "Completed"), ("failed", "1", "Failed")]
+    assert ">3 Completed</span>" in page and ">1 Failed</span>" in page
+    day = text(client.get("/charts?range=day"))
+    assert ">2 Failed</span>" in day  # the one of three hours ago too
+    assert client.get("/charts?range=week").status_code == 200
+    assert client.get("/charts?range=year").status_code == 400
+
+
+def test_an_empty_range_says_so(store: IJobStore) -> None:
+    page = text(Client(make_app()).get("/charts"))
+    assert "No job ended in this range." in page and "<rect" not in page

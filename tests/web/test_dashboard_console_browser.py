@@ -6,6 +6,7 @@ Screenshots go to ``$PYPEPPER_SCREENSHOTS`` (default: the test's temporary direc
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -229,3 +230,22 @@ def test_the_schedules_page_reads_its_cron_and_its_firings(
     assert row.locator("td.firings li", has_text="no job stored").count() == 2
     assert row.locator("td.firings .badge", has_text="Failed").count() == 1
     page.screenshot(path=str(shots / "schedules.png"), full_page=True)
+
+
+def test_the_charts_page_draws_the_jobs_a_worker_ended(
+    store: IJobStore, server: str, page: Any, shots: Path
+) -> None:
+    failed = [failed_job() for _ in range(2)]
+    BROKEN["on"] = False
+    completed = [off_the_loop(lambda: run_job(job_of("fine"))) for _ in range(3)]
+    assert all(store.get(j).status is Status.COMPLETED for j in completed)  # type: ignore[union-attr]
+    page.goto(f"{server}/charts")
+    bars = page.locator("#ended-chart rect.bar")
+    assert bars.count() >= 2
+    said = " ".join(bars.nth(i).locator("title").text_content() for i in range(bars.count()))
+    assert sum(int(n) for n in re.findall(r": (\d+) Completed", said)) == 3
+    assert sum(int(n) for n in re.findall(r": (\d+) Failed", said)) == len(failed)
+    page.screenshot(path=str(shots / "charts-hour.png"), full_page=True)
+    page.click("text=last week")
+    assert page.locator("#ended-chart rect.bar").count() >= 2
+    page.screenshot(path=str(shots / "charts-week.png"), full_page=True)

@@ -3,10 +3,11 @@ class a dialect (PostgreSQL's hot statements are :mod:`.postgres`'s store)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, func, insert, select
-from sqlalchemy.sql import Executable
+from sqlalchemy import Connection, TextClause, func, insert, literal_column, select
+from sqlalchemy.sql import ColumnElement, Executable
 
 from ..schema import jobs
 from .statements import (
@@ -48,6 +49,10 @@ class Dialect:
     def lock_migrations(self, connection: Connection) -> None:
         """Serialise concurrent migrators, where the database can (not here)."""
 
+    def whole_seconds_since(self, column: Any, start: datetime) -> ColumnElement[Any]:
+        """Whole seconds from ``start`` to the timestamp ``column`` (both UTC)."""
+        return func.timestampdiff(literal_column("SECOND"), start, column)
+
 
 class MySqlDialect(Dialect):
     """MySQL and MariaDB."""
@@ -66,6 +71,9 @@ class PostgresDialect(Dialect):
 
     def worker_upsert(self, values: dict[str, Any], kept: tuple[str, ...]) -> Executable:
         return pg_worker_upsert(values, kept)
+
+    def whole_seconds_since(self, column: Any, start: datetime) -> ColumnElement[Any]:
+        return func.floor(func.extract("epoch", column - start))
 
     def lock_migrations(self, connection: Connection) -> None:
         # PostgreSQL DDL is transactional, so the loser then finds the schema at
