@@ -829,7 +829,8 @@ def make_app(
             (:func:`~pypepper_dramatiq.web.basic_auth` makes one). Without it the
             dashboard is read-only...
         allow_anonymous_actions: ...unless this is True: anyone who reaches it may
-            then cancel or retry jobs and pause, resume or trigger schedules.
+            then cancel or retry jobs (one by one or in bulk), pause, resume or
+            trigger schedules, and stop, resume or resize channels.
         secret_key: signs the forms' CSRF tokens; default: random per process, so
             several processes behind one address (replicas, the workers of a
             pre-forking server without preload) need the same key, or each refuses
