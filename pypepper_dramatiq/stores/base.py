@@ -16,7 +16,7 @@ from ..errors import (
     StoreDataError,
     StoreError,
 )
-from ..records.links import Link, parent_order, parents_of
+from ..records.links import RETRY, Link, parent_order, parents_of
 from ..records.record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
@@ -555,6 +555,22 @@ class IJobStore(abc.ABC):
             if link.parent == job_id
         ]
         return found + children[: max(0, limit)]
+
+    def retries_of(self, job_ids: Collection[str], limit: int = 3) -> dict[str, builtins.list[str]]:
+        """The jobs that retry each of ``job_ids`` (links of kind retry from it), at most
+        ``limit`` each; ids without any are left out. For the jobs list, which reads a
+        page's in one call: this default asks :meth:`links` per id, the SQL stores
+        read the links table once."""
+        found: dict[str, builtins.list[str]] = {}
+        for job_id in job_ids:
+            children = [
+                link.child
+                for link in self.links(job_id, limit=max(0, limit) * 4 + 1)
+                if link.parent == job_id and link.kind == RETRY
+            ][: max(0, limit)]
+            if children:
+                found[job_id] = children
+        return found
 
     # -- worker processes (the workers page) --------------------------------------------
     #

@@ -383,11 +383,12 @@ class Dashboard:
                 limit=COUNTED,
             )
         page = found[:limit]
+        retries = views.retries_of(page, self.store)
         older = encode_cursor(page[-1].created, page[-1].id) if len(found) > limit else None
         return self._render(
             call,
             "jobs.html",
-            rows=[views.job_row(record, views.retries_of(record, self.store)) for record in page],
+            rows=[views.job_row(record, retries.get(record.id, ())) for record in page],
             counts=[
                 (s.value, views.count_text([counts.get(s, 0)], COUNTED))
                 for s in views.STORED_STATUSES

@@ -187,15 +187,11 @@ RETRIABLE = frozenset({Status.FAILED, Status.CANCELLED})
 ROW_RETRIES = 3
 
 
-def retries_of(record: JobRecord, store: IJobStore) -> list[str]:
-    """The ids of the jobs that retry ``record`` (its links of kind retry), for an
-    ended Failed or Cancelled row; none for the others (nothing is read)."""
-    if record.damaged is not None or record.status not in RETRIABLE:
-        return []
-    links = store.links(record.id, limit=ROW_RETRIES + 1)
-    return [link.child for link in links if link.parent == record.id and link.kind == RETRY][
-        :ROW_RETRIES
-    ]
+def retries_of(records: Sequence[JobRecord], store: IJobStore) -> dict[str, list[str]]:
+    """The ids of the jobs that retry each Failed or Cancelled row of ``records`` (its
+    links of kind retry), :data:`ROW_RETRIES` at most each, read in one call."""
+    wanted = [r.id for r in records if r.damaged is None and r.status in RETRIABLE]
+    return store.retries_of(wanted, limit=ROW_RETRIES) if wanted else {}
 
 
 # -- a row that cannot be read -----------------------------------------------------------------
@@ -1014,19 +1010,17 @@ class BulkChoice:
     left_out: int = 0
 
 
-def was_retried(record: JobRecord, store: IJobStore) -> bool:
-    """Whether a job was was_retried already (a link of kind retry from it)."""
-    return any(
-        link.parent == record.id and link.kind == RETRY for link in store.links(record.id, limit=1)
-    )
-
-
-def bulk_takes(action: BulkAction, record: JobRecord, store: IJobStore) -> bool:
-    """Whether ``action`` touches ``record``: in its status, readable, and for a retry
-    not was_retried already (so that a form sent twice retries each job once)."""
-    if record.damaged is not None or record.status is not action.status:
-        return False
-    return action.name != "retry" or not was_retried(record, store)
+def bulk_taken(
+    action: BulkAction, records: Sequence[JobRecord], store: IJobStore
+) -> list[JobRecord]:
+    """Those of ``records`` that ``action`` touches: in its status, readable, and for a
+    retry not retried already (so that a form sent twice retries each job once); the
+    retries of them all read in one call."""
+    shaped = [r for r in records if r.damaged is None and r.status is action.status]
+    if action.name != "retry" or not shaped:
+        return shaped
+    retried = store.retries_of([r.id for r in shaped], limit=1)
+    return [r for r in shaped if r.id not in retried]
 
 
 def bulk_by_filter(
@@ -1051,11 +1045,10 @@ def bulk_by_filter(
     while read < BULK_SCAN:
         page = store.list(status=action.status, limit=_BULK_PAGE, after=after, **filters)
         read += len(page)
-        for record in page:
-            if bulk_takes(action, record, store):
-                if len(found) == BULK_MOST:
-                    return BulkChoice(found, more=True)
-                found.append(record)
+        for record in bulk_taken(action, page, store):
+            if len(found) == BULK_MOST:
+                return BulkChoice(found, more=True)
+            found.append(record)
         if len(page) < _BULK_PAGE:
             return BulkChoice(found, more=False)
         after = (page[-1].created, page[-1].id)
@@ -1065,7 +1058,7 @@ def bulk_by_filter(
 def bulk_by_ids(store: IJobStore, action: BulkAction, job_ids: Sequence[str]) -> BulkChoice:
     """The jobs among ``job_ids`` (at most :data:`BULK_MOST`) ``action`` touches, oldest first."""
     wanted = list(dict.fromkeys(job_ids))
-    rows = [record for record in store.get_many(wanted) if bulk_takes(action, record, store)]
+    rows = bulk_taken(action, store.get_many(wanted), store)
     rows.sort(key=lambda record: (record.created, record.id))
     return BulkChoice(rows, more=False, left_out=len(wanted) - len(rows))
 

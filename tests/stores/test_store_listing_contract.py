@@ -210,3 +210,16 @@ def test_ended_counts_count_the_ends_of_each_bucket_by_status(store: IJobStore) 
         (Status.FAILED, 1): 1,
         (Status.CANCELLED, 2): 1,
     }
+
+
+def test_retries_of_names_the_retries_of_each_job_oldest_first(store: IJobStore) -> None:
+    put(store, "orig-a", status=Status.FAILED)
+    put(store, "orig-b", status=Status.FAILED, created=at(1))
+    put(store, "plain", status=Status.FAILED, created=at(2))
+    for n, (child, parent) in enumerate([("a-2", "orig-a"), ("a-1", "orig-a"), ("b-1", "orig-b")]):
+        put(store, child, created=at(10 - n), payload={"workflows": [], RETRY_OF_KEY: parent})
+    put(store, "after-a", created=at(20), waits=Waits(parents=("orig-a",)).to_dict())
+    found = store.retries_of(["orig-a", "orig-b", "plain", "nope"])
+    assert found == {"orig-a": ["a-1", "a-2"], "orig-b": ["b-1"]}  # a-1 was created first
+    assert store.retries_of(["orig-a"], limit=1) == {"orig-a": ["a-1"]}
+    assert store.retries_of([]) == {}

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import Connection, select
 
 from ...errors import UnknownJobError
-from ...records.links import Link, parent_order
+from ...records.links import RETRY, Link, parent_order
 from ..schema import jobs, links
 from .boundary import boundary
 from .parts import SqlStorePart
@@ -34,6 +34,25 @@ def lock_parents(connection: Connection, parents: Sequence[str]) -> None:
 
 class LinkRows(SqlStorePart):
     """The links of a job."""
+
+    def retries_of(self, job_ids: Collection[str], limit: int = 3) -> dict[str, builtins.list[str]]:
+        # One read of the links table by its primary key's first column (parent_id).
+        wanted = list(dict.fromkeys(job_ids))
+        if not wanted:
+            return {}
+        query = (
+            select(links.c.parent_id, links.c.child_id)
+            .select_from(links.join(jobs, jobs.c.id == links.c.child_id))
+            .where(links.c.parent_id.in_(wanted), links.c.kind == RETRY)
+            .order_by(links.c.parent_id, jobs.c.created, jobs.c.id)
+        )
+        found: dict[str, builtins.list[str]] = {}
+        with boundary(self._engine, "reading retry links"), self._engine.connect() as conn:
+            for parent, child in conn.execute(query):
+                children = found.setdefault(str(parent), [])
+                if len(children) < max(0, limit):
+                    children.append(str(child))
+        return {parent: children for parent, children in found.items() if children}
 
     def links(self, job_id: str, limit: int = 100) -> builtins.list[Link]:
         columns = (links.c.parent_id, links.c.child_id, links.c.kind)
