@@ -14,6 +14,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -40,7 +41,7 @@ from ..model.job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, use_gate
 from ..ops import observers
 from ..ops.logs import get_logger
 from ..records.record import JobRecord, utcnow
-from ..records.state import BY_API, cancelled_state, counting
+from ..records.state import BY_API, TRACE_KEY, cancelled_state, counting
 from ..records.storable_job import check_job_record, could_be_stored
 from ..rules.events import CANCEL, INIT, SCHEDULE, transition
 from ..rules.start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
@@ -104,8 +105,56 @@ class Gateway:
         is sent: the job is held until the caller commits, then released by
         the workers' sweep (within about a second), or at once by this process
         when a ``Session`` tells it of the commit.
+
+        An observer that traces (:meth:`Observer.scheduling`) wraps all of it;
+        the trace context it gives is stored with the job (``state["trace"]``).
         """
         _require_sync()
+        if not observers.observing():
+            return self._schedule(
+                job,
+                delay,
+                eta,
+                unique_key,
+                on_conflict,
+                after,
+                on_parent_failure,
+                max_start_delay,
+                insert_first,
+                serve,
+                connection,
+            )
+        with observers.scheduling(job.id, job.channel_id) as trace:
+            _carry(job, trace)
+            return self._schedule(
+                job,
+                delay,
+                eta,
+                unique_key,
+                on_conflict,
+                after,
+                on_parent_failure,
+                max_start_delay,
+                insert_first,
+                serve,
+                connection,
+            )
+
+    def _schedule(
+        self,
+        job: Job,
+        delay: float | timedelta | None,
+        eta: datetime | None,
+        unique_key: str | None,
+        on_conflict: str,
+        after: Iterable[Job | str] | Job | str,
+        on_parent_failure: str,
+        max_start_delay: float | timedelta | None,
+        insert_first: bool,
+        serve: bool,
+        connection: object | None,
+    ) -> str:
+        """:meth:`schedule`, inside the observers' scheduling context if any."""
         now = utcnow()
         times = start_times(now, delay=delay, eta=eta, max_start_delay=max_start_delay)
         key = check_unique_key(unique_key)
@@ -153,9 +202,19 @@ class Gateway:
 
     def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]:
         """Schedule ``jobs``: one multi-row insert, then one Redis round trip for the
-        admission and the first message of all of them (see :func:`schedule_many`)."""
+        admission and the first message of all of them (see :func:`schedule_many`);
+        a tracing observer wraps each job's scheduling, as :meth:`schedule`'s."""
         _require_sync()
         batch = _checked_batch(jobs)
+        if not observers.observing():
+            return self._schedule_many(batch)
+        with ExitStack() as stack:
+            for job in batch:
+                _carry(job, stack.enter_context(observers.scheduling(job.id, job.channel_id)))
+            return self._schedule_many(batch)
+
+    def _schedule_many(self, batch: list[Job]) -> list[Scheduled]:
+        """:meth:`schedule_many` of the checked ``batch``."""
         store = get_job_store()  # a YAML durable backend never set up fails here, first
         if not batch:
             return []
@@ -888,6 +947,12 @@ def _log_scheduled(job: Job, channel_id: str) -> None:
         extra={"action": "schedule", "job_id": job.id},
     )
     observers.job_scheduled(channel_id)
+
+
+def _carry(job: Job, trace: Mapping[str, str] | None) -> None:
+    """Store the trace context ``trace`` with ``job`` (its row and first message)."""
+    if trace:
+        job.state = {**job.state, TRACE_KEY: dict(trace)}
 
 
 def _require_sync() -> None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from datetime import datetime
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .logs import get_logger
@@ -49,6 +51,20 @@ class Observer:
     def job_scheduled(self, channel_id: str) -> None:
         """A job was stored Scheduled on channel ``channel_id`` by this process."""
 
+    def scheduling(
+        self, job_id: str, channel_id: str
+    ) -> AbstractContextManager[Mapping[str, str]] | None:
+        """Job ``job_id`` is being scheduled on ``channel_id`` by this process.
+
+        An observer that follows a job across processes (a tracer) returns a
+        context manager: it is entered before the job is stored or sent, and
+        the text pairs it yields are stored with the job (its state's ``trace``,
+        :mod:`~pypepper_dramatiq.records.state`), read back by every attempt
+        (:meth:`attempt_started`); it is left once the job is stored and sent
+        (or refused: then with the exception). None (the default): nothing to do.
+        """
+        return None
+
     def job_started(self, record: JobRecord, started: datetime) -> None:
         """A job's first step was claimed at ``started`` (it moved to InProgress)."""
 
@@ -61,6 +77,16 @@ class Observer:
 
     def step_finished(self, channel_id: str, task: str) -> None:
         """The attempt that :meth:`step_started` announced is over (however it ended)."""
+
+    def attempt_started(self, record: JobRecord, task: str, attempt: int, round: int) -> None:
+        """An attempt of task ``task`` of job ``record`` starts in this thread
+        (``attempt`` and ``round`` counted from 1). What this thread is told next
+        about the job (:meth:`task_ended`, :meth:`retried`, :meth:`job_ended`)
+        belongs to it, until :meth:`attempt_ended`."""
+
+    def attempt_ended(self, job_id: str) -> None:
+        """The attempt :meth:`attempt_started` announced in this thread was recorded
+        (or could not be): what follows in this thread is no part of it."""
 
     def task_ended(
         self,
@@ -177,6 +203,60 @@ def worker_started() -> None:
 def job_scheduled(channel_id: str) -> None:
     if _observers:
         _tell("job_scheduled", channel_id)
+
+
+#: What :func:`scheduling` returns when no observer is installed (reusable).
+_NOT_SCHEDULING: AbstractContextManager[Mapping[str, str] | None] = nullcontext(None)
+
+
+class _Scheduling:
+    """The observers' :meth:`Observer.scheduling` contexts, entered as one: yields
+    the text pairs they gave (None for none)."""
+
+    def __init__(self, job_id: str, channel_id: str) -> None:
+        self._job_id, self._channel_id = job_id, channel_id
+        self._stack = ExitStack()
+
+    def __enter__(self) -> Mapping[str, str] | None:
+        carrier: dict[str, str] = {}
+        for observer in _observers:
+            try:
+                context = observer.scheduling(self._job_id, self._channel_id)
+                if context is not None:
+                    carrier.update(self._stack.enter_context(context))
+            except Exception:
+                _failed(observer, "scheduling")
+        return carrier or None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        try:
+            self._stack.__exit__(kind, error, trace)
+        except Exception:
+            logger.exception("an observer failed leaving scheduling; ignored")
+
+
+def scheduling(job_id: str, channel_id: str) -> AbstractContextManager[Mapping[str, str] | None]:
+    """Enter around the scheduling of job ``job_id``: yields what to store with the
+    job as its trace context (None: nothing). Callers test :func:`observing` first
+    (with no observer it yields None)."""
+    if not _observers:
+        return _NOT_SCHEDULING
+    return _Scheduling(job_id, channel_id)
+
+
+def attempt_started(record: JobRecord, task: str, attempt: int, round: int) -> None:
+    if _observers:
+        _tell("attempt_started", record, task, attempt, round)
+
+
+def attempt_ended(job_id: str) -> None:
+    if _observers:
+        _tell("attempt_ended", job_id)
 
 
 def job_started(record: JobRecord, started: datetime) -> None:

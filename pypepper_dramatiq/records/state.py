@@ -39,7 +39,12 @@ it. The stored form is a JSON object with these keys (all optional):
   compare-and-set (a worker whose attempt lost to the cancel, the worker that
   meets the message of a job cancelled while Scheduled, the recovery sweep's
   leader reading recent Cancelled and Failed rows, :data:`MARKED_ENDS`): whoever
-  sets it counts the end, so each end is counted once across processes.
+  sets it counts the end, so each end is counted once across processes;
+* ``trace``: the trace context of the span that scheduled the job, as text pairs
+  (W3C ``traceparent``, and ``tracestate`` when there is one), written once with
+  the Scheduled row (and the first message, which a worker may heal the row
+  from) when a tracer observes the scheduling (:mod:`~pypepper_dramatiq.metrics.tracing`);
+  every attempt's span, in any process, is its child.
 
 Keys it does not know are kept as they are (a row written by a newer version).
 """
@@ -69,6 +74,8 @@ HOOKS_DONE_KEY = "hooks_done"
 CANCELLED_BY_KEY = "cancelled_by"
 #: Key of the marker that the job's end was counted.
 COUNTED_KEY = "counted"
+#: Key of the trace context the job was scheduled in (text pairs: ``traceparent``...).
+TRACE_KEY = "trace"
 #: The ends that carry the marker: those a process other than a worker may write (a
 #: cancel; a failure decided at submit, a parent having failed). The recovery sweep
 #: counts those left unmarked; a Completed end is only ever written by a worker.
@@ -77,7 +84,7 @@ MARKED_ENDS = (Status.CANCELLED, Status.FAILED)
 KNOWN_KEYS = frozenset(
     {"cursor", "results", "errors", "attempts", "skipped", "history", "history_dropped"}
     | {DISPATCH_KEY, PARENT_RESULTS_KEY, HOOKS_KEY, HOOKS_DONE_KEY, PROGRESS_KEY}
-    | {CANCELLED_BY_KEY, COUNTED_KEY}
+    | {CANCELLED_BY_KEY, COUNTED_KEY, TRACE_KEY}
 )
 #: ``cancelled_by["by"]`` of a cancel through the Python API (``Job.cancel`` / ``cancel_saved``)...
 BY_API = "api"
@@ -92,6 +99,16 @@ CANCELLER_LIMIT = 200
 HOOK_PENDING = "pending"
 #: ...or by the recovery sweep that took it over.
 HOOK_RUNNING = "running"
+
+
+def trace_of(state: Mapping[str, Any]) -> dict[str, str] | None:
+    """The trace context stored in a row's ``state`` (None: none, or not text pairs)."""
+    trace = state.get(TRACE_KEY)
+    if not isinstance(trace, dict) or not trace:
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in trace.items()):
+        return None
+    return dict(trace)
 
 
 @dataclass
@@ -117,6 +134,8 @@ class JobState:
     cancelled_by: dict[str, Any] | None = None
     #: Whether the job's end was told to the observers (see the module's docstring).
     counted: bool = False
+    #: The trace context the job was scheduled in (see the module's docstring).
+    trace: dict[str, str] | None = None
     #: Keys this version does not know, kept for the next write.
     other: dict[str, Any] = field(default_factory=dict)
 
@@ -138,6 +157,7 @@ class JobState:
             progress={k: dict(v) for k, v in (data.get(PROGRESS_KEY) or {}).items()},
             cancelled_by=dict(data[CANCELLED_BY_KEY]) if data.get(CANCELLED_BY_KEY) else None,
             counted=data.get(COUNTED_KEY) is True,
+            trace=trace_of(data),
             other={k: v for k, v in data.items() if k not in KNOWN_KEYS},
         )
 
@@ -171,6 +191,8 @@ class JobState:
             data[CANCELLED_BY_KEY] = self.cancelled_by
         if self.counted:
             data[COUNTED_KEY] = True
+        if self.trace is not None:
+            data[TRACE_KEY] = self.trace
         return data
 
     # -- on_final_failure hooks ------------------------------------------------------

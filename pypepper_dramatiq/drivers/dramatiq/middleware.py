@@ -360,9 +360,12 @@ class WorkflowMiddleware(Middleware):
         while True:
             # Dramatiq's TimeLimit let go of this thread before this hook (it runs
             # after ours): a continued attempt is limited by its own deadline.
-            following = self._settle(
-                broker, message.queue_name, claim, outcome, unknown_since, continued, since
-            )
+            try:
+                following = self._settle(
+                    broker, message.queue_name, claim, outcome, unknown_since, continued, since
+                )
+            finally:
+                observers.attempt_ended(claim.record.id)
             if following is None:
                 return
             continued += 1

@@ -17,6 +17,7 @@ from ...channels.channel import manager
 from ...config import config, count, section
 from ...errors import ConfigError
 from ...metrics.prometheus import install_metrics
+from ...metrics.tracing import install_tracing
 from ...ops.display import masked_url
 from ...settings import YAML_KEYS, Settings
 from ...stores.registry import configure_job_store, installed_job_store, setup_from_config
@@ -91,6 +92,7 @@ def setup(
     heartbeat_timeout_ms: int | None = None,
     retention: Mapping[str, float | str | timedelta] | None = None,
     metrics: bool = False,
+    tracing: bool = False,
     continue_steps: int | None = None,
     continue_seconds: float | None = None,
 ) -> Broker:
@@ -134,6 +136,11 @@ def setup(
             extra; a ``ConfigError`` here without it). They show wherever this
             process's prometheus_client metrics are served: with Dramatiq's
             ``Prometheus`` middleware on the broker, on its exposition server.
+        tracing: make OpenTelemetry spans of scheduling and of each attempt,
+            the attempts' children of the scheduling's across processes
+            (:func:`~pypepper_dramatiq.metrics.tracing.install_tracing`, the ``otel``
+            extra; a ``ConfigError`` here without it), with OpenTelemetry's global
+            tracer provider: configure it before the first job is scheduled or run.
         continue_steps, continue_seconds: the bound of continuation (YAML
             ``scheduler.continueSteps``, ``scheduler.continueSeconds``): a worker
             thread runs up to ``continue_steps`` zero-delay steps (the next task,
@@ -188,6 +195,8 @@ def setup(
             broker = StubBroker()
     if metrics:
         install_metrics(lazy=True)  # the metrics themselves once the worker booted
+    if tracing:
+        install_tracing()
     middleware = WorkflowMiddleware(settings)
     if not any(isinstance(m, WorkflowMiddleware) for m in broker.middleware):
         has_time_limit = any(isinstance(m, TimeLimit) for m in broker.middleware)

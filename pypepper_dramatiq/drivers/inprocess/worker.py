@@ -269,24 +269,16 @@ class Worker:
                 _log(job, "deadline_cancel", task.name)
                 return book.cancel_overdue(record, now, retry_of=task.name)
             claim = ledger.Claim(record, position, tasks)
-            observers.step_started(job.channel_id, task.name)
-            try:
-                outcome = _attempt(workflow, task, position, book.progress_reporter(claim))
-            finally:
-                observers.step_finished(job.channel_id, task.name)
-            try:
-                recorded = book.record_outcome(claim, outcome, task=task)
-            except ledger.OutcomeNotRecorded as exc:
-                if exc.decision.action is not rules.Action.RUN:
-                    raise
-                # Go on: the next write carries this step's progress (same version).
-                logger.warning(
-                    "job %s: outcome of %s not recorded yet (%s); going on",
-                    job.id,
-                    position.key(),
-                    exc,
+            traced = observers.observing()
+            if traced:
+                observers.attempt_started(
+                    record, task.name, position.attempt + 1, position.round + 1
                 )
-                recorded = ledger.Recorded(exc.decision, exc.record)
+            try:
+                outcome, recorded = self._attempt_recorded(book, claim, workflow, task, job)
+            finally:
+                if traced:
+                    observers.attempt_ended(job.id)
             if recorded is None:
                 return None
             step, record = recorded.decision, recorded.record
@@ -295,6 +287,35 @@ class Worker:
                 job.context.results[task.name] = outcome.result
             if step.action is not rules.Action.RUN:
                 return record
+
+    def _attempt_recorded(
+        self,
+        book: ledger.StepBook,
+        claim: ledger.Claim,
+        workflow: Workflow,
+        task: Task,
+        job: Job,
+    ) -> tuple[ledger.Outcome, ledger.Recorded | None]:
+        """Run the claimed attempt in this thread and record its outcome."""
+        position = claim.position
+        observers.step_started(job.channel_id, task.name)
+        try:
+            outcome = _attempt(workflow, task, position, book.progress_reporter(claim))
+        finally:
+            observers.step_finished(job.channel_id, task.name)
+        try:
+            return outcome, book.record_outcome(claim, outcome, task=task)
+        except ledger.OutcomeNotRecorded as exc:
+            if exc.decision.action is not rules.Action.RUN:
+                raise
+            # Go on: the next write carries this step's progress (same version).
+            logger.warning(
+                "job %s: outcome of %s not recorded yet (%s); going on",
+                job.id,
+                position.key(),
+                exc,
+            )
+            return outcome, ledger.Recorded(exc.decision, exc.record)
 
     def _ended(self, job: Job, ended: JobRecord) -> None:
         """The engine wrote the end: the state machine follows it (no other write)."""
