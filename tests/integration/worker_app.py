@@ -69,6 +69,9 @@ ENV = {
     "channels": "PYPEPPER_IT_CHANNELS",
     #: "1": log each row the ledger heals from a message (DEBUG), and no other step line.
     "log_heals": "PYPEPPER_IT_LOG_HEALS",
+    #: a directory: ``setup(tracing=True)``, each process writing the spans it ends
+    #: to ``spans-<pid>.jsonl`` there (:class:`JsonLinesSpanExporter`).
+    "trace_dir": "PYPEPPER_IT_TRACE_DIR",
 }
 
 #: The channel every test job goes to.
@@ -86,7 +89,53 @@ elif os.environ.get(ENV["log_heals"]) == "1":
         lambda r: r.levelno > logging.DEBUG or getattr(r, "action", None) == "heal"
     )
 
+
+def _trace_to(directory: str) -> None:
+    """Make OpenTelemetry's global tracer provider write this process's spans as JSON
+    lines under ``directory`` (imported only here: a worker without it never does)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class JsonLinesSpanExporter(SpanExporter):
+        """One JSON object per ended span: name, ids (hex), parent id, attributes, events."""
+
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def export(self, spans: Any) -> SpanExportResult:
+            lines = []
+            for span in spans:
+                assert isinstance(span, ReadableSpan) and span.context is not None
+                lines.append(
+                    json.dumps(
+                        {
+                            "name": span.name,
+                            "trace_id": f"{span.context.trace_id:032x}",
+                            "span_id": f"{span.context.span_id:016x}",
+                            "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
+                            "attributes": dict(span.attributes or {}),
+                            "events": [event.name for event in span.events],
+                        }
+                    )
+                )
+            with open(self.path, "a", encoding="utf-8") as file:
+                file.write("".join(line + "\n" for line in lines))
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    path = os.path.join(directory, f"spans-{os.getpid()}.jsonl")
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+    trace.set_tracer_provider(provider)
+
+
 if REDIS_URL and STORE_URI:
+    if os.environ.get(ENV["trace_dir"]):
+        _trace_to(os.environ[ENV["trace_dir"]])
     broker = setup(
         REDIS_URL,
         STORE_URI,
@@ -106,6 +155,7 @@ if REDIS_URL and STORE_URI:
         defer_seconds=float(os.environ.get(ENV["defer_seconds"], "2")),
         retention=json.loads(os.environ.get(ENV["retention"]) or "null"),
         metrics=os.environ.get(ENV["metrics"]) == "1",
+        tracing=bool(os.environ.get(ENV["trace_dir"])),
         continue_steps=(
             int(os.environ[ENV["continue_steps"]])
             if os.environ.get(ENV["continue_steps"])
