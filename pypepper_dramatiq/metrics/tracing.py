@@ -31,7 +31,7 @@ tuple, as for any observer.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -217,11 +217,13 @@ def install_tracing(tracer_provider: TracerProvider | None = None) -> TracingObs
     Raises:
         ConfigError: OpenTelemetry is not installed (the ``otel`` extra).
     """
-    if importlib.util.find_spec("opentelemetry") is None:
+    try:
+        importlib.import_module("opentelemetry.trace")
+    except ImportError as exc:
         raise ConfigError(
             "tracing needs OpenTelemetry, which is not installed; "
             "install it with: pip install 'pypepper-dramatiq[otel]'"
-        )
+        ) from exc
     for observer in observers.installed():
         if isinstance(observer, TracingObserver) and observer.tracer_provider is tracer_provider:
             return observer

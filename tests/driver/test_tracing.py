@@ -9,15 +9,19 @@ worker process.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from dramatiq.brokers.stub import StubBroker
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import pypepper_dramatiq
 from pypepper_dramatiq import (
+    ConfigError,
     Context,
     JobCancellationError,
     Status,
@@ -191,3 +195,26 @@ def test_without_tracing_nothing_is_stored_with_the_job(driver: Driver) -> None:
 
     assert record.status is Status.COMPLETED
     assert TRACE_KEY not in record.state
+
+
+def test_tracing_without_opentelemetry_is_a_config_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # as if not installed
+
+    with pytest.raises(ConfigError, match=r"pypepper-dramatiq\[otel\]"):
+        pypepper_dramatiq.setup(broker=StubBroker(), tracing=True)
+    assert not any(isinstance(o, tracing.TracingObserver) for o in observers.installed())
+
+
+def test_setup_with_tracing_installs_one_observer_on_the_global_provider(
+    stub_broker: StubBroker,
+) -> None:
+    pypepper_dramatiq.setup(broker=stub_broker, tracing=True)
+    pypepper_dramatiq.setup(broker=stub_broker, tracing=True)
+    try:
+        found = [o for o in observers.installed() if isinstance(o, tracing.TracingObserver)]
+        assert len(found) == 1 and found[0].tracer_provider is None
+    finally:
+        for observer in found:
+            tracing.uninstall_tracing(observer)
