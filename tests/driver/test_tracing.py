@@ -10,9 +10,10 @@ worker process.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -24,16 +25,20 @@ from pypepper_dramatiq import (
     ConfigError,
     Context,
     JobCancellationError,
+    JobRecord,
     Status,
+    StoreError,
     Task,
     schedule_many,
+    set_job_store,
     workflow_task,
 )
 from pypepper_dramatiq.metrics import tracing
 from pypepper_dramatiq.ops import observers
 from pypepper_dramatiq.records.state import TRACE_KEY
+from pypepper_dramatiq.stores.memory import MemoryJobStore
 
-from .drivers import CHANNEL, Driver, make_job, run
+from .drivers import CHANNEL, DramatiqDriver, Driver, make_job, run
 
 #: Attempts made so far, by job id.
 CALLS: dict[str | None, int] = {}
@@ -218,3 +223,39 @@ def test_setup_with_tracing_installs_one_observer_on_the_global_provider(
     finally:
         for observer in found:
             tracing.uninstall_tracing(observer)
+
+
+class LosesTheScheduledWrite(MemoryJobStore):
+    """A store whose inserts fail while ``refusing`` (the producer's Scheduled row)."""
+
+    refusing = True
+
+    def put(self, record: JobRecord) -> bool:
+        if self.refusing:
+            raise StoreError("the database went away for a moment")
+        return super().put(record)
+
+
+def test_a_row_healed_from_its_first_message_continues_the_trace(
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+    exporter: InMemorySpanExporter,
+) -> None:
+    store = LosesTheScheduledWrite()
+    set_job_store(store)
+    job = make_job([work.task(name="healed")])
+    job.scheduled()  # the message went; its row did not
+    assert store.get(job.id) is None
+    store.refusing = False  # back: the worker heals the row from the message
+
+    driver = DramatiqDriver(stub_broker, start_worker)
+    driver.start()
+    [record] = driver.wait(job)
+
+    assert record.status is Status.COMPLETED
+    spans = exporter.get_finished_spans()
+    [schedule] = named(spans, tracing.SCHEDULE_SPAN)
+    [attempt] = named(spans, tracing.ATTEMPT_SPAN)
+    assert schedule.context is not None and attempt.parent is not None
+    assert attempt.parent.span_id == schedule.context.span_id
+    assert TRACE_KEY in record.state
