@@ -70,7 +70,7 @@ def run_attempt(
     reporter = reporter or ProgressReporter(claim.position.key(), claim.spec.name)
     # The name is read only for the observers (it costs a parse of the stored task).
     name = claim.spec.name if observers.observing() else ""
-    if name:  # ended by the middleware, once the attempt is recorded (attempt_ended)
+    if observers.observing():  # ended by the middleware once recorded (attempt_ended)
         position = claim.position
         observers.attempt_started(claim.record, name, position.attempt + 1, position.round + 1)
     observers.step_started(claim.record.channel_id, name)
