@@ -12,12 +12,16 @@ from typing import NoReturn, TypeVar
 import pytest
 import redis
 from services import (
+    RABBITMQ_URL_VARIABLE,
     REDIS_URL_VARIABLE,
+    ExternalRabbitMQ,
     ExternalRedis,
     MariaDBServer,
     PostgresServer,
+    RabbitMQServer,
     RedisServer,
     ServiceError,
+    external_rabbitmq_url,
     external_redis_url,
 )
 from sqlalchemy import delete
@@ -28,11 +32,12 @@ from pypepper_dramatiq.stores.sql import SqlJobStore
 # -- backend selection ----------------------------------------------------------------------
 
 #: Markers naming a server a test needs; ``PYPEPPER_TEST_BACKENDS`` picks which run.
-BACKEND_MARKERS = ("postgres", "mysql", "redis")
+BACKEND_MARKERS = ("postgres", "mysql", "redis", "rabbitmq")
 
 
 def selected_backends() -> set[str] | None:
-    """Backends named in ``PYPEPPER_TEST_BACKENDS`` (``memory|postgres|mysql``...); None = all."""
+    """Backends named in ``PYPEPPER_TEST_BACKENDS`` (``memory|postgres|mysql|redis|rabbitmq``);
+    None = all."""
     raw = os.environ.get("PYPEPPER_TEST_BACKENDS", "").strip()
     if not raw:
         return None
@@ -61,7 +66,15 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-S = TypeVar("S", PostgresServer, MariaDBServer, RedisServer, ExternalRedis)
+S = TypeVar(
+    "S",
+    PostgresServer,
+    MariaDBServer,
+    RedisServer,
+    ExternalRedis,
+    RabbitMQServer,
+    ExternalRabbitMQ,
+)
 
 
 def started(server: S, name: str) -> S:
@@ -202,3 +215,44 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+# -- RabbitMQ -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RabbitMQServer | ExternalRabbitMQ]:
+    """The session's RabbitMQ: ``PYPEPPER_TEST_RABBITMQ_URL``'s, else a node of its own,
+    started when a test first asks for it (about 5 s)."""
+    url = external_rabbitmq_url()
+    server: RabbitMQServer | ExternalRabbitMQ
+    try:
+        server = ExternalRabbitMQ(url) if url else RabbitMQServer(tmp_path_factory.mktemp("rabbit"))
+    except ServiceError as exc:  # not installed
+        unavailable(f"RabbitMQ unavailable: {exc}")
+    server = started(server, "RabbitMQ")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url(rabbitmq_server: RabbitMQServer | ExternalRabbitMQ) -> str:
+    """``amqp://`` URL of the session's RabbitMQ."""
+    return rabbitmq_server.url
+
+
+def restartable_rabbitmq(tmpdir: Path) -> RabbitMQServer:
+    """A RabbitMQ node of the test's own, which it stops or restarts (not started yet).
+
+    Skipped, saying why, when the session uses ``PYPEPPER_TEST_RABBITMQ_URL``'s server.
+    """
+    if external_rabbitmq_url():
+        pytest.skip(
+            f"stops or restarts a RabbitMQ of its own; {RABBITMQ_URL_VARIABLE} names the session's"
+        )
+    try:
+        return RabbitMQServer(tmpdir)
+    except ServiceError as exc:
+        unavailable(f"RabbitMQ unavailable: {exc}")

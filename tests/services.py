@@ -551,3 +551,238 @@ def start_redis(tmpdir: Path | str, appendonly: bool = False) -> tuple[str, Call
     server = RedisServer(tmpdir, appendonly=appendonly)
     server.start()
     return server.url, server.stop
+
+
+# -- RabbitMQ -------------------------------------------------------------------------------
+
+#: Debian keeps the server's scripts here; the ones in /usr/sbin switch to the `rabbitmq`
+#: user and use the system node's files.
+_RABBITMQ_DIRS = ("/usr/lib/rabbitmq/bin",)
+
+
+class RabbitMQServer:
+    """A throwaway RabbitMQ node on free 127.0.0.1 ports, its files in a temporary directory.
+
+    Nothing of the system service is used: its own node name, AMQP, distribution and
+    epmd ports, data (mnesia), log, pid and feature-flag files, an empty plugin list and
+    no configuration file. As root it runs as the ``rabbitmq`` user the package creates.
+    Restartable on the same ports and data directory (durable queues and persistent
+    messages survive a restart). The ``guest`` user may log in over 127.0.0.1.
+
+    Args:
+        tmpdir: where the node's directory is made when not root (as root a private
+            directory under the system's temporary directory, owned by ``rabbitmq``).
+    """
+
+    def __init__(self, tmpdir: Path | str) -> None:
+        self.server = find_binary("rabbitmq-server", "rabbitmq-server", _RABBITMQ_DIRS)
+        self.ctl = find_binary("rabbitmqctl", "rabbitmq-server", _RABBITMQ_DIRS)
+        self.node = f"pypepper-{uuid.uuid4().hex[:8]}@localhost"
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self._tmpdir = Path(tmpdir)
+        self._workdir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def start(self, timeout: float = 90) -> None:
+        """Start the node and wait until it accepts AMQP connections."""
+        if self._proc is not None:
+            return
+        if self._workdir is None:
+            self._make_workdir()
+        log = self._path("server.log")
+        with open(log, "ab") as out:
+            self._proc = subprocess.Popen(
+                self._as_rabbitmq([self.server]),
+                env=self._env(),
+                cwd=self._workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._accepts_connections():
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop(kill=True)
+                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+                raise ServiceError(f"rabbitmq-server did not start on port {self.port}:\n{tail}")
+            time.sleep(0.2)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the node (``rabbitmqctl stop``; ``kill=True`` is a crash) and its epmd."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if not kill and proc.poll() is None:
+            with contextlib.suppress(ServiceError, subprocess.TimeoutExpired):
+                self._ctl("stop", timeout=60)
+        if kill and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+        end_process(proc, kill=True, timeout=30)
+        # The Erlang VM runs in the node's process group; epmd daemonizes out of it.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        self._kill_epmd()
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop and start again on the same ports and data directory."""
+        self.stop(kill=kill)
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop the node and remove its files."""
+        self.stop()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def _path(self, *parts: str) -> Path:
+        assert self._workdir is not None
+        return self._workdir.joinpath(*parts)
+
+    def _make_workdir(self) -> None:
+        if os.geteuid() == 0:
+            try:
+                entry = pwd.getpwnam("rabbitmq")
+            except KeyError as exc:
+                raise ServiceError(
+                    "running as root but there is no `rabbitmq` user; install the "
+                    "Debian package `rabbitmq-server` or run the tests as another user"
+                ) from exc
+            workdir = Path(tempfile.mkdtemp(prefix="pypepper-rabbitmq-"))
+        else:
+            workdir = Path(tempfile.mkdtemp(prefix="rabbitmq-", dir=self._tmpdir))
+        self._workdir = workdir
+        for name in ("mnesia", "log", "home"):
+            self._path(name).mkdir()
+        self._path("enabled_plugins").write_text("[].\n")
+        if os.geteuid() == 0:
+            for path in (workdir, *workdir.iterdir()):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _as_rabbitmq(self, cmd: Sequence[str]) -> list[str]:
+        # As root, the node (and rabbitmqctl, which needs its Erlang cookie) run as the
+        # package's user, which owns the node's files.
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "rabbitmq", "--", *cmd]
+        return list(cmd)
+
+    def _env(self) -> dict[str, str]:
+        return dict(
+            os.environ,
+            HOME=str(self._path("home")),
+            RABBITMQ_NODENAME=self.node,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_MNESIA_BASE=str(self._path("mnesia")),
+            RABBITMQ_LOG_BASE=str(self._path("log")),
+            RABBITMQ_CONFIG_FILE=str(self._path("no-config")),  # never created
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(self._path("no-advanced.config")),
+            RABBITMQ_CONF_ENV_FILE=str(self._path("no-env.conf")),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self._path("enabled_plugins")),
+            RABBITMQ_PID_FILE=str(self._path("node.pid")),
+            RABBITMQ_FEATURE_FLAGS_FILE=str(self._path("feature_flags")),
+        )
+
+    def _ctl(self, *args: str, timeout: float = 60) -> None:
+        cmd = self._as_rabbitmq([self.ctl, "-n", self.node, *args])
+        proc = subprocess.run(
+            cmd,
+            env=self._env(),
+            cwd=self._workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise ServiceError(
+                f"rabbitmqctl {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
+            )
+
+    def _kill_epmd(self) -> None:
+        """End the epmd this node started (the one listening on its own epmd port)."""
+        port = f"{self.epmd_port}"
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                argv = cmdline.read_bytes().split(b"\0")
+                environ = Path(cmdline.parent, "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if not argv or not argv[0].endswith(b"epmd"):
+                continue
+            if f"ERL_EPMD_PORT={port}".encode() in environ:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(cmdline.parent.name), 9)
+
+    def _accepts_connections(self) -> bool:
+        # An AMQP 0-9-1 handshake: the node answers the protocol header with
+        # Connection.Start once its listener runs (the TCP port opens a bit earlier).
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock,
+        ):
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            return len(sock.recv(8)) > 0 and self._ctl_ok("await_startup")
+        return False
+
+    def _ctl_ok(self, *args: str) -> bool:
+        try:
+            self._ctl(*args, "--timeout", "30", timeout=60)
+        except (ServiceError, subprocess.TimeoutExpired):
+            return False
+        return True
+
+
+#: The variable naming a RabbitMQ the session uses instead of starting its own.
+RABBITMQ_URL_VARIABLE = "PYPEPPER_TEST_RABBITMQ_URL"
+
+
+class ExternalRabbitMQ:
+    """A RabbitMQ the test session did not start (``PYPEPPER_TEST_RABBITMQ_URL``): used as
+    it is, never stopped. The tests purge the queues they use.
+
+    Args:
+        url: its ``amqp://`` URL.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def start(self, timeout: float = 30) -> None:
+        """Wait until it accepts a connection (a container may still be starting)."""
+        import pika
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pika.BlockingConnection(pika.URLParameters(self.url)).close()
+                return
+            except pika.exceptions.AMQPError as exc:
+                if time.monotonic() > deadline:
+                    raise ServiceError(
+                        f"the RabbitMQ of {RABBITMQ_URL_VARIABLE} ({self.url}) does not answer: "
+                        f"{exc!r}"
+                    ) from exc
+            time.sleep(0.5)
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Nothing: the session does not own this server."""
+
+    def cleanup(self) -> None:
+        """Nothing: the session does not own this server."""
+
+
+def external_rabbitmq_url() -> str | None:
+    """``PYPEPPER_TEST_RABBITMQ_URL`` if set (and not blank)."""
+    return os.environ.get(RABBITMQ_URL_VARIABLE, "").strip() or None

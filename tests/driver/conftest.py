@@ -1,4 +1,5 @@
-"""Fixtures for the Dramatiq driver: a stub broker wired by ``setup()`` and a worker.
+"""Fixtures for the Dramatiq driver: a stub broker wired by ``setup()`` and a worker;
+the ``driver`` fixture also runs each scenario on the session's RabbitMQ.
 
 Every test here starts from clean process state (the same reset as
 ``tests/unit/conftest.py``) and leaves none behind: no broker, no channels,
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import dramatiq
 import pytest
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.stub import StubBroker
 from process_state import clean_process_state
 
@@ -64,16 +66,30 @@ def stub_broker() -> Iterator[StubBroker]:
 
 
 @pytest.fixture
-def start_worker(stub_broker: StubBroker) -> Iterator[Callable[[], dramatiq.Worker]]:
-    """Start a :class:`dramatiq.Worker` on the stub broker when the test asks for it.
+def rabbitmq_broker(rabbitmq_url: str) -> Iterator[RabbitmqBroker]:
+    """Dramatiq's RabbitMQ broker on the session's node, wired by ``setup(broker_url=)``
+    as the stub broker is (the process booted), its queues emptied before and after."""
+    broker = pypepper_dramatiq.setup(
+        broker_url=rabbitmq_url,
+        channels=[CHANNEL],
+        lease_seconds=LEASE_SECONDS,
+        sweep_interval=SWEEP_INTERVAL,
+    )
+    assert isinstance(broker, RabbitmqBroker)
+    broker.flush_all()  # what an earlier test left (a duplicate, a delayed retry)
+    broker.emit_after("process_boot")
+    yield broker
+    workflow_middleware(broker).stop_background()
+    broker.flush_all()
+    broker.close()
 
-    Lazily, so that a test can queue (or cancel) jobs before anything consumes them.
-    """
+
+def _worker_starter(broker: dramatiq.Broker) -> Iterator[Callable[[], dramatiq.Worker]]:
     started: list[dramatiq.Worker] = []
 
     def start() -> dramatiq.Worker:
         if not started:
-            worker = dramatiq.Worker(stub_broker, worker_timeout=WORKER_TIMEOUT_MS)
+            worker = dramatiq.Worker(broker, worker_timeout=WORKER_TIMEOUT_MS)
             worker.start()
             started.append(worker)
         return started[0]
@@ -84,18 +100,41 @@ def start_worker(stub_broker: StubBroker) -> Iterator[Callable[[], dramatiq.Work
 
 
 @pytest.fixture
+def start_worker(stub_broker: StubBroker) -> Iterator[Callable[[], dramatiq.Worker]]:
+    """Start a :class:`dramatiq.Worker` on the stub broker when the test asks for it.
+
+    Lazily, so that a test can queue (or cancel) jobs before anything consumes them.
+    """
+    yield from _worker_starter(stub_broker)
+
+
+@pytest.fixture
+def start_rabbitmq_worker(
+    rabbitmq_broker: RabbitmqBroker,
+) -> Iterator[Callable[[], dramatiq.Worker]]:
+    """:func:`start_worker` on the RabbitMQ broker."""
+    yield from _worker_starter(rabbitmq_broker)
+
+
+@pytest.fixture
 def stub_worker(start_worker: Callable[[], dramatiq.Worker]) -> dramatiq.Worker:
     """A started :class:`dramatiq.Worker` on the stub broker (stopped after the test)."""
     return start_worker()
 
 
-@pytest.fixture(params=["inprocess", "dramatiq"])
-def driver(
-    request: pytest.FixtureRequest,
-    stub_broker: StubBroker,
-    start_worker: Callable[[], dramatiq.Worker],
-) -> Driver:
-    """The same stub broker and ``setup()`` for both; only what consumes the channel differs."""
+@pytest.fixture(
+    params=["inprocess", "dramatiq", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)]
+)
+def driver(request: pytest.FixtureRequest) -> Driver:
+    """The same ``setup()`` for each: the stub broker consumed in-process or by a
+    ``dramatiq.Worker``, and Dramatiq's RabbitMQ broker consumed by a ``dramatiq.Worker``."""
+    if request.param == "rabbitmq":
+        return DramatiqDriver(
+            request.getfixturevalue("rabbitmq_broker"),
+            request.getfixturevalue("start_rabbitmq_worker"),
+        )
+    stub_broker: StubBroker = request.getfixturevalue("stub_broker")
+    start_worker: Callable[[], dramatiq.Worker] = request.getfixturevalue("start_worker")
     if request.param == "inprocess":
         return InProcessDriver()
     return DramatiqDriver(stub_broker, start_worker)

@@ -1,8 +1,8 @@
 """The two drivers as the contract tests drive them, and helpers to run jobs on them.
 
 :class:`InProcessDriver` runs queued jobs with ``Worker(channel).run_forever()``;
-:class:`DramatiqDriver` with a ``dramatiq.Worker`` on the stub broker. The
-``driver`` fixture (``conftest.py``) gives each test both, in turn.
+:class:`DramatiqDriver` with a ``dramatiq.Worker`` on the stub broker or on RabbitMQ.
+The ``driver`` fixture (``conftest.py``) gives each test each of them, in turn.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import dramatiq
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import Job, JobRecord, Task, Worker, Workflow, get_job_store, manager
@@ -21,6 +22,7 @@ from pypepper_dramatiq import Job, JobRecord, Task, Worker, Workflow, get_job_st
 CHANNEL = "driver-jobs"
 #: Upper bound for any one job to end (a hang, not a speed check).
 JOB_TIMEOUT = 30.0
+JOB_TIMEOUT_MS = int(JOB_TIMEOUT * 1000)
 
 
 def _stored(job: Job) -> JobRecord:
@@ -64,7 +66,7 @@ class InProcessDriver:
 
 
 class DramatiqDriver:
-    """Runs queued jobs with a ``dramatiq.Worker`` on the stub broker.
+    """Runs queued jobs with a ``dramatiq.Worker`` on the stub broker or on RabbitMQ.
 
     Done when every job's row is terminal and the broker and worker are idle.
     """
@@ -72,7 +74,9 @@ class DramatiqDriver:
     #: Dramatiq's TimeLimit raises in the busy thread.
     interrupts_busy_tasks = True
 
-    def __init__(self, broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]) -> None:
+    def __init__(
+        self, broker: StubBroker | RabbitmqBroker, start_worker: Callable[[], dramatiq.Worker]
+    ) -> None:
         self.broker = broker
         self._start_worker = start_worker
         self.worker: dramatiq.Worker | None = None
@@ -87,8 +91,13 @@ class DramatiqDriver:
             assert time.monotonic() < deadline, [_stored(job) for job in jobs]
             time.sleep(0.02)
         # Let messages still in flight (a cancelled attempt, a duplicate) finish;
-        # fail_fast: nothing in these scenarios may be dead-lettered.
-        self.broker.join(CHANNEL, timeout=int(JOB_TIMEOUT * 1000), fail_fast=True)
+        # nothing in these scenarios may be dead-lettered.
+        if isinstance(self.broker, StubBroker):
+            self.broker.join(CHANNEL, timeout=int(JOB_TIMEOUT * 1000), fail_fast=True)
+        else:
+            self.broker.join(CHANNEL, min_successes=5, idle_time=50, timeout=JOB_TIMEOUT_MS)
+            dead_lettered = self.broker.get_queue_message_counts(CHANNEL)[2]
+            assert not dead_lettered, f"{dead_lettered} messages dead-lettered"
         self.worker.join()
         return [_stored(job) for job in jobs]
 

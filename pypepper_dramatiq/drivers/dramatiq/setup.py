@@ -27,6 +27,7 @@ from .step_actor import declare_step_actor
 from .undecodable import install as guard_against_undecodable
 
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_RABBITMQ_SCHEMES = ("amqp://", "amqps://")
 
 
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
@@ -74,6 +75,62 @@ def _redis_broker(url: str, heartbeat_timeout_ms: int) -> Broker:
     return broker
 
 
+def _rabbitmq_broker(url: str) -> Broker:
+    """Dramatiq's RabbitMQ broker, confirming each publish: a message is on the server
+    (on disk: the queues are durable, the messages persistent) when ``send`` returns,
+    so a RabbitMQ restart loses no job a producer was told was queued. An install
+    without the ``rabbitmq`` extra is told which one."""
+    try:
+        # Imported here: pika is an extra.
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+    except ImportError as exc:
+        raise ConfigError(
+            f"broker_url {masked_url(url)!r} needs RabbitMQ's client (pika), which is not "
+            f"installed ({exc}); install it with: pip install 'pypepper-dramatiq[rabbitmq]'"
+        ) from exc
+    try:
+        # pika parses the URL here (host, port, query parameters); nothing connects
+        # until the first message is sent or consumed.
+        broker: Broker = RabbitmqBroker(url=url, confirm_delivery=True)
+    except ValueError as exc:
+        raise ConfigError(f"broker_url {masked_url(url)!r} is malformed: {exc}") from None
+    return broker
+
+
+def _is_rabbitmq(broker: Broker) -> bool:
+    try:
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+    except ImportError:  # no pika: no RabbitMQ broker either
+        return False
+    return isinstance(broker, RabbitmqBroker)
+
+
+def _store_named(store_uri: str | None, yml: dict[str, Any]) -> tuple[str, str] | None:
+    """The job store ``setup()`` will open ("postgres", "mysql", "memory") and where it was
+    named, for an error; None: it opens none."""
+    if store_uri:
+        return _backend_of(store_uri), f"store_uri {masked_url(store_uri)!r}"
+    backend = section(yml, "scheduler", "jobStore").get("backend")
+    if backend is None:
+        return None
+    return str(backend).lower(), f"scheduler.jobStore.backend {backend!r}"
+
+
+def _refuse_rabbitmq_with_mysql(broker: Broker, store: tuple[str, str] | None) -> None:
+    """ConfigError: RabbitMQ carries messages only, and what the processes share besides
+    the store (channel admission, cancel and end notices, the sweep leader) lives in
+    PostgreSQL next to it; MySQL and MariaDB have no LISTEN/NOTIFY to carry notices."""
+    if store is not None and store[0] in ("mysql", "mariadb") and _is_rabbitmq(broker):
+        raise ConfigError(
+            f"{store[1]}: the RabbitMQ broker needs the PostgreSQL job store: with RabbitMQ "
+            "the workers "
+            "coordinate through PostgreSQL (channel admission, cancel and end notices by "
+            "LISTEN/NOTIFY, the sweep leader by an advisory lock), which MySQL and "
+            "MariaDB cannot do; use PostgreSQL with RabbitMQ, or Redis (redis://) with "
+            "MySQL/MariaDB"
+        )
+
+
 def setup(
     broker_url: str | None = None,
     store_uri: str | None = None,
@@ -105,13 +162,17 @@ def setup(
     retry until it is up. (The job store, when given, is opened here.)
 
     Args:
-        broker_url: ``redis://...``; without it (and without ``broker``) the
+        broker_url: ``redis://...`` (Dramatiq's Redis broker) or ``amqp://...``
+            (``amqps://``: Dramatiq's RabbitMQ broker, publishing with confirms; the
+            ``rabbitmq`` extra, and the PostgreSQL job store: with MySQL or MariaDB
+            it is a ``ConfigError``); without it (and without ``broker``) the
             in-memory stub broker is used.
         store_uri: ``postgresql+psycopg://...`` or ``mysql+pymysql://...``;
             without it the YAML's ``scheduler.jobStore`` (if any) or memory.
         config_path: a YAML file; ``scheduler.broker.url``, ``scheduler.jobStore``
             and ``scheduler.channels`` (id -> maxsize) are read from it.
-        broker: a broker you built yourself (our middleware is added to it).
+        broker: a broker you built yourself (our middleware is added to it); a
+            ``RabbitmqBroker`` needs the PostgreSQL job store, as ``amqp://`` does.
         channels: channel ids (or id -> maxsize) to declare now, so that a
             ``dramatiq`` worker importing this module consumes them.
         migrate: upgrade the database schema first.
@@ -185,14 +246,20 @@ def setup(
     )
     if broker is None:
         if broker_url:
-            if not isinstance(broker_url, str) or not broker_url.startswith(_REDIS_SCHEMES):
+            url = broker_url if isinstance(broker_url, str) else ""
+            if url.startswith(_REDIS_SCHEMES):
+                broker = _redis_broker(url, settings.heartbeat_timeout_ms)
+            elif url.startswith(_RABBITMQ_SCHEMES):
+                broker = _rabbitmq_broker(url)
+            else:
                 shown = masked_url(broker_url) if isinstance(broker_url, str) else broker_url
                 raise ConfigError(
-                    f"broker_url {shown!r}: expected a redis://, rediss:// or unix:// URL"
+                    f"broker_url {shown!r}: expected a redis://, rediss:// or unix:// URL "
+                    "(Redis), or an amqp:// or amqps:// URL (RabbitMQ)"
                 )
-            broker = _redis_broker(broker_url, settings.heartbeat_timeout_ms)
         else:
             broker = StubBroker()
+    _refuse_rabbitmq_with_mysql(broker, _store_named(store_uri, yml))
     if metrics:
         install_metrics(lazy=True)  # the metrics themselves once the worker booted
     if tracing:
