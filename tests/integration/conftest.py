@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import restartable_redis, started  # tests/conftest.py
-from services import RedisServer
+from conftest import restartable_rabbitmq, restartable_redis, started  # tests/conftest.py
+from services import RabbitMQServer, RedisServer
 from sqlalchemy import delete
 
 from pypepper_dramatiq.stores.schema import jobs
@@ -48,15 +48,42 @@ def store_backend(request: pytest.FixtureRequest) -> str:
     return str(getattr(request, "param", "postgres"))
 
 
+#: For ``@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)``.
+BOTH_BROKERS = ["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)]
+#: Every broker with every job store it takes (RabbitMQ takes PostgreSQL only), for
+#: ``@pytest.mark.parametrize(("broker_kind", "store_backend"), ..., indirect=True)``.
+BROKERS_AND_STORES = [
+    ("redis", "postgres"),
+    pytest.param("redis", "mysql", marks=pytest.mark.mysql),
+    pytest.param("rabbitmq", "postgres", marks=pytest.mark.rabbitmq),
+]
+
+
+@pytest.fixture
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    """The broker the cluster uses: Redis unless a test parametrizes it."""
+    return str(getattr(request, "param", "redis"))
+
+
+@pytest.fixture
+def broker_url(request: pytest.FixtureRequest, broker_kind: str) -> str:
+    """The URL of the session's server of ``broker_kind``."""
+    return str(request.getfixturevalue(f"{broker_kind}_url"))
+
+
 @pytest.fixture
 def cluster(
-    request: pytest.FixtureRequest, redis_url: str, store_backend: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    redis_url: str,
+    broker_url: str,
+    store_backend: str,
+    tmp_path: Path,
 ) -> Iterator[Cluster]:
     """The session's servers, emptied: no queued messages, no jobs for a sweeper to recover."""
     store_uri = str(request.getfixturevalue(STORE_URIS[store_backend]))
     flush_redis(redis_url)
     empty_jobs_table(store_uri)
-    wired = Cluster(redis_url, store_uri, tmp_path)
+    wired = Cluster(redis_url, store_uri, tmp_path, broker_url)
     yield wired
     wired.close()
 
@@ -67,3 +94,11 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = started(restartable_redis(tmp_path / "own-redis", appendonly=True), "Redis")
     yield server
     server.stop(kill=True)
+
+
+@pytest.fixture
+def own_rabbitmq(tmp_path: Path) -> Iterator[RabbitMQServer]:
+    """A RabbitMQ node for this test alone (it gets restarted)."""
+    server = started(restartable_rabbitmq(tmp_path / "own-rabbitmq"), "RabbitMQ")
+    yield server
+    server.cleanup()

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 import redis
 from dramatiq.broker import Broker
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from sqlalchemy import create_engine, text
 
 from pypepper_dramatiq import Job, Status, Task, Workflow, manager, reset_job_store, setup
@@ -153,19 +154,27 @@ class WorkerProcess:
 
 
 class Cluster:
-    """The test process wired to one Redis and one PostgreSQL, as a user's scheduler would be.
+    """The test process wired to one broker and one job store, as a user's scheduler would be.
 
     Args:
-        redis_url, store_uri: the servers the workers use too.
+        redis_url, store_uri: the servers the workers use too; Redis holds the probes'
+            traces, and is the broker unless ``broker_url`` names another.
         tmp_path: where worker logs go.
+        broker_url: the broker (``amqp://``: RabbitMQ, its test queue emptied first);
+            None: ``redis_url``.
     """
 
-    def __init__(self, redis_url: str, store_uri: str, tmp_path: Path) -> None:
+    def __init__(
+        self, redis_url: str, store_uri: str, tmp_path: Path, broker_url: str | None = None
+    ) -> None:
         self.redis_url = redis_url
+        self.broker_url = broker_url or redis_url
         self.store_uri = store_uri
         self.tmp_path = tmp_path
         self.workers: list[WorkerProcess] = []
-        self.broker: Broker = setup(redis_url, store_uri, channels={CHANNEL: 0}, migrate=True)
+        self.broker: Broker = setup(self.broker_url, store_uri, channels={CHANNEL: 0}, migrate=True)
+        if isinstance(self.broker, RabbitmqBroker):
+            self.broker.flush_all()  # what an earlier test left queued
         self.redis = redis.Redis.from_url(redis_url)
 
     def close(self) -> None:
@@ -214,6 +223,7 @@ class Cluster:
             ENV["upgraded"]: "1" if upgraded else "0",
             ENV["heartbeat_timeout_ms"]: str(heartbeat_timeout_ms),
             ENV["redis_url"]: self.redis_url,
+            ENV["broker_url"]: self.broker_url,
             ENV["store_uri"]: store_uri or self.store_uri,
             ENV["lease_seconds"]: str(lease_seconds),
             ENV["sweep_interval"]: str(sweep_interval),

@@ -15,14 +15,21 @@ import time
 from pathlib import Path
 
 import dramatiq
+import pika
 import pytest
-from services import PostgresServer, RedisServer
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from services import PostgresServer, RabbitMQServer, RedisServer
 
 from pypepper_dramatiq import Status, actor_task
 from pypepper_dramatiq.channels.messages import OPTION_KEY, StepMessage
 from pypepper_dramatiq.rules.steps import Position
 
-from .conftest import BOTH_STORES, empty_jobs_table, flush_redis
+from .conftest import (
+    BOTH_BROKERS,
+    BROKERS_AND_STORES,
+    empty_jobs_table,
+    flush_redis,
+)
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, ENV, flaky_plain, probe
 
@@ -34,7 +41,7 @@ def report(title: str, **figures: object) -> None:
     print(f"\n[{title}] " + ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
-@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
+@pytest.mark.parametrize(("broker_kind", "store_backend"), BROKERS_AND_STORES, indirect=True)
 def test_results_flow_between_tasks_and_each_task_runs_once(cluster: Cluster) -> None:
     cluster.start_worker()
     job = cluster.schedule(
@@ -49,6 +56,7 @@ def test_results_flow_between_tasks_and_each_task_runs_once(cluster: Cluster) ->
     assert [cluster.runs(job, name) for name in "abc"] == [1, 1, 1]
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_two_workers_share_a_channel_and_run_every_task_once(cluster: Cluster) -> None:
     for _ in range(2):
         cluster.start_worker(threads=4, wait=False)
@@ -96,7 +104,7 @@ def test_each_process_of_one_worker_holds_its_leases_under_its_own_name(
     cluster.wait_status(jobs, timeout=30)
 
 
-@pytest.mark.parametrize("store_backend", BOTH_STORES, indirect=True)
+@pytest.mark.parametrize(("broker_kind", "store_backend"), BROKERS_AND_STORES, indirect=True)
 def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
     cluster: Cluster,
 ) -> None:
@@ -209,6 +217,7 @@ def test_the_cancel_command_reaches_a_running_task_from_another_process(
     assert cluster.runs(job, "never") == 0
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_a_task_ignoring_its_cancel_is_interrupted_after_the_grace_period(
     cluster: Cluster,
 ) -> None:
@@ -238,6 +247,7 @@ def test_a_task_ignoring_its_cancel_is_interrupted_after_the_grace_period(
     assert cluster.saved(job).status is Status.CANCELLED
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_a_job_cancelled_while_queued_never_starts(cluster: Cluster) -> None:
     job = cluster.schedule(probe.task(name="queued"))
     assert job.cancel()
@@ -346,6 +356,7 @@ def test_sigterm_hands_the_step_to_a_running_worker_before_its_lease_lapses(
         assert len(starts) == 1 and interrupted is None
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_plain_actor_keeps_dramatiq_retries_under_our_middleware(cluster: Cluster) -> None:
     worker = cluster.start_worker()
     cluster.broker.enqueue(flaky_plain.message("retried", 2))
@@ -358,6 +369,7 @@ def test_plain_actor_keeps_dramatiq_retries_under_our_middleware(cluster: Cluste
     assert len(pids) == 1 and pids <= worker.group_pids(), "retried elsewhere"
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_plain_actor_runs_as_a_workflow_task(cluster: Cluster) -> None:
     cluster.start_worker()
     job = cluster.schedule(actor_task(flaky_plain, retry_count=1, key="as-task", failures=1))
@@ -456,11 +468,58 @@ def test_queued_jobs_survive_a_redis_restart(
         cluster.close()
 
 
+def rabbitmq_queued(url: str, queue: str) -> int:
+    """How many messages wait in ``queue`` (ready ones), asked on a connection of its own."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        declared = connection.channel().queue_declare(queue, passive=True)
+        return int(declared.method.message_count)
+    finally:
+        connection.close()
+
+
+@pytest.mark.rabbitmq
+def test_queued_jobs_survive_a_rabbitmq_restart(
+    own_rabbitmq: RabbitMQServer, redis_url: str, postgres_uri: str, tmp_path: Path
+) -> None:
+    # Durable queues, persistent messages, and publisher confirms (send() returned once
+    # RabbitMQ held each message): a clean restart keeps every queued job.
+    flush_redis(redis_url)
+    empty_jobs_table(postgres_uri)
+    cluster = Cluster(redis_url, postgres_uri, tmp_path, own_rabbitmq.url)
+    assert isinstance(cluster.broker, RabbitmqBroker)
+    try:
+        jobs = [cluster.schedule(probe.task(name="only", value=i)) for i in range(20)]
+        queued = rabbitmq_queued(own_rabbitmq.url, CHANNEL)
+
+        own_rabbitmq.restart()  # the producer's connection is cut
+        requeued = rabbitmq_queued(own_rabbitmq.url, CHANNEL)
+        after = cluster.schedule(probe.task(name="only", value=20))  # it reconnects by itself
+        cluster.start_worker(threads=4)
+        records = cluster.wait_status([*jobs, after], timeout=40)
+
+        runs = [cluster.runs(j, "only") for j in [*jobs, after]]
+        report(
+            "rabbitmq-restart",
+            jobs_submitted=len(jobs) + 1,
+            queued_before=queued,
+            queued_after=requeued,
+            completed=len(records),
+            duplicates=sum(runs) - len(runs),
+        )
+        assert queued == requeued == 20
+        assert runs == [1] * 21
+        assert sorted(r.state["results"]["0.0"] for r in records.values()) == list(range(21))
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_jobs_complete_across_a_postgres_restart(
-    own_postgres: PostgresServer, redis_url: str, tmp_path: Path
+    own_postgres: PostgresServer, redis_url: str, broker_url: str, tmp_path: Path
 ) -> None:
     flush_redis(redis_url)
-    cluster = Cluster(redis_url, own_postgres.uri, tmp_path)
+    cluster = Cluster(redis_url, own_postgres.uri, tmp_path, broker_url)
     try:
         worker = cluster.start_worker(threads=2, lease_seconds=3)
         names = ("first", "second")
@@ -501,5 +560,33 @@ def test_jobs_complete_across_a_postgres_restart(
         assert not finished_before, f"tasks finished before the outage ran again: {finished_before}"
         assert sorted(r.state["results"]["0.1"] for r in records.values()) == list(range(20))
         assert worker.proc.poll() is None, "the worker died with the database"
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
+def test_jobs_submitted_while_postgres_is_down_run_once_it_is_back(
+    own_postgres: PostgresServer, redis_url: str, broker_url: str, tmp_path: Path
+) -> None:
+    # The first message carries the job's record: the producer's row write fails, the
+    # message is queued anyway, and the worker that takes it writes the row (a heal)
+    # once the database answers again.
+    flush_redis(redis_url)
+    cluster = Cluster(redis_url, own_postgres.uri, tmp_path, broker_url)
+    try:
+        cluster.start_worker(threads=2, lease_seconds=3, defer_seconds=0.5)
+        before = cluster.schedule(probe.task(name="only", value=-1))
+        cluster.wait_status([before], timeout=30)
+
+        own_postgres.stop(mode="fast")
+        jobs = [cluster.schedule(probe.task(name="only", value=i)) for i in range(5)]
+        time.sleep(1)  # workers take the messages while the database is down
+        own_postgres.start()
+        records = cluster.wait_status(jobs, timeout=45)
+
+        runs = [cluster.runs(j, "only") for j in jobs]
+        report("submitted-while-postgres-down", jobs_submitted=len(jobs), runs=runs)
+        assert runs == [1] * len(jobs)
+        assert sorted(r.state["results"]["0.0"] for r in records.values()) == list(range(5))
     finally:
         cluster.close()

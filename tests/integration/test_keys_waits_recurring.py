@@ -2,7 +2,8 @@
 workers, Redis and PostgreSQL.
 
 * a per-second recurring schedule keeps firing every slot, once, while the
-  worker holding the sweep lock is SIGKILLed (the survivor catches up);
+  worker holding the sweep lock is SIGKILLed (the survivor catches up); and
+  fires every slot once with two workers on each broker;
 * producer processes racing on one unique key leave one job;
 * children after a failed and a succeeded parent, with each failure policy, and a chain;
 * ``on_conflict="after"``: the second job starts once the key's holder ended.
@@ -38,6 +39,7 @@ from pypepper_dramatiq.stores.schema import jobs as jobs_table
 from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.transport.redis.layout import LEADER_KEY
 
+from .conftest import BOTH_BROKERS
 from .harness import APP_DIR, Cluster, WorkerProcess, wait_for
 from .worker_app import CHANNEL, ENV, probe
 
@@ -177,6 +179,35 @@ def test_a_per_second_schedule_fires_every_slot_once_across_a_leader_kill(
     survivor_pids = survivor.group_pids()
     for row in after_kill:
         assert set(cluster.run_pids(ref(row.id), "tick")) <= survivor_pids
+
+
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
+def test_two_workers_fire_each_slot_of_a_per_second_schedule_once(cluster: Cluster) -> None:
+    for _ in range(2):
+        cluster.start_worker(sweep_interval=REC_SWEEP, wait=False)
+    for worker in cluster.workers:
+        worker.wait_ready()
+    template = Job(category=REC_CATEGORY, channel_id=CHANNEL)
+    template.workflows.append(Workflow([probe.task(name="tick", value=1)]))
+    try:
+        recurring(SCHEDULE, "* * * * * *", template, overlap="allow", catch_up="all")
+        wait_for(lambda: len(firings()) >= 6, 30, "six firings")
+    finally:
+        assert remove_recurring(SCHEDULE)
+        removed_at = datetime.now(timezone.utc)
+    time.sleep(REC_SWEEP * 1.5)  # a sweep that read the schedule before its removal
+
+    rows = firings()
+    records = cluster.wait_status([ref(r.id) for r in rows], timeout=30)
+    slots = sorted(slot_of(r.id) for r in rows)
+    runs = {r.id: cluster.runs(ref(r.id), "tick") for r in rows}
+    report("recurring-two-workers", slots=len(slots), per_slot_max=max(runs.values()))
+
+    assert len(set(slots)) == len(slots)
+    assert slots == [slots[0] + timedelta(seconds=i) for i in range(len(slots))]
+    assert slots[-1] <= removed_at
+    assert runs == dict.fromkeys(runs, 1), {i: n for i, n in runs.items() if n != 1}
+    assert all(r.status is Status.COMPLETED for r in records.values())
 
 
 # -- racing producers -------------------------------------------------------------------------

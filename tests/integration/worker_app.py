@@ -7,7 +7,8 @@ variables, only to build tasks: then nothing connects anywhere.
 
 Every task execution leaves traces in Redis (see :func:`probe`), so a test can
 count runs, see what runs now, and time cancels without sharing memory with
-the worker.
+the worker; that Redis is the broker too, unless ``PYPEPPER_IT_BROKER_URL`` names
+another one (RabbitMQ).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ from pypepper_dramatiq.engine.functions import FunctionExecutor
 
 #: Environment variables a worker reads, and their defaults.
 ENV = {
+    #: the Redis of the probes' traces; the broker too unless ``broker_url`` is set.
     "redis_url": "PYPEPPER_IT_REDIS_URL",
+    #: the broker's URL (``amqp://``: RabbitMQ); unset: ``redis_url``.
+    "broker_url": "PYPEPPER_IT_BROKER_URL",
     "store_uri": "PYPEPPER_IT_STORE_URI",
     "lease_seconds": "PYPEPPER_IT_LEASE_SECONDS",
     "sweep_interval": "PYPEPPER_IT_SWEEP_INTERVAL",
@@ -78,6 +82,7 @@ ENV = {
 CHANNEL = "it"
 
 REDIS_URL = os.environ.get(ENV["redis_url"])
+BROKER_URL = os.environ.get(ENV["broker_url"]) or REDIS_URL
 STORE_URI = os.environ.get(ENV["store_uri"])
 
 if os.environ.get(ENV["debug_steps"]) == "1":
@@ -133,11 +138,11 @@ def _trace_to(directory: str) -> None:
     trace.set_tracer_provider(provider)
 
 
-if REDIS_URL and STORE_URI:
+if REDIS_URL and BROKER_URL and STORE_URI:
     if os.environ.get(ENV["trace_dir"]):
         _trace_to(os.environ[ENV["trace_dir"]])
     broker = setup(
-        REDIS_URL,
+        BROKER_URL,
         STORE_URI,
         channels={c: 0 for c in os.environ.get(ENV["channels"], CHANNEL).split(",")},
         migrate=True,
