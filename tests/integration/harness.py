@@ -256,6 +256,13 @@ class Cluster:
         job.scheduled()
         return job
 
+    def schedule_in(self, delay: float, *tasks: Task) -> Job:
+        """:meth:`schedule`, the job to start ``delay`` seconds from now."""
+        job = Job(category="it", channel_id=CHANNEL)
+        job.workflows.append(Workflow(tasks))
+        job.scheduled(delay=delay)
+        return job
+
     def saved(self, job: Job | str) -> JobRecord:
         record = Job.get_saved(job if isinstance(job, str) else job.id)
         assert record is not None, f"job {job} is not in the store"

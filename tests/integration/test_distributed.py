@@ -22,6 +22,8 @@ from services import PostgresServer, RabbitMQServer, RedisServer
 
 from pypepper_dramatiq import Status, actor_task
 from pypepper_dramatiq.channels.messages import OPTION_KEY, StepMessage
+from pypepper_dramatiq.errors import BrokerUnavailableError
+from pypepper_dramatiq.rules.start_times import SHORT_DELAY_SECONDS
 from pypepper_dramatiq.rules.steps import Position
 
 from .conftest import (
@@ -150,6 +152,7 @@ def test_sigkilled_worker_is_recovered_without_rerunning_finished_tasks(
     )
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     cluster: Cluster,
 ) -> None:
@@ -565,12 +568,18 @@ def test_jobs_complete_across_a_postgres_restart(
 
 
 @pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
-def test_jobs_submitted_while_postgres_is_down_run_once_it_is_back(
-    own_postgres: PostgresServer, redis_url: str, broker_url: str, tmp_path: Path
+def test_jobs_submitted_while_postgres_is_down(
+    own_postgres: PostgresServer,
+    redis_url: str,
+    broker_kind: str,
+    broker_url: str,
+    tmp_path: Path,
 ) -> None:
-    # The first message carries the job's record: the producer's row write fails, the
-    # message is queued anyway, and the worker that takes it writes the row (a heal)
-    # once the database answers again.
+    # On Redis the channel's admission lives in Redis and the first message carries the
+    # job's record: the producer's row write fails, the message is queued anyway, and
+    # the worker that takes it writes the row (a heal) once the database answers. On
+    # RabbitMQ the admission lives in PostgreSQL: each job is refused with
+    # BrokerUnavailableError, nothing of it queued, and jobs run again once it is back.
     flush_redis(redis_url)
     cluster = Cluster(redis_url, own_postgres.uri, tmp_path, broker_url)
     try:
@@ -579,14 +588,58 @@ def test_jobs_submitted_while_postgres_is_down_run_once_it_is_back(
         cluster.wait_status([before], timeout=30)
 
         own_postgres.stop(mode="fast")
-        jobs = [cluster.schedule(probe.task(name="only", value=i)) for i in range(5)]
-        time.sleep(1)  # workers take the messages while the database is down
+        accepted, refused = [], []
+        for i in range(5):
+            try:
+                accepted.append(cluster.schedule(probe.task(name="only", value=i)))
+            except BrokerUnavailableError as exc:
+                refused.append(str(exc))
+        time.sleep(1)  # workers take what was queued while the database is down
         own_postgres.start()
-        records = cluster.wait_status(jobs, timeout=45)
+        later = [cluster.schedule(probe.task(name="only", value=i)) for i in range(5, 7)]
+        records = cluster.wait_status([*accepted, *later], timeout=45)
 
-        runs = [cluster.runs(j, "only") for j in jobs]
-        report("submitted-while-postgres-down", jobs_submitted=len(jobs), runs=runs)
-        assert runs == [1] * len(jobs)
-        assert sorted(r.state["results"]["0.0"] for r in records.values()) == list(range(5))
+        runs = [cluster.runs(j, "only") for j in [*accepted, *later]]
+        report(
+            "submitted-while-postgres-down",
+            broker=broker_kind,
+            accepted=len(accepted),
+            refused=len(refused),
+            runs=runs,
+        )
+        assert runs == [1] * len(runs)
+        results = sorted(r.state["results"]["0.0"] for r in records.values())
+        if broker_kind == "redis":
+            assert not refused and results == list(range(7))
+        else:
+            assert not accepted and len(refused) == 5 and results == [5, 6]
+            assert all("PostgreSQL unreachable" in why for why in refused), refused
     finally:
         cluster.close()
+
+
+def delayed_messages(cluster: Cluster) -> int:
+    """How many messages wait in the test channel's delay queue (Dramatiq's own)."""
+    if cluster.broker_url.startswith("amqp"):
+        return rabbitmq_queued(cluster.broker_url, f"{CHANNEL}.DQ")
+    return int(cluster.redis.hlen(f"dramatiq:{CHANNEL}.DQ.msgs"))
+
+
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
+def test_a_short_delay_waits_in_the_brokers_delay_queue_and_a_long_one_in_the_store(
+    cluster: Cluster,
+) -> None:
+    short = cluster.schedule_in(2, probe.task(name="short"))
+    long = cluster.schedule_in(SHORT_DELAY_SECONDS + 2, probe.task(name="long"))
+
+    assert cluster.saved(short).release_at is None  # its message went, delayed
+    assert cluster.saved(long).release_at is not None  # held: no message yet
+    assert delayed_messages(cluster) == 1
+    cluster.start_worker(sweep_interval=0.5)
+    records = cluster.wait_status([short, long], timeout=SHORT_DELAY_SECONDS + 30)
+
+    for job, name in ((short, "short"), (long, "long")):
+        planned = records[job.id].not_before
+        assert planned is not None
+        assert cluster.times("starts", job, name)[0] >= planned.timestamp(), name
+        assert cluster.runs(job, name) == 1

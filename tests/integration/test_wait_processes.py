@@ -1,8 +1,9 @@
 """``Job.wait()`` in the producer process, with real ``dramatiq`` workers, Redis and PostgreSQL.
 
 * the wait returns within a second of the job's end (its stored ``updated``),
-  woken by the end's notice on Redis (the fallback poll is pushed out to a
-  minute here, so the poll cannot be what woke it);
+  woken by the end's notice on Redis, or by PostgreSQL's NOTIFY with RabbitMQ
+  (the fallback poll is pushed out to a minute here, so the poll cannot be what
+  woke it);
 * a job that ends while Redis is down (its notice lost: Redis restarted while
   the caller waits) is still seen: within the poll period from the row while
   Redis stays down, and at once when the listener has subscribed again;
@@ -26,7 +27,7 @@ from services import RedisServer
 from pypepper_dramatiq import Job, JobRecord, Status
 from pypepper_dramatiq.channels import end_notices as notices
 
-from .conftest import empty_jobs_table
+from .conftest import BOTH_BROKERS, empty_jobs_table
 from .harness import Cluster, wait_for
 from .worker_app import pause
 
@@ -60,6 +61,7 @@ def _late(record: JobRecord) -> float:
     return time.time() - record.updated.timestamp()
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_wait_returns_within_a_second_of_the_end(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
