@@ -30,6 +30,7 @@ SCENARIOS = (
     "transactional",
     "dashboard",
     "metrics",
+    "rabbitmq",
 )
 
 

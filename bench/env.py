@@ -22,7 +22,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from services import PostgresServer, RedisServer  # noqa: E402
+from services import PostgresServer, RabbitMQServer, RedisServer  # noqa: E402
 
 #: The role the harness polls as; its statements are not counted.
 PROBE_ROLE = "bench_probe"
@@ -60,6 +60,16 @@ class Stack:
         self.redis = RedisServer(self.tmp / "redis")
         self.probe_redis = RedisServer(self.tmp / "probe")
         self._pg_conn: psycopg.Connection[Any] | None = None
+        #: Started by the RabbitMQ scenario only (:meth:`start_rabbitmq`).
+        self.rabbitmq: RabbitMQServer | None = None
+
+    def start_rabbitmq(self) -> str:
+        """Start a RabbitMQ node (once); its URL, also in ``BENCH_RABBITMQ_URL``."""
+        if self.rabbitmq is None:
+            self.rabbitmq = RabbitMQServer(self.tmp)
+            self.rabbitmq.start()
+            os.environ["BENCH_RABBITMQ_URL"] = self.rabbitmq.url
+        return self.rabbitmq.url
 
     def start(self) -> None:
         (self.tmp / "pg").mkdir()
@@ -80,6 +90,8 @@ class Stack:
             self._pg_conn.close()
         self.redis.stop()
         self.probe_redis.stop()
+        if self.rabbitmq is not None:
+            self.rabbitmq.cleanup()
         self.pg.cleanup()
 
     def env(self) -> dict[str, str]:
@@ -124,9 +136,36 @@ class Stack:
     # -- between runs
 
     def reset(self) -> None:
-        """Empty both Redis servers and every benchmark table."""
+        """Empty both Redis servers, RabbitMQ's queues and every benchmark table."""
         self.broker.flushall()
         self.probe.flushall()
-        for table in ("scheduler_jobs", "scheduler_recurring", "celery_taskmeta"):
+        if self.rabbitmq is not None:
+            self._purge_rabbitmq()
+        for table in (
+            "scheduler_jobs",
+            "scheduler_recurring",
+            "scheduler_channel_slots",
+            "celery_taskmeta",
+        ):
             if self.table_exists(table):
                 self.execute(f"TRUNCATE {table} CASCADE")
+
+    #: The queues the RabbitMQ scenario uses (each with Dramatiq's delay and dead queues).
+    RABBITMQ_QUEUES = ("plain_rmq", "bench")
+
+    def _purge_rabbitmq(self) -> None:
+        import pika
+
+        assert self.rabbitmq is not None
+        connection = pika.BlockingConnection(pika.URLParameters(self.rabbitmq.url))
+        try:
+            for queue in self.RABBITMQ_QUEUES:
+                for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
+                    channel = connection.channel()
+                    try:
+                        channel.queue_purge(name)
+                        channel.close()
+                    except pika.exceptions.ChannelClosedByBroker:
+                        pass  # not declared yet: nothing to purge
+        finally:
+            connection.close()

@@ -354,4 +354,38 @@ class CeleryCompetitor(Competitor):
         return {key: float(at) for key, at in rows}
 
 
+class PlainRabbitmq(Plain):
+    """Plain Dramatiq on RabbitMQ (``bench.apps.plain_rabbitmq``)."""
+
+    def __init__(self, stack: Stack) -> None:
+        Competitor.__init__(self, stack, "plain", "plain_rmq", "plain Dramatiq on RabbitMQ")
+        from .apps import plain_rabbitmq
+
+        self.actor = plain_rabbitmq.noop
+
+    def worker(self, processes: int) -> Worker:
+        return Worker([_dramatiq_cmd("bench.apps.plain_rabbitmq", processes)], self.name)
+
+    def done(self) -> int:
+        return int(self.stack.probe.get("plain_rmq:n") or 0)
+
+    def last_done(self) -> float:
+        return float(self.stack.probe.get("plain_rmq:last") or 0)
+
+
+class DurableRabbitmq(Durable):
+    """Durable jobs on RabbitMQ: the workers' ``BENCH_BROKER_URL`` names it, and this
+    process's ``setup()`` switches to it for the scenario (:meth:`use`)."""
+
+    def __init__(self, stack: Stack) -> None:
+        super().__init__(stack)
+        self.label = "durable job on RabbitMQ"
+
+    def use(self, broker_url: str) -> None:
+        """``setup()`` this process on ``broker_url`` (and the benchmark's store)."""
+        from pypepper_dramatiq import setup
+
+        setup(broker_url, os.environ["BENCH_STORE_URI"], channels=[self.app.CHANNEL])
+
+
 COMPETITORS = {"plain": Plain, "durable": Durable, "celery": CeleryCompetitor}

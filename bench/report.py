@@ -75,6 +75,16 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 if key == "batch_enqueue_us_per_job" and "plain" in by_name:
                     values["plain"] = by_name["plain"]["enqueue_us_per_job"]
                 add(scenario, label, values)
+    for shape, by_name in results.get("rabbitmq", {}).items():
+        scenario = f"15. RabbitMQ throughput {shape}"
+        for key, label in (
+            ("enqueue_rate", "enqueue (jobs/s)"),
+            ("enqueue_us_per_job", "enqueue cost (us/job; scheduled() vs actor.send())"),
+            ("process_rate", "processing (jobs/s)"),
+            ("pg_per_job_enqueue", "PG statements/job, enqueue"),
+            ("pg_per_job_process", "PG statements/job, processing"),
+        ):
+            add(scenario, label, {n: v[key] for n, v in by_name.items()})
     for tasks, r in results.get("workflow_length", {}).items():
         scenario = f"2. {tasks}-task jobs (durable)"
         out.append(

@@ -1121,6 +1121,38 @@ def metrics(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     }
 
 
+# -- 15. RabbitMQ -----------------------------------------------------------------------------
+
+
+def rabbitmq(stack: Stack, sizes: Sizes) -> dict[str, Any]:
+    """Plain Dramatiq and durable jobs on RabbitMQ (with PostgreSQL's coordination), drained
+    as in scenario 1, once per shape: the figures beside scenario 1's Redis rows."""
+    import os
+
+    from .harness import DurableRabbitmq, PlainRabbitmq
+
+    url = stack.start_rabbitmq()
+    plain, durable = PlainRabbitmq(stack), DurableRabbitmq(stack)
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    durable.use(url)
+    try:
+        with _environ(BENCH_BROKER_URL=url):
+            for processes in sizes.shapes:
+                shape = f"{processes}x8"
+                for competitor in (plain, durable):
+                    result = drain_run(stack, competitor, sizes.throughput_jobs, processes)
+                    runs.setdefault(shape, {})[competitor.name] = result
+                    print(
+                        f"  rabbitmq {shape} {competitor.name}: "
+                        f"enqueue {result['enqueue_rate']:.0f}/s, "
+                        f"process {result['process_rate']:.0f}/s",
+                        flush=True,
+                    )
+    finally:
+        durable.use(os.environ["BENCH_REDIS_URL"])  # this process's broker again
+    return runs
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables (inherited by the workers started meanwhile)."""
@@ -1158,6 +1190,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("transactional", lambda: transactional(stack, durable, sizes)),
         ("dashboard", lambda: dashboard(stack, durable, sizes)),
         ("metrics", lambda: metrics(stack, durable, sizes)),
+        ("rabbitmq", lambda: rabbitmq(stack, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

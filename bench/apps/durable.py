@@ -1,4 +1,7 @@
-"""Durable jobs: ``dramatiq bench.apps.durable`` (channel ``bench``, PostgreSQL store)."""
+"""Durable jobs: ``dramatiq bench.apps.durable`` (channel ``bench``, PostgreSQL store).
+
+The broker is Redis, or RabbitMQ when ``BENCH_BROKER_URL`` names one (``amqp://``).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from . import probe
 CHANNEL = "bench"
 
 broker = setup(
-    os.environ["BENCH_REDIS_URL"],
+    os.environ.get("BENCH_BROKER_URL") or os.environ["BENCH_REDIS_URL"],
     os.environ["BENCH_STORE_URI"],
     channels=[CHANNEL],
     migrate=True,

@@ -29,9 +29,10 @@ SCENARIOS = (
     "transactional",
     "dashboard",
     "metrics",
+    "rabbitmq",
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
 
 
 @pytest.mark.bench

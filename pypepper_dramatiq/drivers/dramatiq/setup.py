@@ -21,7 +21,7 @@ from ...metrics.tracing import install_tracing
 from ...ops.display import masked_url
 from ...settings import YAML_KEYS, Settings
 from ...stores.registry import configure_job_store, installed_job_store, setup_from_config
-from ...transport import transport_for
+from ...transport import is_rabbitmq_broker, transport_for
 from .middleware import WorkflowMiddleware
 from .step_actor import declare_step_actor
 from .undecodable import install as guard_against_undecodable
@@ -97,14 +97,6 @@ def _rabbitmq_broker(url: str) -> Broker:
     return broker
 
 
-def _is_rabbitmq(broker: Broker) -> bool:
-    try:
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-    except ImportError:  # no pika: no RabbitMQ broker either
-        return False
-    return isinstance(broker, RabbitmqBroker)
-
-
 def _store_named(store_uri: str | None, yml: dict[str, Any]) -> tuple[str, str] | None:
     """The job store ``setup()`` will open ("postgres", "mysql", "memory") and where it was
     named, for an error; None: it opens none."""
@@ -120,7 +112,7 @@ def _refuse_rabbitmq_with_mysql(broker: Broker, store: tuple[str, str] | None) -
     """ConfigError: RabbitMQ carries messages only, and what the processes share besides
     the store (channel admission, cancel and end notices, the sweep leader) lives in
     PostgreSQL next to it; MySQL and MariaDB have no LISTEN/NOTIFY to carry notices."""
-    if store is not None and store[0] in ("mysql", "mariadb") and _is_rabbitmq(broker):
+    if store is not None and store[0] in ("mysql", "mariadb") and is_rabbitmq_broker(broker):
         raise ConfigError(
             f"{store[1]}: the RabbitMQ broker needs the PostgreSQL job store: with RabbitMQ "
             "the workers "
@@ -155,7 +147,8 @@ def setup(
 ) -> Broker:
     """Install the broker, the middleware, the step actor and the job store.
 
-    Talks to no Redis: the Redis broker's connection pool connects on first
+    Talks to no Redis or RabbitMQ: the Redis broker's connection pool (RabbitMQ's
+    connection) connects on first
     use, and each channel applies its bound on its first call to Redis (see
     :class:`~pypepper_dramatiq.transport.redis.gate.RedisGate`). A ``dramatiq`` worker whose
     module calls this starts while Redis is down, and Dramatiq's consumers
