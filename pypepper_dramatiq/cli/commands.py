@@ -39,7 +39,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import duration
@@ -65,6 +65,10 @@ from ..rules.status import TERMINAL, Status
 from ..stores.base import IJobStore, JobRecord, utcnow
 from ..transport import Transport
 
+if TYPE_CHECKING:  # the clients are imported when a command needs them
+    from ..transport.postgres import PostgresTransport
+    from ..transport.redis import RedisTransport
+
 #: Where ``--uri`` and ``--broker-url`` are read from when not given.
 URI_ENV, BROKER_ENV = "PYPEPPER_STORE_URI", "PYPEPPER_BROKER_URL"
 #: Modules to import before a command rebuilds jobs (comma-separated), as ``--import``.
@@ -89,6 +93,7 @@ ERROR_WIDTH = 40
 DAMAGE_WIDTH = 100
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
+_RABBITMQ_SCHEMES = ("amqp", "amqps")
 
 _CHANNEL_ACTIONS = ("list", "stop", "resume", "resize")
 
@@ -622,13 +627,34 @@ def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> No
         print("  ".join(padded).rstrip())
 
 
+def _cancel_transport(store: IJobStore, broker_url: str) -> RedisTransport | PostgresTransport:
+    """What carries the cancel to running tasks: Redis for a Redis URL; for an
+    ``amqp://`` one (RabbitMQ), PostgreSQL's NOTIFY on the job store's database.
+
+    Raises:
+        ValueError: a URL Redis cannot use, or RabbitMQ with a store not on PostgreSQL.
+    """
+    if urlsplit(broker_url).scheme.lower() in _RABBITMQ_SCHEMES:
+        engine = getattr(store, "engine", None)
+        if engine is None or engine.dialect.name != "postgresql":
+            raise ValueError(
+                "with RabbitMQ, cancels are told through the PostgreSQL job store; "
+                "this --uri is not on PostgreSQL"
+            )
+        from ..transport.postgres import PostgresTransport
+
+        return PostgresTransport(engine)
+    from ..transport.redis import RedisTransport
+
+    return RedisTransport.from_url(broker_url)
+
+
 def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
     from ..model.job import Job
     from ..stores.registry import reset_job_store, set_job_store
-    from ..transport.redis import RedisTransport
 
-    # A broker URL redis cannot use is refused before anything is written.
-    transport = RedisTransport.from_url(broker_url) if broker_url else None
+    # A broker URL that cannot be used is refused before anything is written.
+    transport = _cancel_transport(store, broker_url) if broker_url else None
     set_job_store(store)
     try:
         if not Job.cancel_saved(job_id, by=BY_CLI):
@@ -639,7 +665,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
             told = (
                 "running tasks were told"
                 if publish_cancel(job_id, transport)
-                else (f"Redis could not be told; {told}")
+                else (f"{transport.where} could not be told; {told}")
             )
         _say(f"job {job_id} cancelled ({told})")
         return 0

@@ -328,6 +328,19 @@ def test_cancel_refuses_a_broker_url_before_writing(
     assert record is not None and record.status is Status.SCHEDULED
 
 
+@pytest.mark.mysql
+def test_cancel_with_rabbitmq_refuses_a_store_not_on_postgresql_before_writing(
+    mysql_store: SqlJobStore, mysql_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With RabbitMQ, running tasks hear a cancel by NOTIFY on the store's PostgreSQL.
+    assert mysql_store.put(JobRecord(id="job-m", channel_id="c", status=Status.SCHEDULED))
+    url = "amqp://guest:secret@127.0.0.1:1/%2F"
+    assert main(["cancel", "job-m", "--uri", mysql_uri, "--broker-url", url]) == 2
+    assert "not on PostgreSQL" in capsys.readouterr().err
+    record = mysql_store.get("job-m")
+    assert record is not None and record.status is Status.SCHEDULED
+
+
 def test_the_uri_and_broker_url_may_come_from_the_environment(
     pg_store: SqlJobStore,
     postgres_uri: str,

@@ -184,6 +184,7 @@ def test_cancel_reaches_a_polling_task_quickly_and_the_job_ends_cancelled(
     assert cluster.runs(job, "never") == 0
 
 
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
 def test_the_cancel_command_reaches_a_running_task_from_another_process(
     cluster: Cluster,
 ) -> None:
@@ -202,7 +203,7 @@ def test_the_cancel_command_reaches_a_running_task_from_another_process(
             "--uri",
             cluster.store_uri,
             "--broker-url",
-            cluster.redis_url,
+            cluster.broker_url,
         ],
         capture_output=True,
         text=True,
