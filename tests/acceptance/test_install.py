@@ -38,6 +38,14 @@ def test_extras_are_for_what_a_user_may_not_want() -> None:
     assert by_extra["mysql"] == {"pymysql"}
     assert by_extra["dashboard"] >= {"werkzeug", "jinja2", "itsdangerous"}
     assert by_extra["metrics"] == {"prometheus-client"}
-    assert by_extra["all"] == by_extra["mysql"] | by_extra["dashboard"] | by_extra["metrics"]
+    assert by_extra["rabbitmq"] == {"dramatiq"}  # dramatiq[rabbitmq]: pika
+    assert by_extra["otel"] == {"opentelemetry-api", "opentelemetry-sdk"}
+    assert by_extra["all"] == (
+        by_extra["mysql"]
+        | by_extra["dashboard"]
+        | by_extra["metrics"]
+        | by_extra["rabbitmq"]
+        | by_extra["otel"]
+    )
     # The old names install nothing more: an install line of an earlier release works.
     assert not {"postgres", "redis", "cron"} & by_extra.keys()
