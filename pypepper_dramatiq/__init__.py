@@ -14,7 +14,7 @@ from .drivers.dramatiq.middleware import WorkflowMiddleware
 from .drivers.dramatiq.setup import setup
 from .drivers.inprocess.worker import Worker
 from .engine import job_io as gateway  # noqa: F401  (installs the gateway the Job methods use)
-from .engine.functions import WorkflowTask, actor_task, workflow_task
+from .engine.functions import WorkflowTask, actor_task, executor_task, workflow_task
 from .engine.job_io import schedule_many
 from .errors import (
     AmbiguousTaskNameError,
@@ -109,6 +109,7 @@ __all__ = [
     "WorkflowMiddleware",
     "WorkflowTask",
     "actor_task",
+    "executor_task",
     "setup",
     "workflow_task",
     # channels and the in-process worker

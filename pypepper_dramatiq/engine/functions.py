@@ -239,6 +239,37 @@ def actor_task(actor: dramatiq.Actor[Any, Any], *, name: str | None = None, **op
     )
 
 
+def executor_task(
+    executor_id: str, *, name: str | None = None, channel_id: str | None = None, **options: Any
+) -> Task:
+    """A task run by the executor registered under ``executor_id`` (a handler class's instance).
+
+    ``options`` holds retry options (as for :func:`workflow_task`), which win
+    over the executor's own policy, and the task's params (what its ``execute``
+    reads from ``task.params``). The task takes the executor's ``on_final_failure``.
+    ``name`` defaults to ``executor_id``; ``channel_id`` to the job's channel.
+
+    Raises:
+        UnknownExecutorError: no executor is registered under ``executor_id`` here.
+    """
+    policy, params = _split(options)
+    executor = executor_registry.get(executor_id)
+    doc = inspect.getdoc(executor) or ""
+    return Task(
+        channel_id=channel_id,
+        dag_id="",
+        fingerprint=executor_id,
+        name=name or executor_id,
+        category=None,
+        description=doc.splitlines()[0] if doc else "",
+        tags=[],
+        executor=executor,
+        executor_id=executor_id,
+        params=params,
+        **policy,
+    )
+
+
 def _resolve_actor(executor_id: str) -> IExecutor | None:
     """Registry fallback: ``actor:NAME`` names an actor declared on the current broker."""
     if not executor_id.startswith("actor:"):

@@ -40,6 +40,14 @@ def bounded(name: str, seconds: float, error: type[ValueError] = ValueError) -> 
     return seconds
 
 
+def timeout_seconds(name: str, seconds: float) -> float:
+    """``seconds`` as a float if it is a timeout an option may give: at least 0 (not
+    NaN) and :func:`bounded`; else ``ValueError`` naming the option ``name``."""
+    if not seconds >= 0:  # refuses NaN too
+        raise ValueError(f"{name} must be >= 0, got {seconds}")
+    return float(bounded(name, seconds))
+
+
 def whole_milliseconds(name: str, seconds: float, error: type[ValueError] = ValueError) -> float:
     """``seconds`` (finite, see :func:`bounded`) as a whole number of milliseconds
     (``0.25``, not ``0.0005``); else ``error`` naming the option ``name``.

@@ -6,6 +6,15 @@ to completion in the calling thread, on an event loop of its own, by
 :func:`run_awaitable`. Both drivers therefore call every executor the same,
 synchronous way, and the job's cancel event and the task's ``round_timeout``
 reach the coroutine.
+
+An executor class is also a *handler*: its instance carries the task's
+dependencies (constructor arguments, given once at registration), its retry
+policy (class attributes named as ``Task``'s options: ``retry_count``,
+``retry_delay``, ``retry_backoff``, ``round_timeout``, ``optional``, ...; see
+:func:`executor_policy`) and its ``on_final_failure`` method. Every
+:class:`~pypepper_dramatiq.model.task.Task` built with it (by object or by
+registered id) takes that policy for the options it does not give itself, and
+that hook when it has none of its own.
 """
 
 from __future__ import annotations
@@ -19,9 +28,12 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import TaskCancelledError, TaskTimeoutError, UnknownExecutorError
+from ..errors import ExecutorError, TaskCancelledError, TaskTimeoutError, UnknownExecutorError
+from ..limits.durations import timeout_seconds
 from ..ops.logs import get_logger
 from ..records.payloads import check_readable
+from ..records.spec import POLICY_KEYS
+from ..rules.steps import RetryPolicy
 
 if TYPE_CHECKING:
     from .context import Context
@@ -61,8 +73,24 @@ class IExecutor(abc.ABC):
     #: registry by the task's executor id, as the executor itself is.
     on_final_failure: FinalFailureHook | None = None
 
+    # The retry policy of the tasks built with this executor (None: not set
+    # here, the task's default). A subclass sets the ones it wants as class
+    # attributes (or its ``__init__`` on the instance); a task's own value wins.
+    retry_count: int | None = None
+    retry_delay: float | None = None
+    retry_until_completed: bool | None = None
+    retry_until_max: int | None = None
+    round_times: int | None = None
+    round_timeout: float | None = None
+    round_timeout_join: float | None = None
+    optional: bool | None = None
+    retry_backoff: float | None = None
+    retry_delay_max: float | None = None
+    retry_jitter: bool | None = None
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _check_policy_names(cls)
         execute = cls.__dict__.get("execute")
         if (
             inspect.isfunction(execute)
@@ -74,6 +102,48 @@ class IExecutor(abc.ABC):
     @abc.abstractmethod
     def execute(self, task: Task, context: Context) -> Any:
         """Run the task once."""
+
+
+#: The beginnings of the names of a task's retry options (a near miss is refused).
+_POLICY_PREFIXES = ("retry_", "round_")
+
+
+def _check_policy_names(cls: type) -> None:
+    """Refuse a class attribute that looks like a retry option but is none (a typo
+    would otherwise leave the policy silently unset)."""
+    for attr, value in vars(cls).items():
+        plain = value is None or isinstance(value, (bool, int, float))  # not a method or property
+        if attr.startswith(_POLICY_PREFIXES) and attr not in POLICY_KEYS and plain:
+            raise ExecutorError(
+                f"executor class {cls.__qualname__}: {attr!r} is not a retry option "
+                f"(known: {', '.join(sorted(POLICY_KEYS))})"
+            )
+
+
+def executor_policy(executor: IExecutor) -> dict[str, Any]:
+    """The retry options ``executor`` sets (its class's attributes or its own), by name;
+    those it leaves None are absent."""
+    policy: dict[str, Any] = {}
+    for key in POLICY_KEYS:
+        value = getattr(executor, key, None)
+        if value is not None:
+            policy[key] = value
+    return policy
+
+
+def _check_policy(executor_id: str, executor: IExecutor) -> None:
+    """Refuse, at registration, a policy no task could be built with (named with the id)."""
+    policy = executor_policy(executor)
+    if not policy:
+        return
+    retry = {k: v for k, v in policy.items() if k not in ("round_timeout", "round_timeout_join")}
+    try:
+        RetryPolicy(**retry)
+        for key in ("round_timeout", "round_timeout_join"):
+            if key in policy:
+                timeout_seconds(key, policy[key])
+    except (TypeError, ValueError) as exc:
+        raise ExecutorError(f"executor {executor_id!r}: {exc}") from exc
 
 
 #: The id of the job whose task runs in this context (see :func:`running_job`).
@@ -347,9 +417,15 @@ class ExecutorRegistry:
         if not executor_id:
             raise ValueError("executor_id must be a non-empty string")
         resolved = executor if isinstance(executor, IExecutor) else CallableExecutor(executor)
+        _check_policy(executor_id, resolved)
         with self._lock:
             self._executors[executor_id] = resolved
         return resolved
+
+    def registered(self, executor_id: str) -> IExecutor | None:
+        """The executor registered under ``executor_id``, else None (no resolver asked)."""
+        with self._lock:
+            return self._executors.get(executor_id)
 
     def unregister(self, executor_id: str) -> None:
         with self._lock:

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final, Literal
 
 from ..errors import UnknownExecutorError
-from ..limits.durations import bounded
+from ..limits.durations import timeout_seconds
 from ..records.payloads import encode_params
 from ..records.spec import TaskSpec
 from ..rules.steps import RetryPolicy
 from .context import Context
-from .executor import FinalFailureHook, IExecutor, executor_registry
+from .executor import FinalFailureHook, IExecutor, executor_policy, executor_registry
+
+
+class _Unset(enum.Enum):
+    """A retry option a :class:`Task` was not given: its executor's, else the default."""
+
+    UNSET = "unset"
+
+
+#: The default of each retry option of :class:`Task`: not given.
+UNSET: Final = _Unset.UNSET
+Unset = Literal[_Unset.UNSET]
+
+#: What an option takes when neither the task nor its executor sets it.
+_DEFAULTS: dict[str, Any] = {
+    "retry_count": RetryPolicy.retry_count,
+    "retry_delay": RetryPolicy.retry_delay,
+    "retry_until_completed": RetryPolicy.retry_until_completed,
+    "retry_until_max": RetryPolicy.retry_until_max,
+    "round_times": RetryPolicy.round_times,
+    "round_timeout": 0,
+    "round_timeout_join": 0,
+    "optional": RetryPolicy.optional,
+    "retry_backoff": RetryPolicy.retry_backoff,
+    "retry_delay_max": RetryPolicy.retry_delay_max,
+    "retry_jitter": RetryPolicy.retry_jitter,
+}
 
 
 class Task:
@@ -48,6 +75,13 @@ class Task:
             a cancel. ``error`` is the task's last error as stored. The Dramatiq
             driver finds it with the executor registered under ``executor_id``
             (``@workflow_task(on_final_failure=...)`` registers it there).
+            None: the hook of the executor (given, or registered under
+            ``executor_id`` in this process), e.g. a handler class's
+            ``on_final_failure`` method.
+
+    A retry option not given takes the executor's value (a handler class's
+    attribute, see :func:`~pypepper_dramatiq.model.executor.executor_policy`),
+    else its default above; one given here wins.
 
     Raises:
         ValueError: if a bound is out of range.
@@ -68,31 +102,91 @@ class Task:
         description: str,
         tags: Sequence[str] | None,
         executor: IExecutor | None,
-        retry_count: int = RetryPolicy.retry_count,
-        retry_delay: float = RetryPolicy.retry_delay,
-        retry_until_completed: bool = RetryPolicy.retry_until_completed,
-        retry_until_max: int = RetryPolicy.retry_until_max,
-        round_times: int = RetryPolicy.round_times,
-        round_timeout: float = 0,
-        round_timeout_join: float = 0,
-        optional: bool = RetryPolicy.optional,
+        retry_count: int | Unset = UNSET,
+        retry_delay: float | Unset = UNSET,
+        retry_until_completed: bool | Unset = UNSET,
+        retry_until_max: int | Unset = UNSET,
+        round_times: int | Unset = UNSET,
+        round_timeout: float | Unset = UNSET,
+        round_timeout_join: float | Unset = UNSET,
+        optional: bool | Unset = UNSET,
         *,
         executor_id: str | None = None,
         params: dict[str, Any] | None = None,
-        retry_backoff: float = RetryPolicy.retry_backoff,
-        retry_delay_max: float | None = RetryPolicy.retry_delay_max,
-        retry_jitter: bool = RetryPolicy.retry_jitter,
+        retry_backoff: float | Unset = UNSET,
+        retry_delay_max: float | Unset | None = UNSET,
+        retry_jitter: bool | Unset = UNSET,
         on_final_failure: FinalFailureHook | None = None,
     ) -> None:
-        if not round_timeout >= 0:  # refuses NaN too
-            raise ValueError(f"round_timeout must be >= 0, got {round_timeout}")
-        if not round_timeout_join >= 0:
-            raise ValueError(f"round_timeout_join must be >= 0, got {round_timeout_join}")
-        # A wait that long would reach the thread's timer as an OverflowError.
-        bounded("round_timeout", round_timeout)
-        bounded("round_timeout_join", round_timeout_join)
         if executor is None and executor_id is None:
             raise ValueError(f"task {name!r} needs an executor or an executor_id")
+        source = (
+            executor if executor is not None else executor_registry.registered(executor_id or "")
+        )
+        given = {
+            "retry_count": retry_count,
+            "retry_delay": retry_delay,
+            "retry_until_completed": retry_until_completed,
+            "retry_until_max": retry_until_max,
+            "round_times": round_times,
+            "round_timeout": round_timeout,
+            "round_timeout_join": round_timeout_join,
+            "optional": optional,
+            "retry_backoff": retry_backoff,
+            "retry_delay_max": retry_delay_max,
+            "retry_jitter": retry_jitter,
+        }
+        options: dict[str, Any] = {
+            **_DEFAULTS,
+            **(executor_policy(source) if source is not None else {}),
+        }
+        options.update({key: value for key, value in given.items() if value is not UNSET})
+        if on_final_failure is None and source is not None:
+            on_final_failure = source.on_final_failure
+        self._build(
+            channel_id,
+            dag_id,
+            fingerprint,
+            name,
+            category,
+            description,
+            tags,
+            executor,
+            executor_id,
+            params,
+            on_final_failure,
+            **options,
+        )
+
+    def _build(
+        self,
+        channel_id: str | None,
+        dag_id: str,
+        fingerprint: str,
+        name: str,
+        category: str | None,
+        description: str,
+        tags: Sequence[str] | None,
+        executor: IExecutor | None,
+        executor_id: str | None,
+        params: dict[str, Any] | None,
+        on_final_failure: FinalFailureHook | None,
+        *,
+        retry_count: int,
+        retry_delay: float,
+        retry_until_completed: bool,
+        retry_until_max: int,
+        round_times: int,
+        round_timeout: float,
+        round_timeout_join: float,
+        optional: bool,
+        retry_backoff: float,
+        retry_delay_max: float | None,
+        retry_jitter: bool,
+    ) -> None:
+        # A wait too long would reach the thread's timer as an OverflowError.
+        round_timeout = timeout_seconds("round_timeout", round_timeout)
+        round_timeout_join = timeout_seconds("round_timeout_join", round_timeout_join)
         if on_final_failure is not None and not callable(on_final_failure):
             raise TypeError(f"on_final_failure of task {name!r} must be callable")
         self.policy = RetryPolicy(

@@ -32,6 +32,7 @@ from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import (
     Context,
+    IExecutor,
     JobCancellationError,
     Task,
     executor_registry,
@@ -454,6 +455,41 @@ def hooked_probe(task: Task, context: Context, *, hook_file: str, **params: Any)
     """:func:`probe` (``params`` are its keyword arguments) with :func:`file_hook` as
     its ``on_final_failure`` hook, which writes to ``hook_file``."""
     return probe.fn(task, context, **params)
+
+
+class RedisPager:
+    """The dependency :class:`DeclinedCharge` is given at registration: pages go to the
+    Redis list ``pages:J:N`` as ``<label>|<pid>|<error>`` (its client made at the first page)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def page(self, job_id: str | None, task_name: str, error: str) -> None:
+        counters().rpush(
+            trace_key("pages", job_id, task_name), f"{self.label}|{os.getpid()}|{error}"
+        )
+
+
+class DeclinedCharge(IExecutor):
+    """A handler class: every attempt is declined (runs counted in ``runs:J:N``); its own
+    ``on_final_failure`` pages through the :class:`RedisPager` it was built with."""
+
+    retry_count = 1
+
+    def __init__(self, pager: RedisPager) -> None:
+        self.pager = pager
+
+    def execute(self, task: Task, context: Context) -> Any:
+        runs = counters().incr(trace_key("runs", context.job_id, task.name))
+        raise RuntimeError(f"card declined ({runs})")
+
+    def on_final_failure(self, task: Task, context: Context, error: str) -> None:
+        self.pager.page(context.job_id, task.name, error)
+
+
+#: The executor id of :class:`DeclinedCharge`, registered once, with its dependency.
+CHARGE_HANDLER = "it.charge-handler"
+executor_registry.register(CHARGE_HANDLER, DeclinedCharge(RedisPager("oncall")))
 
 
 @workflow_task(name="it.cancel-own-job")
