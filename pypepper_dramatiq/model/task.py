@@ -136,11 +136,10 @@ class Task:
             "retry_delay_max": retry_delay_max,
             "retry_jitter": retry_jitter,
         }
-        options: dict[str, Any] = {
-            **_DEFAULTS,
-            **(executor_policy(source) if source is not None else {}),
-        }
-        options.update({key: value for key, value in given.items() if value is not UNSET})
+        options: dict[str, Any] = {k: v for k, v in given.items() if v is not UNSET}
+        if len(options) < len(given):  # some not given (a rebuilt task gives them all)
+            inherited = executor_policy(source) if source is not None else {}
+            options = {**_DEFAULTS, **inherited, **options}
         if on_final_failure is None and source is not None:
             on_final_failure = source.on_final_failure
         self._build(
