@@ -18,6 +18,7 @@ import dramatiq
 from dramatiq.asyncio import async_to_sync
 
 from ..channels.broker import get_broker
+from ..errors import ExecutorError
 from ..model.context import Context
 from ..model.executor import FinalFailureHook, IExecutor, executor_registry
 from ..model.task import Task
@@ -190,6 +191,12 @@ def workflow_task(
         raise TypeError(f"on_final_failure must be callable, got {on_final_failure!r}")
 
     def decorate(func: Callable[..., R]) -> WorkflowTask[R]:
+        if inspect.isclass(func):  # it would be instantiated as the task's body
+            raise ExecutorError(
+                f"@workflow_task decorates functions, not the class {func.__name__}: "
+                "make it a subclass of IExecutor and register an instance with "
+                "executor_registry.register(id, instance)"
+            )
         executor_id = name or f"{_module_name(func)}.{func.__qualname__}"
         return WorkflowTask(func, executor_id, dict(policy), on_final_failure)
 

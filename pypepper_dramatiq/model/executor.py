@@ -69,8 +69,9 @@ class IExecutor(abc.ABC):
     """
 
     #: The hook a worker calls when a task run by this executor failed for good
-    #: (``@workflow_task(on_final_failure=...)`` sets it); found through the
-    #: registry by the task's executor id, as the executor itself is.
+    #: (``@workflow_task(on_final_failure=...)`` sets it; a handler class defines
+    #: it as a method); found through the registry by the task's executor id, as
+    #: the executor itself is.
     on_final_failure: FinalFailureHook | None = None
 
     # The retry policy of the tasks built with this executor (None: not set

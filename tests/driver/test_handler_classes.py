@@ -23,6 +23,7 @@ from pypepper_dramatiq import (
     Task,
     executor_registry,
     executor_task,
+    workflow_task,
 )
 
 from .drivers import Driver, make_job, run
@@ -204,3 +205,16 @@ def test_a_misspelt_name_that_is_a_method_or_property_is_not_a_retry_option() ->
             return None
 
     assert executor_registry.register("handlers.helpful", Helpful()).execute is not None
+
+
+def test_workflow_task_on_a_class_points_to_the_handler_form() -> None:
+    with pytest.raises(
+        ExecutorError, match="not the class Charge: make it a subclass of IExecutor"
+    ):
+
+        @workflow_task(name="handlers.decorated")
+        class Charge:
+            def __init__(self, task: Task, context: Context) -> None:
+                self.task = task
+
+    assert "handlers.decorated" not in executor_registry
