@@ -2,9 +2,11 @@
 
 The :class:`~pypepper_dramatiq.model.job.Job` of pypepper's scheduler keeps its methods
 (``scheduled()``, ``save()``, ``persist()``, ``cancel()``, ``cancel_saved()``,
-``get_saved()``), but does no I/O of its own: each delegates to the
-:class:`Gateway` installed when this module is imported (the package imports
-it), so the model sits below the stores and channels it is written to.
+``get_saved()``), but does no I/O of its own: each delegates to the gateway of
+:data:`~pypepper_dramatiq.model.job.runtime`, this module's :data:`GATEWAY`
+(``setup()`` installs it; without setup, the package provides it on first use),
+so the model sits below the stores and channels it is written to. Importing
+this module changes nothing.
 """
 
 from __future__ import annotations
@@ -37,17 +39,17 @@ from ..errors import (
     UnknownJobError,
     retry_may_cure,
 )
-from ..model.job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, use_gateway
+from ..model.job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, ScheduleOptions
 from ..ops import observers
 from ..ops.logs import get_logger
 from ..records.record import JobRecord, utcnow
 from ..records.state import BY_API, TRACE_KEY, cancelled_state, counting
 from ..records.storable_job import check_job_record, could_be_stored
 from ..rules.events import CANCEL, INIT, SCHEDULE, transition
-from ..rules.start_times import SHORT_DELAY_SECONDS, StartTimes, start_times
+from ..rules.start_times import SHORT_DELAY_SECONDS, StartTimes
 from ..rules.status import Status, may_overwrite
 from ..rules.steps import Position
-from ..rules.waits import ON_CONFLICT, Waits, check_choice, check_unique_key, parent_ids
+from ..rules.waits import Waits
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
 from ..transport import Offer, SendResult, Topic, Transport
@@ -71,19 +73,13 @@ class Gateway:
     def schedule(
         self,
         job: Job,
+        options: ScheduleOptions | None = None,
         *,
-        delay: float | timedelta | None = None,
-        eta: datetime | None = None,
-        unique_key: str | None = None,
-        on_conflict: str = "skip",
-        after: Iterable[Job | str] | Job | str = (),
-        on_parent_failure: str = "propagate",
-        max_start_delay: float | timedelta | None = None,
         insert_first: bool = False,
         serve: bool = True,
-        connection: object | None = None,
     ) -> str:
-        """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``).
+        """INIT, SCHEDULE, admit and enqueue, then persist Scheduled (see ``Job.scheduled``,
+        which makes ``options``, checked; None: no option).
 
         A delayed job's first message rides on a Dramatiq delayed message when
         the delay is short; a longer one, on Redis, is held in the store (no
@@ -110,56 +106,18 @@ class Gateway:
         the trace context it gives is stored with the job (``state["trace"]``).
         """
         _require_sync()
+        options = options if options is not None else ScheduleOptions()
         if not observers.observing():
-            return self._schedule(
-                job,
-                delay,
-                eta,
-                unique_key,
-                on_conflict,
-                after,
-                on_parent_failure,
-                max_start_delay,
-                insert_first,
-                serve,
-                connection,
-            )
+            return self._schedule(job, options, insert_first, serve)
         with observers.scheduling(job.id, job.channel_id) as trace:
             _carry(job, trace)
-            return self._schedule(
-                job,
-                delay,
-                eta,
-                unique_key,
-                on_conflict,
-                after,
-                on_parent_failure,
-                max_start_delay,
-                insert_first,
-                serve,
-                connection,
-            )
+            return self._schedule(job, options, insert_first, serve)
 
-    def _schedule(
-        self,
-        job: Job,
-        delay: float | timedelta | None,
-        eta: datetime | None,
-        unique_key: str | None,
-        on_conflict: str,
-        after: Iterable[Job | str] | Job | str,
-        on_parent_failure: str,
-        max_start_delay: float | timedelta | None,
-        insert_first: bool,
-        serve: bool,
-        connection: object | None,
-    ) -> str:
+    def _schedule(self, job: Job, options: ScheduleOptions, insert_first: bool, serve: bool) -> str:
         """:meth:`schedule`, inside the observers' scheduling context if any."""
         now = utcnow()
-        times = start_times(now, delay=delay, eta=eta, max_start_delay=max_start_delay)
-        key = check_unique_key(unique_key)
-        check_choice("on_conflict", on_conflict, ON_CONFLICT)
-        waits = Waits(parent_ids(after), on_parent_failure)
+        times = options.start.times(now)
+        key, waits, connection = options.key, options.waits, options.connection
         if job.id in waits.parents:
             raise ValueError(f"job {job.id} cannot be scheduled after itself")
         check_job_record(job.to_record())  # before any message: the row must hold it
@@ -172,13 +130,13 @@ class Gateway:
             durable = store.get(job.id)
             if durable is not None and durable.status.is_terminal:
                 raise InvalidTransitionError(SCHEDULE.value, durable.status.value)
-        if key is not None or waits.parents or insert_first or connection is not None:
+        if options.stored_first or insert_first:
             return self._guarded(
                 job,
                 times,
                 now,
                 key,
-                on_conflict,
+                options.on_conflict,
                 waits,
                 store,
                 serve=serve,
@@ -670,7 +628,7 @@ class Gateway:
                 f"job {job_id} cannot be retried in this process: import the code of its "
                 "tasks here first",
             ) from None
-        new_id = self.schedule(job, insert_first=True)
+        new_id = self.schedule(job, ScheduleOptions(), insert_first=True)
         logger.info(
             "job %s retries job %s from task %s",
             new_id,
@@ -967,6 +925,7 @@ def _require_sync() -> None:
     )
 
 
-#: The gateway the job methods use.
+#: The engine's gateway: ``setup()`` installs it as the job methods' gateway
+#: (``model.job.runtime``), and the package provides it as the default one.
+#: It holds no state of its own.
 GATEWAY = Gateway()
-use_gateway(GATEWAY)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
+from ..config import check_choice
 from ..errors import (
     ChannelFullError,
     ChannelStoppedError,
@@ -20,12 +22,22 @@ from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord, check_job_id, utcnow
 from ..records.state import BY_API
 from ..rules.events import Event, SchedulerFSM, build_scheduler_fsm
+from ..rules.start_times import StartOptions, check_start_options
 from ..rules.status import Status
+from ..rules.waits import ON_CONFLICT, Waits, check_unique_key, parent_ids
 from .context import CANCEL_EVENT_KEY, JOB_ID_KEY, PARENT_RESULTS_KEY, RESULTS_KEY, Context
 from .task import Task
 from .workflow import Workflow
 
-__all__ = ["CANCEL_EVENT_KEY", "Job", "chain"]
+__all__ = [
+    "CANCEL_EVENT_KEY",
+    "Job",
+    "JobGateway",
+    "JobRuntime",
+    "ScheduleOptions",
+    "chain",
+    "runtime",
+]
 
 #: What ``schedule_many`` answers per job: its id, or the error that refused it.
 Scheduled = str | ChannelFullError | ChannelStoppedError | DuplicateJobError
@@ -36,22 +48,67 @@ SAVE_ATTEMPTS = 3
 CANCEL_ATTEMPTS = 20
 
 
-class JobGateway(Protocol):
-    """What a :class:`Job` asks of the world outside the model (see :mod:`..engine.job_io`)."""
+# -- the options of scheduled() --------------------------------------------------------
+#
+# ScheduleOptions has one field per keyword of ``Job.scheduled()``; making one checks
+# every option, in the order ``scheduled()`` always checked them (the times, the unique
+# key, ``on_conflict``, ``after``, ``on_parent_failure``): a bad one is a ValueError or
+# TypeError naming it, before anything is queued or stored. Scheduling then reads the
+# checked forms (``start``, ``key``, ``waits``), never the raw values again.
 
-    def schedule(
-        self,
-        job: Job,
-        *,
-        delay: float | timedelta | None = None,
-        eta: datetime | None = None,
-        unique_key: str | None = None,
-        on_conflict: str = "skip",
-        after: Iterable[Job | str] | Job | str = (),
-        on_parent_failure: str = "propagate",
-        max_start_delay: float | timedelta | None = None,
-        connection: object | None = None,
-    ) -> str: ...
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """What ``scheduled()`` was asked (see :meth:`~pypepper_dramatiq.model.job.Job.scheduled`
+    for each option); checked when made.
+
+    Raises:
+        ValueError, TypeError: a bad option, named (the messages of ``scheduled()``).
+    """
+
+    delay: float | timedelta | None = None
+    eta: datetime | None = None
+    unique_key: str | None = None
+    on_conflict: str = "skip"
+    #: As given; once made, the parents' ids in order (a generator is read once).
+    after: Iterable[Job | str] | Job | str = ()
+    on_parent_failure: str = "propagate"
+    max_start_delay: float | timedelta | None = None
+    connection: object | None = None
+    #: The checked time options (seconds); :meth:`StartOptions.times` plans them.
+    start: StartOptions = field(init=False, repr=False, compare=False)
+    #: The checked unique key.
+    key: str | None = field(init=False, repr=False, compare=False)
+    #: The parents and what their failure does.
+    waits: Waits = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        start = check_start_options(
+            datetime.now(timezone.utc),
+            delay=self.delay,
+            eta=self.eta,
+            max_start_delay=self.max_start_delay,
+        )
+        key = check_unique_key(self.unique_key)
+        check_choice("on_conflict", self.on_conflict, ON_CONFLICT)
+        waits = Waits(parent_ids(self.after), self.on_parent_failure)
+        object.__setattr__(self, "after", waits.parents)
+        object.__setattr__(self, "start", start)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "waits", waits)
+
+    @property
+    def stored_first(self) -> bool:
+        """Whether the job's row must be stored before its message is sent: a unique
+        key or parents for the database to decide, or the caller's transaction."""
+        return self.key is not None or bool(self.waits.parents) or self.connection is not None
+
+
+class JobGateway(Protocol):
+    """What a :class:`Job` asks of the world outside the model (the engine's
+    :class:`~pypepper_dramatiq.engine.job_io.Gateway`, found through :data:`runtime`)."""
+
+    def schedule(self, job: Job, options: ScheduleOptions | None = None) -> str: ...
     def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...
@@ -65,19 +122,60 @@ class JobGateway(Protocol):
     ) -> JobRecord: ...
 
 
-_gateway: JobGateway | None = None
+class JobRuntime:
+    """Where the job methods that do I/O find their :class:`JobGateway`.
+
+    ``setup()`` installs the engine's gateway (:meth:`install`); without it (the
+    embedded default) the package names, when it is imported, how to find one on
+    first use (:meth:`provide_default`), so that importing the model imports no
+    engine. Thread-safe: the default is resolved once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gateway: JobGateway | None = None
+        self._default: Callable[[], JobGateway] | None = None
+
+    def install(self, gateway: JobGateway) -> None:
+        """Make ``gateway`` the one the job methods use from now on."""
+        with self._lock:
+            self._gateway = gateway
+
+    def provide_default(self, find: Callable[[], JobGateway]) -> None:
+        """``find()`` gives the gateway used when none was installed (called once,
+        on the first job method that needs one)."""
+        with self._lock:
+            self._default = find
+
+    @property
+    def gateway(self) -> JobGateway:
+        """The installed gateway, or the default one (resolved now if not yet).
+
+        Raises:
+            RuntimeError: none was installed and no default was provided.
+        """
+        gateway = self._gateway
+        if gateway is not None:
+            return gateway
+        with self._lock:
+            if self._gateway is None:
+                if self._default is None:
+                    raise RuntimeError(
+                        "no job gateway: call pypepper_dramatiq.setup() or import "
+                        "pypepper_dramatiq, which provides the default one"
+                    )
+                self._gateway = self._default()
+            return self._gateway
+
+
+#: The process's job runtime: one per process, as the job store and the broker are.
+runtime = JobRuntime()
 
 
 def use_gateway(gateway: JobGateway) -> None:
-    """Install the gateway the job methods that do I/O delegate to (done at import)."""
-    global _gateway
-    _gateway = gateway
-
-
-def _through() -> JobGateway:
-    if _gateway is None:  # pragma: no cover - the package imports the gateway
-        raise RuntimeError("no job gateway: import pypepper_dramatiq, not its modules alone")
-    return _gateway
+    """Install the gateway the job methods that do I/O delegate to
+    (:meth:`JobRuntime.install`; ``setup()`` does it)."""
+    runtime.install(gateway)
 
 
 class Job:
@@ -227,8 +325,7 @@ class Job:
                 store (the in-memory store refuses what PostgreSQL and MySQL cannot
                 keep).
         """
-        return _through().schedule(
-            self,
+        options = ScheduleOptions(
             delay=delay,
             eta=eta,
             unique_key=unique_key,
@@ -238,6 +335,7 @@ class Job:
             max_start_delay=max_start_delay,
             connection=connection,
         )
+        return runtime.gateway.schedule(self, options)
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:
         """:meth:`scheduled` for async code (``await job.scheduled_async()``).
@@ -263,7 +361,7 @@ class Job:
         The row keeps who cancelled (``by``, default ``"api"``) and this host
         (``state["cancelled_by"]``), which the dashboard's timeline shows.
         """
-        return _through().cancel(self, by)
+        return runtime.gateway.cancel(self, by)
 
     @staticmethod
     def cancel_saved(job_id: str, by: str = BY_API) -> bool:
@@ -281,7 +379,7 @@ class Job:
                 Cancelled already (``exc.status`` names it).
             StoreError: the store failed.
         """
-        return _through().cancel_saved(job_id, by)
+        return runtime.gateway.cancel_saved(job_id, by)
 
     @staticmethod
     def retry_saved(job_id: str, from_task: str | None = None) -> str:
@@ -326,7 +424,7 @@ class Job:
                 for ``scheduled()``; nothing was stored.
             StoreError: the store failed.
         """
-        return _through().retry_saved(job_id, from_task)
+        return runtime.gateway.retry_saved(job_id, from_task)
 
     # -- persistence --------------------------------------------------------
 
@@ -338,7 +436,7 @@ class Job:
             ValueError, TypeError: the row cannot hold a value of the job (named,
                 as ``scheduled()`` names it); nothing was written.
         """
-        return _through().save(self)
+        return runtime.gateway.save(self)
 
     def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
         """:meth:`save`, retried; never raises for store failures (a value the row
@@ -350,7 +448,7 @@ class Job:
         skipped for a stale version is retried on the stored version (and its
         stored progress) only when the stored status may be overwritten by ours.
         """
-        return _through().persist(self, attempts)
+        return runtime.gateway.persist(self, attempts)
 
     @property
     def write_lock(self) -> threading.RLock:
@@ -397,7 +495,7 @@ class Job:
                 or by another program); the error names the job and the column.
             StoreError: the store failed.
         """
-        return _through().get_saved(job_id)
+        return runtime.gateway.get_saved(job_id)
 
     # -- waiting for the outcome --------------------------------------------
 
@@ -428,23 +526,23 @@ class Job:
             StoreError: the store failed at the first read (later outages of
                 the store are waited out).
         """
-        return _through().wait(self.id, timeout)
+        return runtime.gateway.wait(self.id, timeout)
 
     async def wait_async(self, timeout: float | timedelta | None = None) -> JobRecord:
         """:meth:`wait` for async code (``await job.wait_async()``): it holds no thread
         while it waits and does not block the event loop (the reads of the row
         run on worker threads). Same results and errors, but no RuntimeError."""
-        return await _through().wait_async(self.id, timeout)
+        return await runtime.gateway.wait_async(self.id, timeout)
 
     @staticmethod
     def wait_saved(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
         """:meth:`wait` for the stored job ``job_id``, from any process."""
-        return _through().wait(job_id, timeout)
+        return runtime.gateway.wait(job_id, timeout)
 
     @staticmethod
     async def wait_saved_async(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
         """:meth:`wait_async` for the stored job ``job_id``, from any process."""
-        return await _through().wait_async(job_id, timeout)
+        return await runtime.gateway.wait_async(job_id, timeout)
 
     def result(self, name: str, workflow: int | None = None) -> Any:
         """The stored result of this job's task named ``name``.
@@ -470,7 +568,7 @@ class Job:
                 name (pass ``workflow``; the message names their positions).
             UnknownJobError: the job is not stored.
         """
-        record = _through().get_saved(self.id)
+        record = runtime.gateway.get_saved(self.id)
         if record is None:
             raise UnknownJobError(self.id)
         return record.result(name, workflow)

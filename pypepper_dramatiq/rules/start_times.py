@@ -99,14 +99,36 @@ def max_start_delay_seconds(value: object) -> float:
     return whole_milliseconds("max_start_delay", duration("max_start_delay", value))
 
 
-def start_times(
+@dataclass(frozen=True)
+class StartOptions:
+    """The time options of ``scheduled()``, checked: seconds, or a timezone-aware eta."""
+
+    delay: float | None = None
+    eta: datetime | None = None
+    max_start_delay: float | None = None
+
+    def times(self, now: datetime) -> StartTimes:
+        """The planned start and the start deadline these options ask for at ``now``."""
+        planned = now
+        if self.delay is not None:
+            planned = now + timedelta(seconds=self.delay)
+        elif self.eta is not None:
+            planned = self.eta
+        deadline = None
+        if self.max_start_delay is not None:
+            # From the planned start, even one already past (an eta in the past).
+            deadline = planned + timedelta(seconds=self.max_start_delay)
+        return StartTimes(planned if planned > now else None, deadline)
+
+
+def check_start_options(
     now: datetime,
     *,
     delay: float | timedelta | None = None,
     eta: datetime | None = None,
     max_start_delay: float | timedelta | None = None,
-) -> StartTimes:
-    """The start times ``scheduled(delay=..., eta=..., max_start_delay=...)`` ask for.
+) -> StartOptions:
+    """``scheduled(delay=..., eta=..., max_start_delay=...)`` checked at ``now``.
 
     Raises:
         ValueError: ``delay`` and ``eta`` together, a naive ``eta`` or one more than
@@ -117,9 +139,9 @@ def start_times(
     """
     if delay is not None and eta is not None:
         raise ValueError("delay and eta exclude each other: give one of them")
-    planned = now
+    seconds = None
     if delay is not None:
-        planned = now + timedelta(seconds=duration("delay", delay))
+        seconds = duration("delay", delay)
     elif eta is not None:
         if not isinstance(eta, datetime):
             raise TypeError(f"eta must be a timezone-aware datetime, got {eta!r}")
@@ -129,9 +151,23 @@ def start_times(
             raise ValueError(
                 f"eta must be within {MAX_SECONDS:.0f} seconds ({MAX_SHOWN}) of now, got {eta!r}"
             )
-        planned = eta
-    deadline = None
-    if max_start_delay is not None:
-        # From the planned start, even one already past (an eta in the past).
-        deadline = planned + timedelta(seconds=max_start_delay_seconds(max_start_delay))
-    return StartTimes(planned if planned > now else None, deadline)
+    lateness = None if max_start_delay is None else max_start_delay_seconds(max_start_delay)
+    return StartOptions(seconds, eta if delay is None else None, lateness)
+
+
+def start_times(
+    now: datetime,
+    *,
+    delay: float | timedelta | None = None,
+    eta: datetime | None = None,
+    max_start_delay: float | timedelta | None = None,
+) -> StartTimes:
+    """The start times ``scheduled(delay=..., eta=..., max_start_delay=...)`` ask for
+    at ``now`` (:func:`check_start_options`, then :meth:`StartOptions.times`).
+
+    Raises:
+        ValueError, TypeError: as :func:`check_start_options`.
+    """
+    return check_start_options(now, delay=delay, eta=eta, max_start_delay=max_start_delay).times(
+        now
+    )

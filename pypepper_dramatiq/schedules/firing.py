@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from ..engine.job_io import GATEWAY
 from ..errors import DuplicateJobError, UnknownScheduleError
-from ..model.job import Job
+from ..model.job import Job, ScheduleOptions
 from ..ops import observers
 from ..ops.display import printable
 from ..ops.isolation import OnceEach
@@ -245,10 +245,12 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:
     try:
         in_charge = GATEWAY.schedule(
             job,
-            eta=slot,
-            max_start_delay=schedule.max_start_delay,
-            unique_key=key,
-            on_conflict="skip",
+            ScheduleOptions(
+                eta=slot,
+                max_start_delay=schedule.max_start_delay,
+                unique_key=key,
+                on_conflict="skip",
+            ),
             insert_first=True,
             serve=False,
         )
