@@ -13,11 +13,19 @@ from dramatiq.brokers.stub import StubBroker
 from ..stores.registry import installed_job_store
 from ..transport import Transport, transport_for
 
-_lock = threading.Lock()
-_broker: Broker | None = None
-_transport: Transport | None = None
-#: The transports of brokers other than the installed one (a test's, a tool's).
-_others: weakref.WeakKeyDictionary[Broker, Transport] = weakref.WeakKeyDictionary()
+
+class _Installed:
+    """The installed broker and its transport (set together, under the lock), and
+    the transports of brokers other than the installed one (a test's, a tool's)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.broker: Broker | None = None
+        self.transport: Transport | None = None
+        self.others: weakref.WeakKeyDictionary[Broker, Transport] = weakref.WeakKeyDictionary()
+
+
+_current = _Installed()
 
 
 def _made_for(broker: Broker) -> Transport:
@@ -42,15 +50,17 @@ def get_transport() -> Transport:
 
 
 def _installed() -> tuple[Broker, Transport]:
-    global _broker, _transport
-    with _lock:
-        if _broker is None or _transport is None:
+    with _current.lock:
+        if _current.broker is None or _current.transport is None:
             existing = dramatiq.broker.global_broker
             if existing is None:
                 existing = StubBroker()
                 dramatiq.set_broker(existing)
-            _broker, _transport = existing, _others.pop(existing, None) or _made_for(existing)
-        return _broker, _transport
+            _current.broker, _current.transport = (
+                existing,
+                _current.others.pop(existing, None) or _made_for(existing),
+            )
+        return _current.broker, _current.transport
 
 
 def transport_of(broker: Broker | None) -> Transport:
@@ -58,12 +68,12 @@ def transport_of(broker: Broker | None) -> Transport:
     None), else the one made for it on its first use."""
     if broker is None:
         return get_transport()
-    with _lock:
-        if broker is _broker and _transport is not None:
-            return _transport
-        found = _others.get(broker)
+    with _current.lock:
+        if broker is _current.broker and _current.transport is not None:
+            return _current.transport
+        found = _current.others.get(broker)
         if found is None:
-            found = _others[broker] = _made_for(broker)
+            found = _current.others[broker] = _made_for(broker)
         return found
 
 
@@ -71,13 +81,12 @@ def set_broker(broker: Broker | None, transport: Transport | None = None) -> Non
     """Install ``broker`` for channels (and as Dramatiq's global broker) with
     ``transport`` (default: the one :func:`~pypepper_dramatiq.transport.transport_for`
     gives it with the job store installed now); None forgets both."""
-    global _broker, _transport
-    with _lock:
+    with _current.lock:
         if broker is not None and transport is None:
-            if broker is _broker and _transport is not None:
-                transport = _transport
+            if broker is _current.broker and _current.transport is not None:
+                transport = _current.transport
             else:
-                transport = _others.pop(broker, None) or _made_for(broker)
-        _broker, _transport = broker, transport if broker is not None else None
+                transport = _current.others.pop(broker, None) or _made_for(broker)
+        _current.broker, _current.transport = broker, transport if broker is not None else None
         if broker is not None:
             dramatiq.set_broker(broker)

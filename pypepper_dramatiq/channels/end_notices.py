@@ -286,21 +286,27 @@ class EndedListener(Listener):
             waiters.wake_all()
 
 
-_listener_lock = threading.Lock()
-_listener: EndedListener | None = None
+class _Listening:
+    """This process's one listener (None: not started, or notices stay in the process)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.listener: EndedListener | None = None
+
+
+_listening = _Listening()
 
 
 def listening() -> EndedListener | None:
     """This process's listener on the current broker's transport (started if needed);
     None when notices do not leave the process (no Redis)."""
-    global _listener
     transport = get_transport()
-    with _listener_lock:
-        current = _listener
+    with _listening.lock:
+        current = _listening.listener
         if not transport.carries_notices:
             if current is not None:
                 current.stop()
-                _listener = None
+                _listening.listener = None
             return None
         if (
             current is not None
@@ -311,30 +317,28 @@ def listening() -> EndedListener | None:
             return current
         if current is not None:
             current.stop()
-        _listener = EndedListener(transport)
-        _listener.start()
-        return _listener
+        _listening.listener = EndedListener(transport)
+        _listening.listener.start()
+        return _listening.listener
 
 
 def stop_listening() -> None:
     """Stop this process's listener (tests; a process that waits no more)."""
-    global _listener
-    with _listener_lock:
-        if _listener is not None:
-            _listener.stop()
-            _listener = None
+    with _listening.lock:
+        if _listening.listener is not None:
+            _listening.listener.stop()
+            _listening.listener = None
 
 
 def _retire(listener: EndedListener) -> bool:
     """At an error: end ``listener`` if no one waits (True), under the lock
     :func:`listening` takes, so that a waiter arriving now starts a new one."""
-    global _listener
-    with _listener_lock:
+    with _listening.lock:
         if len(waiters) and not listener.stopping:
             return False
         listener.stop()
-        if _listener is listener:
-            _listener = None
+        if _listening.listener is listener:
+            _listening.listener = None
         return True
 
 

@@ -130,50 +130,54 @@ class Observer:
         on), or skipped one row it could not read or handle."""
 
 
-_observers: tuple[Observer, ...] = ()
-_lock = threading.Lock()
-#: (observer id, method) pairs whose failure was logged already.
-_complained: set[tuple[int, str]] = set()
+class _Installed:
+    """The observers installed now (a tuple, replaced whole: read without the lock)
+    and the (observer id, method) pairs whose failure was logged already."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.observers: tuple[Observer, ...] = ()
+        self.complained: set[tuple[int, str]] = set()
+
+
+_installed = _Installed()
 
 
 def install(observer: Observer) -> None:
     """Add ``observer`` (no-op if it is installed already)."""
-    global _observers
-    with _lock:
-        if observer not in _observers:
-            _observers = (*_observers, observer)
+    with _installed.lock:
+        if observer not in _installed.observers:
+            _installed.observers = (*_installed.observers, observer)
 
 
 def remove(observer: Observer) -> None:
     """Take ``observer`` out (no-op if it is not installed)."""
-    global _observers
-    with _lock:
-        _observers = tuple(o for o in _observers if o is not observer)
+    with _installed.lock:
+        _installed.observers = tuple(o for o in _installed.observers if o is not observer)
 
 
 def clear() -> None:
     """Remove every observer (tests)."""
-    global _observers
-    with _lock:
-        _observers = ()
-        _complained.clear()
+    with _installed.lock:
+        _installed.observers = ()
+        _installed.complained.clear()
 
 
 def installed() -> tuple[Observer, ...]:
     """The observers installed now, in the order they were added."""
-    return _observers
+    return _installed.observers
 
 
 def observing() -> bool:
     """Whether any observer is installed: callers test it before building costly arguments."""
-    return bool(_observers)
+    return bool(_installed.observers)
 
 
 def _failed(observer: Observer, method: str) -> None:
     key = (id(observer), method)
-    if key in _complained:
+    if key in _installed.complained:
         return
-    _complained.add(key)
+    _installed.complained.add(key)
     logger.exception(
         "observer %r failed in %s; ignored (later failures of it there are not logged)",
         observer,
@@ -188,7 +192,7 @@ def _failed(observer: Observer, method: str) -> None:
 
 def _tell(method: str, *args: Any) -> None:
     """Call ``method(*args)`` on each observer, logging what one raises."""
-    for observer in _observers:
+    for observer in _installed.observers:
         try:
             getattr(observer, method)(*args)
         except Exception:
@@ -196,12 +200,12 @@ def _tell(method: str, *args: Any) -> None:
 
 
 def worker_started() -> None:
-    if _observers:
+    if _installed.observers:
         _tell("worker_started")
 
 
 def job_scheduled(channel_id: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("job_scheduled", channel_id)
 
 
@@ -219,7 +223,7 @@ class _Scheduling:
 
     def __enter__(self) -> Mapping[str, str] | None:
         carrier: dict[str, str] = {}
-        for observer in _observers:
+        for observer in _installed.observers:
             try:
                 context = observer.scheduling(self._job_id, self._channel_id)
                 if context is not None:
@@ -244,38 +248,38 @@ def scheduling(job_id: str, channel_id: str) -> AbstractContextManager[Mapping[s
     """Enter around the scheduling of job ``job_id``: yields what to store with the
     job as its trace context (None: nothing). Callers test :func:`observing` first
     (with no observer it yields None)."""
-    if not _observers:
+    if not _installed.observers:
         return _NOT_SCHEDULING
     return _Scheduling(job_id, channel_id)
 
 
 def attempt_started(record: JobRecord, task: str, attempt: int, round: int) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("attempt_started", record, task, attempt, round)
 
 
 def attempt_ended(job_id: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("attempt_ended", job_id)
 
 
 def job_started(record: JobRecord, started: datetime) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("job_started", record, started)
 
 
 def job_ended(record: JobRecord) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("job_ended", record)
 
 
 def step_started(channel_id: str, task: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("step_started", channel_id, task)
 
 
 def step_finished(channel_id: str, task: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("step_finished", channel_id, task)
 
 
@@ -286,45 +290,45 @@ def task_ended(
     started: datetime | None,
     ended: datetime | None,
 ) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("task_ended", record, task, outcome, started, ended)
 
 
 def retried(record: JobRecord, task: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("retried", record, task)
 
 
 def recovered(record: JobRecord, kind: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("recovered", record, kind)
 
 
 def deadline_missed(record: JobRecord) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("deadline_missed", record)
 
 
 def fired(schedule: str, job_id: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("fired", schedule, job_id)
 
 
 def channel_depths(depths: Mapping[str, int]) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("channel_depths", depths)
 
 
 def held_jobs(counts: Mapping[tuple[str, str], int]) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("held_jobs", counts)
 
 
 def sweep_duties(duties: Sequence[str]) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("sweep_duties", tuple(duties))
 
 
 def sweep_failed(duty: str) -> None:
-    if _observers:
+    if _installed.observers:
         _tell("sweep_failed", duty)

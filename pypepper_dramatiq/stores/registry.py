@@ -41,10 +41,18 @@ class PersistenceWarning(UserWarning):
     """Jobs will be kept in memory although the YAML names a durable backend."""
 
 
-_lock = threading.RLock()
-_store: IJobStore | None = None
-_installed = False
-_warned = False
+class _Installed:
+    """The process's job store, whether one was installed, and whether the
+    in-memory warning was given: read and changed together, under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.store: IJobStore | None = None
+        self.installed = False
+        self.warned = False
+
+
+_installed = _Installed()
 
 
 def _yaml_backend() -> str | None:
@@ -59,9 +67,8 @@ def get_job_store() -> IJobStore:
         StoreNotConfiguredError: the YAML names a durable backend that was
             never set up.
     """
-    global _store
-    with _lock:
-        if not _installed:
+    with _installed.lock:
+        if not _installed.installed:
             backend = _yaml_backend()
             if backend not in (None, "memory"):
                 raise StoreNotConfiguredError(
@@ -69,33 +76,33 @@ def get_job_store() -> IJobStore:
                     "never set up: call setup_from_config(config.get_yml_config()) "
                     "or configure_job_store(...) first"
                 )
-        if _store is None:
-            _store = MemoryJobStore()
-        return _store
+        if _installed.store is None:
+            _installed.store = MemoryJobStore()
+        return _installed.store
 
 
 def installed_job_store() -> IJobStore | None:
     """The store installed in this process, or None while none was (no default made)."""
-    with _lock:
-        return _store if _installed else None
+    with _installed.lock:
+        return _installed.store if _installed.installed else None
 
 
 def set_job_store(store: IJobStore) -> IJobStore:
     """Install ``store`` for this process."""
-    global _store, _installed, _warned
     if not isinstance(store, IJobStore):
         raise TypeError(f"expected an IJobStore, got {type(store).__name__}")
-    with _lock:
+    with _installed.lock:
         backend = _yaml_backend()
-        if isinstance(store, MemoryJobStore) and backend not in (None, "memory") and not _warned:
-            _warned = True
+        memory = isinstance(store, MemoryJobStore)
+        if memory and backend not in (None, "memory") and not _installed.warned:
+            _installed.warned = True
             warnings.warn(
                 f"jobs will be kept in memory, not in the {backend!r} backend "
                 "the YAML configuration names",
                 PersistenceWarning,
                 stacklevel=3,
             )
-        old, _store, _installed = _store, store, True
+        old, _installed.store, _installed.installed = _installed.store, store, True
     if old is not None and old is not store:
         old.close()
     return store
@@ -160,8 +167,8 @@ def setup_from_config(yml: dict[str, Any]) -> IJobStore:
 
 def reset_job_store() -> None:
     """Forget the installed store; the YAML guard and the one-shot warning re-arm."""
-    global _store, _installed, _warned
-    with _lock:
-        old, _store, _installed, _warned = _store, None, False, False
+    with _installed.lock:
+        old = _installed.store
+        _installed.store, _installed.installed, _installed.warned = None, False, False
     if old is not None:
         old.close()
