@@ -43,7 +43,7 @@ from ..rules.events import FAIL, transition
 from ..rules.status import Status
 from ..rules.steps import Position
 from ..stores.registry import get_job_store
-from ..transport import Gate, Offer, SendResult
+from ..transport import Admission, Gate, SendResult
 from .broker import get_broker, transport_of
 from .end_notices import publish_ended
 from .messages import DISPATCH_KEY, StepMessage, dispatch_of
@@ -185,7 +185,7 @@ class Channel:
         record: JobRecord | None = None,
         *,
         hooks: bool = True,
-    ) -> tuple[Offer, dramatiq.Message[Any]]:
+    ) -> tuple[Admission, dramatiq.Message[Any]]:
         """``job``'s first message as the Redis broker would store it, and the offer
         that admits the job and queues the message in one round trip (only when
         :attr:`one_call`). The message carries ``record`` (default: the job's now).
@@ -199,7 +199,7 @@ class Channel:
         message = step.to_message(*self.transport.message_options(self.id, delay_ms))
         if hooks:
             self.broker.emit_before("enqueue", message, delay_ms)
-        return Offer(self.gate, job.id, message, message.encode()), message
+        return Admission(self.gate, job.id, message, message.encode()), message
 
     def sent(
         self,

@@ -4,7 +4,7 @@ Whoever writes a job's end calls :func:`publish_ended` after the write: it
 wakes the waiters of this process and publishes the job id on Redis
 (:attr:`~pypepper_dramatiq.transport.Topic.ENDED`; nothing without
 Redis): one PUBLISH per job end, none per step, and none while nobody listens
-(:class:`EndAudience`): a worker process whose PUBLISH reached no subscriber
+(:class:`EndPublishing`): a worker process whose PUBLISH reached no subscriber
 stops publishing ends for :data:`QUIET_SECONDS`, or until a listener announces
 itself on :attr:`~pypepper_dramatiq.transport.Topic.LISTENING`, which
 the worker's cancel listener hears. A process that hears no announcements
@@ -110,7 +110,7 @@ class Waiters:
 waiters = Waiters()
 
 
-class EndAudience:
+class EndPublishing:
     """Whether this process publishes job ends: not while nobody listens.
 
     A PUBLISH answers how many subscribers got it. One that reached none makes
@@ -166,7 +166,7 @@ class EndAudience:
 
 
 #: Whether this process publishes job ends now.
-audience = EndAudience()
+audience = EndPublishing()
 
 
 def wake(job_id: str) -> None:
@@ -178,7 +178,7 @@ def publish_ended(job_id: str, transport: Transport | None = None) -> bool:
     """Tell every waiter that job ``job_id`` ended; call it after the write that ended it.
 
     Wakes this process's waiters, then publishes the id over ``transport``
-    (default: the broker's) unless nobody listens (:class:`EndAudience`).
+    (default: the broker's) unless nobody listens (:class:`EndPublishing`).
     Never raises: a notice that cannot be sent is logged (DEBUG when Redis is
     unreachable, which other parts report) and costs a waiter elsewhere at most
     :data:`POLL_SECONDS`. True once published.

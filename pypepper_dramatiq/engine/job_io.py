@@ -52,7 +52,7 @@ from ..rules.steps import Position
 from ..rules.waits import Waits
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
-from ..transport import Offer, SendResult, Topic, Transport
+from ..transport import Admission, SendResult, Topic, Transport
 from .retrying import retry_record
 from .running import running_here
 
@@ -182,7 +182,7 @@ class Gateway:
         channels = {job.channel_id: manager.available(job.channel_id) for job in batch}
         one_call = all(channel.one_call for channel in channels.values())
         before = [(job.status, job.updated) for job in batch]
-        prepared: list[tuple[Offer, Any] | None] = []
+        prepared: list[tuple[Admission, Any] | None] = []
         records: list[JobRecord] = []
         try:
             for job in batch:
@@ -250,7 +250,7 @@ class Gateway:
         self,
         batch: Sequence[Job],
         stored: Sequence[int],
-        prepared: Sequence[tuple[Offer, Any] | None],
+        prepared: Sequence[tuple[Admission, Any] | None],
         channels: dict[str, Channel],
         one_call: bool,
         hooks: bool = True,

@@ -15,7 +15,7 @@ the time is given), so that:
   hooks is decided again, the same way, on the fresher row (:func:`outcome_write`
   called on it), instead of being patched by hand.
 
-:class:`~pypepper_dramatiq.engine.ledger.StepBook` is the shell around it: it
+:class:`~pypepper_dramatiq.engine.step_io.StepIO` is the shell around it: it
 writes the row, retries over a fresher one, and performs the effects.
 """
 

@@ -488,7 +488,7 @@ class IJobStore(abc.ABC):
 
         Asked only when a job's message finds no row: such a message of a purged job
         is dropped, where one of a job whose producer could not store it stores the
-        row from the message (the ledger's heal). The stores of this package write a
+        row from the message (store_missing_row in the step I/O). The stores of this package write a
         tombstone for each row their ``purge`` deletes, in the same transaction.
 
         This default keeps none: False (the default ``purge`` writes none either).

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from .base import (
+    Admission,
     ChannelState,
     Gate,
     Notice,
-    Offer,
     SendResult,
     Subscribed,
     Subscription,
@@ -29,7 +29,7 @@ __all__ = [
     "LocalGate",
     "LocalTransport",
     "Notice",
-    "Offer",
+    "Admission",
     "SendResult",
     "Subscribed",
     "Subscription",

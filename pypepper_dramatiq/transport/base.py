@@ -134,7 +134,7 @@ class Gate(abc.ABC):
 
 
 @dataclass(frozen=True)
-class Offer:
+class Admission:
     """A job offered to its channel's gate with its first message, for one call
     (:meth:`Transport.admit_and_enqueue`).
 
@@ -252,7 +252,7 @@ class Transport(abc.ABC):
         :meth:`admit_and_enqueue` instead of the broker."""
         return queue_name, {}
 
-    def admit_and_enqueue(self, offers: Sequence[Offer]) -> list[SendResult]:
+    def admit_and_enqueue(self, offers: Sequence[Admission]) -> list[SendResult]:
         """Admit each job of ``offers`` and queue the message of each one admitted, in
         order, in one call: "ok", "full" or "stopped" per offer.
 

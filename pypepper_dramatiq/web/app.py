@@ -45,7 +45,7 @@ from ..rules.status import Status
 from ..schedules.firing import pause_recurring, resume_recurring, trigger_recurring
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
-from . import text, views
+from . import bulk, charts, text, views
 from .security import CSRF_COOKIE, CSRF_FIELD, REALM, Auth, CsrfTokens, same_origin
 
 if TYPE_CHECKING:
@@ -478,9 +478,9 @@ class Dashboard:
 
     def _charts(self, call: _Call) -> Response:
         name = call.request.args.get("range") or "hour"
-        if name not in views.CHART_RANGES:
-            raise Refused(400, f"The range must be one of {', '.join(views.CHART_RANGES)}.")
-        span, step = views.CHART_RANGES[name]
+        if name not in charts.CHART_RANGES:
+            raise Refused(400, f"The range must be one of {', '.join(charts.CHART_RANGES)}.")
+        span, step = charts.CHART_RANGES[name]
         now = utcnow()
         # Buckets aligned on their width, the current one last.
         end = datetime.fromtimestamp((now.timestamp() // step + 1) * step, timezone.utc)
@@ -489,8 +489,8 @@ class Dashboard:
         return self._render(
             call,
             "charts.html",
-            chart=views.ended_chart(counts, name, since),
-            ranges=list(views.CHART_RANGES),
+            chart=charts.ended_chart(counts, name, since),
+            ranges=list(charts.CHART_RANGES),
             live=True,
         )
 
@@ -595,14 +595,14 @@ class Dashboard:
         return redirect(call.url("job", job_id=new_id, notice="retried"), 303)
 
     def _bulk(self, call: _Call, action: str) -> Response:
-        chosen_action = views.BULK_ACTIONS[action]
+        chosen_action = bulk.BULK_ACTIONS[action]
         if call.request.method != "POST":
             return self._confirm_bulk(call, chosen_action)
         self._may_act(call)
         job_ids = _bulk_ids(call.request.form.getlist("ids"))
         if not job_ids:
             raise Refused(400, "The form names no job: nothing was done.")
-        chosen = views.bulk_by_ids(self.store, chosen_action, job_ids)
+        chosen = bulk.bulk_by_ids(self.store, chosen_action, job_ids)
         by = by_dashboard(_user_of(call.request))
         outcomes = [self._bulk_one(chosen_action, record.id, by) for record in chosen.records]
         logger.info(
@@ -623,7 +623,7 @@ class Dashboard:
             left_out=chosen.left_out,
         )
 
-    def _bulk_one(self, action: views.BulkAction, job_id: str, by: str) -> _Outcome:
+    def _bulk_one(self, action: bulk.BulkAction, job_id: str, by: str) -> _Outcome:
         """Retry or cancel one job of a bulk action; what came of it."""
         if action.name == "cancel":
             try:
@@ -643,7 +643,7 @@ class Dashboard:
             return _Outcome(job_id, False, f"not retried: {exc}")
         return _Outcome(job_id, True, "retried", new_id)
 
-    def _confirm_bulk(self, call: _Call, action: views.BulkAction) -> Response:
+    def _confirm_bulk(self, call: _Call, action: bulk.BulkAction) -> Response:
         """The page that shows which jobs a bulk action touches and asks to confirm."""
         if not self.actions_allowed:
             self._may_act(call)  # refused: read-only
@@ -655,9 +655,9 @@ class Dashboard:
                 "jobs found instead.",
             )
         if "ids" in args:
-            chosen = views.bulk_by_ids(self.store, action, _bulk_ids(args.getlist("ids")))
+            chosen = bulk.bulk_by_ids(self.store, action, _bulk_ids(args.getlist("ids")))
         else:
-            chosen = views.bulk_by_filter(
+            chosen = bulk.bulk_by_filter(
                 self.store,
                 action,
                 channel_id=args.get("channel") or None,
@@ -672,8 +672,8 @@ class Dashboard:
             rows=[views.job_row(record) for record in chosen.records],
             more=chosen.more,
             left_out=chosen.left_out,
-            most=views.BULK_MOST,
-            scan=f"{views.BULK_SCAN:,}",
+            most=bulk.BULK_MOST,
+            scan=f"{bulk.BULK_SCAN:,}",
         )
 
     def _pause(self, call: _Call, name: str) -> Response:
@@ -719,10 +719,10 @@ class _Outcome:
 
 
 def _bulk_ids(given: list[str]) -> list[str]:
-    """The job ids of a bulk form, each a plausible id, at most :data:`views.BULK_MOST`."""
+    """The job ids of a bulk form, each a plausible id, at most :data:`bulk.BULK_MOST`."""
     job_ids = [job_id for job_id in dict.fromkeys(given) if job_id]
-    if len(job_ids) > views.BULK_MOST:
-        raise Refused(400, f"A bulk action takes at most {views.BULK_MOST} jobs at a time.")
+    if len(job_ids) > bulk.BULK_MOST:
+        raise Refused(400, f"A bulk action takes at most {bulk.BULK_MOST} jobs at a time.")
     return [job_id for job_id in job_ids if _plausible_id(job_id)]
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from pypepper_dramatiq import Job, Status, Worker, Workflow, manager, workflow_task
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.ledger import StepBook
+from pypepper_dramatiq.engine.step_io import StepIO
 from pypepper_dramatiq.errors import CorruptRecordError
 from pypepper_dramatiq.records.record import JobRecord
 from pypepper_dramatiq.rules.steps import Position
@@ -56,7 +56,7 @@ def test_a_claim_of_a_damaged_row_raises_the_typed_error(
     )
     assert pg_store.put(record)
     corrupt(pg_store, record.id, column, value)
-    book = StepBook(lambda: pg_store, "worker-a", 30.0)
+    book = StepIO(lambda: pg_store, "worker-a", 30.0)
     with pytest.raises(CorruptRecordError) as caught:
         book.claim(StepMessage(record.id, Position(), None))
     assert (caught.value.job_id, caught.value.column) == (record.id, column)

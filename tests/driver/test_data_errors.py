@@ -38,7 +38,7 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.ledger import StepBook
+from pypepper_dramatiq.engine.step_io import StepIO
 from pypepper_dramatiq.errors import StoreDataError
 from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import StepClaim, utcnow
@@ -213,7 +213,7 @@ def test_a_claim_batch_refused_for_one_row_still_claims_the_others(
     assert pg_store.put(good) and pg_store.put(bad)
     now = utcnow()
     lease = now + timedelta(seconds=30)
-    book = StepBook(lambda: pg_store, "worker-a", 30.0)
+    book = StepIO(lambda: pg_store, "worker-a", 30.0)
     with refusing(postgres_uri, existing=True):  # the poisoned row may no longer be written
         answers = book._claim_batch(
             [StepClaim(r.id, [0, 0, 0, 0], "worker-a", now, lease, True) for r in (good, bad)]

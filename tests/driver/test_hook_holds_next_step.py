@@ -1,6 +1,6 @@
 """While an optional task's ``on_final_failure`` hook runs, its worker holds the next step.
 
-The write that records the final failure (``StepBook.record_outcome``) claims
+The write that records the final failure (``StepIO.record_outcome``) claims
 the job's next step for the recording worker, under a lease of
 ``lease_seconds`` that the hook's renewer keeps renewing, instead of the
 ``delay + dispatch_seconds`` expiry of a step whose message is on its way: a
@@ -34,7 +34,7 @@ from pypepper_dramatiq import (
     set_job_store,
     workflow_task,
 )
-from pypepper_dramatiq.engine import ledger
+from pypepper_dramatiq.engine import step_io
 from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.rules.steps import Position, Step
 from pypepper_dramatiq.stores.memory import MemoryJobStore
@@ -87,7 +87,7 @@ def hook() -> Iterator[BlockingHook]:
     HOOK.release.set()
 
 
-def claimed_first_step(job: Job, owner: str = OWNER) -> ledger.Claim:
+def claimed_first_step(job: Job, owner: str = OWNER) -> step_io.Claim:
     """The job's first step, claimed by ``owner`` as a worker's claim writes it."""
     job.scheduled()
     store = get_job_store()
@@ -103,19 +103,19 @@ def claimed_first_step(job: Job, owner: str = OWNER) -> ledger.Claim:
         updated=now,
     )
     assert store.advance(started)
-    return ledger.Claim(started.evolve(version=started.version + 1), Position(), tasks)
+    return step_io.Claim(started.evolve(version=started.version + 1), Position(), tasks)
 
 
 def optional_failure_then_next() -> Job:
     return make_job([fail.options(optional=True).task(name="opt"), next_task.task(name="next")])
 
 
-def final_failure() -> ledger.Outcome:
-    return ledger.Outcome.failure(RuntimeError("planned failure"), retriable=False)
+def final_failure() -> step_io.Outcome:
+    return step_io.Outcome.failure(RuntimeError("planned failure"), retriable=False)
 
 
-def book(*, holds_steps: bool = False) -> ledger.StepBook:
-    return ledger.StepBook(
+def book(*, holds_steps: bool = False) -> step_io.StepIO:
+    return step_io.StepIO(
         get_job_store,
         OWNER,
         LEASE_SECONDS,
@@ -127,10 +127,10 @@ def book(*, holds_steps: bool = False) -> ledger.StepBook:
 class Recording(threading.Thread):
     """``record_outcome`` of the claim on a thread of its own (it blocks in the hook)."""
 
-    def __init__(self, run: Callable[[], ledger.Recorded | None]) -> None:
+    def __init__(self, run: Callable[[], step_io.Recorded | None]) -> None:
         super().__init__(daemon=True)
         self._run = run
-        self.recorded: ledger.Recorded | None = None
+        self.recorded: step_io.Recorded | None = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -139,7 +139,7 @@ class Recording(threading.Thread):
         except BaseException as exc:
             self.error = exc
 
-    def result(self) -> ledger.Recorded | None:
+    def result(self) -> step_io.Recorded | None:
         self.join(JOB_TIMEOUT)
         assert not self.is_alive(), "record_outcome never returned"
         if self.error is not None:
@@ -233,8 +233,8 @@ def test_after_the_hook_the_caller_may_keep_the_step_to_run_it_here(
     assert kept.version == recorded.record.version  # the continued attempt's write lands
     assert utcnow() < expiry(kept) <= utcnow() + timedelta(seconds=LEASE_SECONDS)
     # The continued attempt records like a claimed one.
-    following = ledger.Claim(recorded.record, Position(0, 1), claim.tasks)
-    done = book().record_outcome(following, ledger.Outcome(True, "done"))
+    following = step_io.Claim(recorded.record, Position(0, 1), claim.tasks)
+    done = book().record_outcome(following, step_io.Outcome(True, "done"))
     assert done is not None and done.decision.action.value == "complete"
     assert row(job.id).status is Status.COMPLETED
 

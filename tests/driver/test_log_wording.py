@@ -35,7 +35,7 @@ def last(task: Task, context: Context) -> str:
 
 
 def lines(caplog: pytest.LogCaptureFixture, job_id: str) -> dict[str, list[str]]:
-    """The ledger's messages about ``job_id``, by their ``action`` field."""
+    """The step I/O's messages about ``job_id``, by their ``action`` field."""
     found: dict[str, list[str]] = {}
     for record in caplog.records:
         if record.name.startswith("pypepper_dramatiq") and getattr(record, "job_id", "") == job_id:

@@ -473,9 +473,9 @@ def test_a_job_cancelled_while_scheduled_is_counted_by_the_worker_that_meets_its
     record = get_job_store().get(job.id)
     assert record is not None and record.state["counted"] is True
     # A second worker meeting the row again (a duplicate message) counts nothing more.
-    from pypepper_dramatiq.engine.ledger import StepBook
+    from pypepper_dramatiq.engine.step_io import StepIO
 
-    assert StepBook(get_job_store, "another", 3).count_end(record.evolve()) is False
+    assert StepIO(get_job_store, "another", 3).count_end(record.evolve()) is False
     assert ended(registry, "Cancelled") == 1
 
 

@@ -3,7 +3,7 @@
 Between a step's claim and its outcome, the recovery sweep may run (or take
 over) the ``on_final_failure`` hook of an earlier task of the same job: that
 write moves the row's version, so the outcome's compare-and-set fails. The
-outcome is then decided again on the fresher row (``StepBook.record_outcome``
+outcome is then decided again on the fresher row (``StepIO.record_outcome``
 over :func:`~pypepper_dramatiq.engine.outcomes.outcome_write`) and written over it,
 keeping the sweep's hook bookkeeping; anything else having moved, it is lost.
 On the memory store and on PostgreSQL.
@@ -18,7 +18,7 @@ import pytest
 
 from pypepper_dramatiq import IJobStore, JobRecord, Status
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.ledger import Claim, Outcome, StepBook
+from pypepper_dramatiq.engine.step_io import Claim, Outcome, StepIO
 from pypepper_dramatiq.records.state import HOOK_PENDING, JobState
 from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import utcnow
@@ -37,7 +37,7 @@ def task(name: str) -> dict[str, Any]:
     return {"name": name, "executor_id": "hooks_moved.unused", "params": {}}
 
 
-def claimed(store: IJobStore) -> tuple[StepBook, Claim]:
+def claimed(store: IJobStore) -> tuple[StepIO, Claim]:
     """A three-task job whose first task is done, claimed at its second by worker-a."""
     record = JobRecord(
         id=uuid.uuid4().hex,
@@ -46,7 +46,7 @@ def claimed(store: IJobStore) -> tuple[StepBook, Claim]:
         payload={"workflows": [{"tasks": [task("a"), task("b"), task("c")]}]},
     )
     assert store.put(record)
-    book = StepBook(lambda: store, "worker-a", 30.0)
+    book = StepIO(lambda: store, "worker-a", 30.0)
     assert book.record(book.claim(StepMessage(record.id, Position())), Outcome(True, "a-done"))
     return book, book.claim(StepMessage(record.id, Position(0, 1)))
 

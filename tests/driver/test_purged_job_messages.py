@@ -40,7 +40,7 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.ledger import Outcome, StepBook, StepSkipped
+from pypepper_dramatiq.engine.step_io import Outcome, StepIO, StepSkipped
 from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
@@ -101,7 +101,7 @@ def store(request: pytest.FixtureRequest) -> IJobStore:
 
 
 def completed_and_purged(store: IJobStore) -> StepMessage:
-    """A one-task job run to its end through the ledger, then purged: its first
+    """A one-task job run to its end through the step I/O, then purged: its first
     message as its producer sent it."""
     record = JobRecord(
         id=uuid.uuid4().hex,
@@ -111,7 +111,7 @@ def completed_and_purged(store: IJobStore) -> StepMessage:
     )
     assert store.put(record)
     first = StepMessage(record.id, Position(), record)
-    book = StepBook(lambda: store, "worker-b", 30.0)
+    book = StepIO(lambda: store, "worker-b", 30.0)
     book.record(book.claim(first), Outcome(True, 7))
     ended = store.get(record.id)
     assert ended is not None and ended.status is Status.COMPLETED
@@ -129,7 +129,7 @@ def test_the_first_message_of_a_purged_job_does_not_run_it_again(
         caplog.at_level(logging.INFO, logger="pypepper_dramatiq"),
         pytest.raises(StepSkipped) as info,
     ):
-        StepBook(lambda: store, "worker-c", 30.0).claim(first)
+        StepIO(lambda: store, "worker-c", 30.0).claim(first)
     assert not info.value.dead and info.value.retry_at is None  # acknowledged, not dead-lettered
     assert store.get(first.job_id) is None
     [line] = [r for r in caplog.records if getattr(r, "action", None) == "drop_purged"]
@@ -142,7 +142,7 @@ def test_a_later_step_message_of_a_purged_job_is_dropped_not_dead_lettered() -> 
     first = completed_and_purged(store)
     later = StepMessage(first.job_id, Position(0, 0, 1))  # a retry's message: no record
     with pytest.raises(StepSkipped) as info:
-        StepBook(lambda: store, "worker-c", 30.0).claim(later)
+        StepIO(lambda: store, "worker-c", 30.0).claim(later)
     assert not info.value.dead
 
 
@@ -155,7 +155,7 @@ def test_a_job_never_stored_is_still_healed_from_its_first_message() -> None:
         status=Status.SCHEDULED,
         payload={"workflows": [{"tasks": [{"name": "a", "executor_id": "x", "params": {}}]}]},
     )
-    claim = StepBook(lambda: store, "worker-b", 30.0).claim(
+    claim = StepIO(lambda: store, "worker-b", 30.0).claim(
         StepMessage(record.id, Position(), record)
     )
     assert claim.record.status is Status.IN_PROGRESS
@@ -166,7 +166,7 @@ def test_the_store_down_at_the_tombstone_question_is_an_outage_not_a_drop() -> N
     store = OutageStore()
     first = completed_and_purged(store)
     store.down = True
-    book = StepBook(lambda: store, "worker-c", 30.0)
+    book = StepIO(lambda: store, "worker-c", 30.0)
     with pytest.raises(StoreUnavailableError):  # the drivers defer the message on this
         book.claim(first)
     assert store.failed_looks >= 1 and store.get(first.job_id) is None

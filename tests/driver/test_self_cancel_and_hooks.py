@@ -1,7 +1,7 @@
 """A task that cancels its own job, and ``on_final_failure`` hooks, on both drivers.
 
 A task raising ``JobCancellationError`` ends its job Cancelled through the
-shared engine (``StepBook.record_outcome``): no retry, no further task, the
+shared engine (``StepIO.record_outcome``): no retry, no further task, the
 attempt recorded as cancelled, and the job's error naming the task and the
 message.
 
@@ -43,7 +43,7 @@ from pypepper_dramatiq import (
     set_job_store,
     workflow_task,
 )
-from pypepper_dramatiq.engine import hooks, ledger
+from pypepper_dramatiq.engine import hooks, step_io
 from pypepper_dramatiq.engine.functions import FunctionExecutor
 from pypepper_dramatiq.engine.running import running_here
 from pypepper_dramatiq.records.record import utcnow
@@ -196,16 +196,16 @@ def test_a_self_cancel_sets_the_cancel_event_of_the_job_running_here() -> None:
     job = make_job([quit_job.task(name="quit", key="unit:quit")])
     job.scheduled()
     store = get_job_store()
-    book = ledger.StepBook(lambda: store, "unit-owner", 30.0)
+    book = step_io.StepIO(lambda: store, "unit-owner", 30.0)
     record = store.get(job.id)
     assert record is not None
     tasks = [[task.spec().to_dict() for task in w.get_tasks()] for w in job.workflows]
     started = record.evolve(status=Status.IN_PROGRESS, lease_owner="unit-owner")
     assert store.advance(started)
-    claim = ledger.Claim(started.evolve(version=started.version + 1), Position(), tasks)
+    claim = step_io.Claim(started.evolve(version=started.version + 1), Position(), tasks)
     running = running_here.start(job.id)
     try:
-        recorded = book.record_outcome(claim, ledger.Outcome.failure(JobCancellationError("stop")))
+        recorded = book.record_outcome(claim, step_io.Outcome.failure(JobCancellationError("stop")))
         assert running.cancel_event.is_set()
     finally:
         running_here.remove(job.id)
@@ -490,7 +490,7 @@ def test_a_step_recorded_while_a_recovered_hook_moves_the_row_is_not_lost(prefix
     assert store.advance(running)
     claimed = store.get(job.id)
     assert claimed is not None
-    claim = ledger.Claim(claimed, Position(0, 1), tasks)
+    claim = step_io.Claim(claimed, Position(0, 1), tasks)
 
     def mark_done(state: JobState) -> bool:
         state.hook_done("0.0", "sweeper", utcnow())
@@ -499,8 +499,8 @@ def test_a_step_recorded_while_a_recovered_hook_moves_the_row_is_not_lost(prefix
     _, written = hooks.HookRunner(get_job_store).update(job.id, mark_done)
     assert written  # the row's version moved under the claim
 
-    recorded = ledger.StepBook(get_job_store, "worker", 30.0).record_outcome(
-        claim, ledger.Outcome(True, "b-result")
+    recorded = step_io.StepIO(get_job_store, "worker", 30.0).record_outcome(
+        claim, step_io.Outcome(True, "b-result")
     )
 
     assert recorded is not None and recorded.decision.action.value == "complete"
@@ -528,8 +528,8 @@ def test_a_step_whose_row_moved_otherwise_is_still_lost(prefix: str) -> None:
     assert claimed is not None
     assert store.advance(claimed.evolve(status=Status.CANCELLED, lease_owner=None))
 
-    recorded = ledger.StepBook(get_job_store, "worker", 30.0).record_outcome(
-        ledger.Claim(claimed, Position(), tasks), ledger.Outcome(True, "late")
+    recorded = step_io.StepIO(get_job_store, "worker", 30.0).record_outcome(
+        step_io.Claim(claimed, Position(), tasks), step_io.Outcome(True, "late")
     )
 
     assert recorded is None

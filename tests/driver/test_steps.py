@@ -1,4 +1,4 @@
-"""StepBook: claiming and recording job steps, on the memory store and on PostgreSQL."""
+"""StepIO: claiming and recording job steps, on the memory store and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 
 from pypepper_dramatiq import IJobStore, JobRecord, RetryPolicy, Status
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.ledger import (
+from pypepper_dramatiq.engine.step_io import (
     Claim,
     Outcome,
     Policies,
-    StepBook,
+    StepIO,
     StepSkipped,
     plan_of,
     policy_of,
@@ -40,7 +40,7 @@ def store(request: pytest.FixtureRequest) -> IJobStore:
 
 
 def task(name: str, **policy: Any) -> dict[str, Any]:
-    """A stored task as ``Task.to_dict`` writes it (only the fields StepBook reads matter)."""
+    """A stored task as ``Task.to_dict`` writes it (only the fields StepIO reads matter)."""
     return {"name": name, "executor_id": "steps.unused", "params": {}, **policy}
 
 
@@ -62,8 +62,8 @@ def stored(store: IJobStore, record: JobRecord) -> JobRecord:
     return row
 
 
-def book_on(store: IJobStore, owner: str = "worker-a", lease: float = LEASE) -> StepBook:
-    return StepBook(lambda: store, owner, lease)
+def book_on(store: IJobStore, owner: str = "worker-a", lease: float = LEASE) -> StepIO:
+    return StepIO(lambda: store, owner, lease)
 
 
 def message(record: JobRecord, *position: int, with_record: bool = False) -> StepMessage:
@@ -331,11 +331,11 @@ def test_required_task_out_of_attempts_fails_the_job(store: IJobStore) -> None:
 def test_a_completing_job_logs_nothing_above_debug(
     store: IJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.engine.ledger")
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.engine.step_io")
     _, claim = in_progress(store, [task("a")])
     book_on(store).record(claim, Outcome(True, 7))
 
-    ours = [r for r in caplog.records if r.name == "pypepper_dramatiq.engine.ledger"]
+    ours = [r for r in caplog.records if r.name == "pypepper_dramatiq.engine.step_io"]
     assert {r.levelno for r in ours} == {logging.DEBUG}
     assert [r.action for r in ours] == ["start", "complete"]  # type: ignore[attr-defined]
 
@@ -343,7 +343,7 @@ def test_a_completing_job_logs_nothing_above_debug(
 def test_a_failing_job_logs_one_warning_with_its_error(
     store: IJobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.engine.ledger")
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq.engine.step_io")
     record, claim = in_progress(store, [task("a")])
     book_on(store).record(claim, Outcome(False, error="RuntimeError: boom"))
 
@@ -463,7 +463,7 @@ def test_two_threads_claiming_one_step_one_wins(store: IJobStore, started: bool)
 
 def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> None:
     from pypepper_dramatiq.channels.messages import StepMessage
-    from pypepper_dramatiq.engine.ledger import StepBook
+    from pypepper_dramatiq.engine.step_io import StepIO
     from pypepper_dramatiq.rules.status import Status
     from pypepper_dramatiq.rules.steps import Position
     from pypepper_dramatiq.stores.base import JobRecord
@@ -488,7 +488,7 @@ def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> No
         status=Status.SCHEDULED,
         payload={"workflows": [{"tasks": [{"name": "t", "executor_id": "x"}]}]},
     )
-    book = StepBook(lambda: store, "worker-1", lease_seconds=30)
+    book = StepIO(lambda: store, "worker-1", lease_seconds=30)
     claim = book.claim(StepMessage("raced", Position(), first))
     assert store.raced
     stored = store.get("raced")
@@ -500,7 +500,7 @@ def test_a_producer_write_between_heal_and_claim_does_not_strand_the_job() -> No
 
 
 def test_policies_build_each_table_once_and_only_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pypepper_dramatiq.engine.ledger as steps_module
+    import pypepper_dramatiq.engine.step_io as steps_module
 
     stored_tasks = [task(f"t{i}", retry_count=i) for i in range(50)]
     built: list[str] = []

@@ -22,7 +22,7 @@ import pytest
 from services import PostgresServer
 
 from pypepper_dramatiq.channels.messages import StepMessage
-from pypepper_dramatiq.engine.ledger import Claim, Outcome, OutcomeNotRecorded, StepBook
+from pypepper_dramatiq.engine.step_io import Claim, Outcome, OutcomeNotRecorded, StepIO
 from pypepper_dramatiq.errors import StoreError
 from pypepper_dramatiq.ops.group_commit import Combiner
 from pypepper_dramatiq.records.record import JobRecord, utcnow
@@ -102,10 +102,10 @@ def line_up(
     return futures
 
 
-def claimed(store: SqlJobStore) -> tuple[StepBook, list[Claim]]:
+def claimed(store: SqlJobStore) -> tuple[StepIO, list[Claim]]:
     """A book that writes each outcome once, and its claims of CALLERS + 1 running jobs."""
     rows = [running(store, f"job-{n}") for n in range(CALLERS + 1)]
-    book = StepBook(lambda: store, "worker-1", lease_seconds=30, write_attempts=1)
+    book = StepIO(lambda: store, "worker-1", lease_seconds=30, write_attempts=1)
     return book, [book.claim(StepMessage(row.id, AT)) for row in rows]
 
 
@@ -115,7 +115,7 @@ def test_claims_of_a_batch_the_server_fails_are_each_told_and_lost_nothing(
     rows = [running(store, f"job-{n}") for n in range(CALLERS + 1)]
     gate = Gate(store.claim_steps, lambda: own_postgres.stop())
     monkeypatch.setattr(store, "claim_steps", gate)
-    book = StepBook(lambda: store, "worker-1", lease_seconds=30)
+    book = StepIO(lambda: store, "worker-1", lease_seconds=30)
     steps = [StepMessage(row.id, AT) for row in rows]
     futures = line_up(book.claims, gate, [lambda s=s: book.claim(s) for s in steps])
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 #: What the Dramatiq CLI would write for a job that completed.
 FORGED_LINE = (
-    "[2026-12-01 00:00:00,000] [PID 1] [MainThread] [pypepper_dramatiq.engine.ledger] "
+    "[2026-12-01 00:00:00,000] [PID 1] [MainThread] [pypepper_dramatiq.engine.step_io] "
     "[INFO] job forged-0: completed"
 )
 

@@ -72,7 +72,7 @@ ENV = {
     "continue_seconds": "PYPEPPER_IT_CONTINUE_SECONDS",
     #: the channels this worker serves, comma-separated (unset: :data:`CHANNEL`).
     "channels": "PYPEPPER_IT_CHANNELS",
-    #: "1": log each row the ledger heals from a message (DEBUG), and no other step line.
+    #: "1": log each row the step I/O heals from a message (DEBUG), and no other step line.
     "log_heals": "PYPEPPER_IT_LOG_HEALS",
     #: a directory: ``setup(tracing=True)``, each process writing the spans it ends
     #: to ``spans-<pid>.jsonl`` there (:class:`JsonLinesSpanExporter`).
@@ -87,9 +87,9 @@ BROKER_URL = os.environ.get(ENV["broker_url"]) or REDIS_URL
 STORE_URI = os.environ.get(ENV["store_uri"])
 
 if os.environ.get(ENV["debug_steps"]) == "1":
-    logging.getLogger("pypepper_dramatiq.engine.ledger").setLevel(logging.DEBUG)
+    logging.getLogger("pypepper_dramatiq.engine.step_io").setLevel(logging.DEBUG)
 elif os.environ.get(ENV["log_heals"]) == "1":
-    _ledger_logger = logging.getLogger("pypepper_dramatiq.engine.ledger")
+    _ledger_logger = logging.getLogger("pypepper_dramatiq.engine.step_io")
     _ledger_logger.setLevel(logging.DEBUG)
     _ledger_logger.addFilter(
         lambda r: r.levelno > logging.DEBUG or getattr(r, "action", None) == "heal"

@@ -211,7 +211,7 @@ def test_every_logger_of_the_package_holds_the_filter() -> None:
         for name, logger in logging.Logger.manager.loggerDict.items()
         if name.startswith("pypepper_dramatiq.") and isinstance(logger, logging.Logger)
     }
-    assert "pypepper_dramatiq.engine.ledger" in ours
+    assert "pypepper_dramatiq.engine.step_io" in ours
     assert "pypepper_dramatiq.drivers.dramatiq.middleware.WorkflowMiddleware" in ours
     # Dramatiq names an actor's own logger "<module>.<actor name>", and our actors' names
     # are "pypepper_dramatiq.<...>": such a logger is Dramatiq's, not one of ours.

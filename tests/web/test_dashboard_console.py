@@ -283,7 +283,7 @@ def test_a_schedule_shows_its_cron_in_words_and_its_latest_firings(store: IJobSt
 
 
 def test_an_expression_without_words_is_shown_alone(store: IJobStore) -> None:
-    from pypepper_dramatiq.web.views import in_words
+    from pypepper_dramatiq.web.cron_words import in_words
 
     assert in_words("0 30 2 * * *") == "At 02:30"  # six fields: seconds first
     assert in_words("not a cron") is None

@@ -4,7 +4,7 @@ The job row is the truth (``Job.cancel()`` writes Cancelled first); the
 message only makes running attempts see it at once instead of at the next
 lease renewal. The same subscription hears the listeners of job ends announce
 themselves, so that a worker that stopped publishing ends because nobody
-listened publishes them again (:class:`~pypepper_dramatiq.channels.end_notices.EndAudience`).
+listened publishes them again (:class:`~pypepper_dramatiq.channels.end_notices.EndPublishing`).
 """
 
 from __future__ import annotations

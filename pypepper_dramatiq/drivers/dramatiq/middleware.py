@@ -35,8 +35,8 @@ from dramatiq.middleware import Interrupt, Middleware, Shutdown
 from ...channels.broker import transport_of
 from ...channels.channel import ChannelConnector, manager
 from ...channels.messages import STEP_ACTOR, StepMessage
-from ...engine.ledger import Claim, Outcome, StepBook, StepSkipped
 from ...engine.running import running_here
+from ...engine.step_io import Claim, Outcome, StepIO, StepSkipped
 from ...errors import MessageError, StoreError, retry_may_cure
 from ...ops import observers
 from ...ops.logs import get_logger
@@ -99,7 +99,7 @@ class WorkflowMiddleware(Middleware):
         self.unknown_task_grace = settings.unknown_task_grace
         self.inflight = running_here
         self.owner = _owner_id()
-        self.book = StepBook(
+        self.book = StepIO(
             get_job_store,
             self.owner,
             settings.lease_seconds,
@@ -416,7 +416,7 @@ class WorkflowMiddleware(Middleware):
             recorded = self.book.record_outcome(claim, outcome, hold_next=here)
         except StoreError as exc:
             # An outage; or the store refused even the failure recorded in place of
-            # a refused outcome (StepBook.record_outcome): then the row itself is
+            # a refused outcome (StepIO.record_outcome): then the row itself is
             # what it cannot take, and the lease's recovery is all that is left.
             self.logger.error(
                 "job %s: outcome of %s not recorded (%s); the step runs again after its lease",

@@ -41,7 +41,7 @@ from ...channels.channel import manager
 from ...channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
 from ...engine.hooks import HookSweep
 from ...engine.job_io import release_held, send_step
-from ...engine.ledger import StepBook, cursor_of
+from ...engine.step_io import StepIO, cursor_of
 from ...engine.waiting import Settled, settle
 from ...errors import StoreError, describe
 from ...ops import observers
@@ -109,7 +109,7 @@ class RecoverySweeper(threading.Thread):
         self.interval = interval
         self.batch = batch
         self._stop_event = threading.Event()
-        self.book = StepBook(get_job_store, owner, lease_seconds)
+        self.book = StepIO(get_job_store, owner, lease_seconds)
         #: How long ended jobs are kept, by final status, in seconds (None or {}:
         #: for ever): ``Settings.purge_after``.
         self.retention = retention
@@ -475,7 +475,7 @@ class RecoverySweeper(threading.Thread):
         Reads, per status, the rows updated since a watermark kept here (a new leader
         starts :data:`COUNT_LOOKBACK_SECONDS` back), batch after batch, and counts
         each unmarked one as a worker meeting it would
-        (:meth:`~pypepper_dramatiq.engine.ledger.StepBook.count_end`: whoever sets
+        (:meth:`~pypepper_dramatiq.engine.step_io.StepIO.count_end`: whoever sets
         ``state["counted"]`` counts). Completed rows are not read: only a worker
         writes them, and it counts them.
         """

@@ -13,8 +13,8 @@ from dramatiq.middleware import Interrupt, Shutdown
 from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from ...channels.messages import STEP_ACTOR
-from ...engine.ledger import Claim, Outcome
 from ...engine.running import AttemptTimedOut, InFlight, StepCancelled
+from ...engine.step_io import Claim, Outcome
 from ...errors import UnknownExecutorError, is_retriable
 from ...model.context import (
     CANCEL_EVENT_KEY,

@@ -1,7 +1,7 @@
 """The in-process driver: takes jobs from a channel and runs their steps here.
 
 The steps go through the same engine as the Dramatiq driver's
-(:mod:`~pypepper_dramatiq.rules.steps` decides, :class:`~pypepper_dramatiq.ledger.StepBook`
+(:mod:`~pypepper_dramatiq.rules.steps` decides, :class:`~pypepper_dramatiq.step_io.StepIO`
 records), in the worker's thread: a retry delay is a wait on the job's cancel
 event, and ``round_timeout`` is enforced by the workflow's attempt pool.
 """
@@ -18,7 +18,7 @@ from datetime import datetime
 
 from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
-from ...engine import ledger, waiting
+from ...engine import step_io, waiting
 from ...engine.job_io import GATEWAY
 from ...engine.running import running_here
 from ...errors import (
@@ -190,7 +190,7 @@ class Worker:
         with running_here.holding(job.id, job.cancel_event):
             try:
                 ended = self._run_steps(job)
-            except ledger.OutcomeNotRecorded as exc:
+            except step_io.OutcomeNotRecorded as exc:
                 # The work is done; only its last write failed: keep the ending
                 # the rules decided and retry the snapshot (never re-run).
                 logger.warning("job %s: its end could not be recorded: %s", job.id, exc)
@@ -230,7 +230,7 @@ class Worker:
         """Run the job's steps in this thread through the shared engine.
 
         Each attempt is recorded in the job row as the Dramatiq driver records
-        it (:class:`~pypepper_dramatiq.ledger.StepBook`: results, attempts,
+        it (:class:`~pypepper_dramatiq.step_io.StepIO`: results, attempts,
         history, cursor, the rules' decision), so a job's stored state does not
         depend on who ran it. Returns the row once the engine wrote its end
         (Completed or Failed, or Cancelled: by a task, or for a retry picked up
@@ -244,15 +244,13 @@ class Worker:
         record = job.to_record()
         # A retry starts at its stored cursor, with the results of the tasks before it.
         step = rules.first_step(
-            ledger.plan_of(tasks), cancelled=job.is_cancelled, start=ledger.cursor_of(record)
+            step_io.plan_of(tasks), cancelled=job.is_cancelled, start=step_io.cursor_of(record)
         )
         if step.action is not rules.Action.RUN:
             return None  # nothing to run (or cancelled): the end is written by _finish
         assert step.position is not None
-        job.context.results.update(ledger.Claim(record, step.position, tasks).results_by_name())
-        book = ledger.StepBook(
-            get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True
-        )
+        job.context.results.update(step_io.Claim(record, step.position, tasks).results_by_name())
+        book = step_io.StepIO(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True)
         while True:
             position = step.position
             assert position is not None
@@ -268,7 +266,7 @@ class Worker:
                 # as the Dramatiq driver's claim ends it (None: the row moved on).
                 _log(job, "deadline_cancel", task.name)
                 return book.cancel_overdue(record, now, retry_of=task.name)
-            claim = ledger.Claim(record, position, tasks)
+            claim = step_io.Claim(record, position, tasks)
             traced = observers.observing()
             if traced:
                 observers.attempt_started(
@@ -290,12 +288,12 @@ class Worker:
 
     def _attempt_recorded(
         self,
-        book: ledger.StepBook,
-        claim: ledger.Claim,
+        book: step_io.StepIO,
+        claim: step_io.Claim,
         workflow: Workflow,
         task: Task,
         job: Job,
-    ) -> tuple[ledger.Outcome, ledger.Recorded | None]:
+    ) -> tuple[step_io.Outcome, step_io.Recorded | None]:
         """Run the claimed attempt in this thread and record its outcome."""
         position = claim.position
         observers.step_started(job.channel_id, task.name)
@@ -305,7 +303,7 @@ class Worker:
             observers.step_finished(job.channel_id, task.name)
         try:
             return outcome, book.record_outcome(claim, outcome, task=task)
-        except ledger.OutcomeNotRecorded as exc:
+        except step_io.OutcomeNotRecorded as exc:
             if exc.decision.action is not rules.Action.RUN:
                 raise
             # Go on: the next write carries this step's progress (same version).
@@ -315,7 +313,7 @@ class Worker:
                 position.key(),
                 exc,
             )
-            return outcome, ledger.Recorded(exc.decision, exc.record)
+            return outcome, step_io.Recorded(exc.decision, exc.record)
 
     def _ended(self, job: Job, ended: JobRecord) -> None:
         """The engine wrote the end: the state machine follows it (no other write)."""
@@ -433,7 +431,7 @@ class Worker:
                 return False
             if durable is None:
                 # The Dramatiq driver's heal (pypepper.scheduler's rule: persist Scheduled first).
-                durable = ledger.heal(store, job.to_record())
+                durable = step_io.store_missing_row(store, job.to_record())
                 _log(job, "heal")
             if durable.status is not Status.SCHEDULED:
                 _log(job, "follow_durable", durable.status)
@@ -631,7 +629,7 @@ async def _until(when: datetime, cancel: threading.Event) -> None:
 
 def _attempt(
     workflow: Workflow, task: Task, position: rules.Position, reporter: ProgressReporter
-) -> ledger.Outcome:
+) -> step_io.Outcome:
     """One attempt in this thread, under the workflow's ``round_timeout`` pool;
     the task reports its progress to ``reporter`` (its last value goes with the
     outcome, for the write that records the attempt).
@@ -651,9 +649,9 @@ def _attempt(
         if values.get(PROGRESS_REPORTER_KEY) is reporter:
             del values[PROGRESS_REPORTER_KEY]
     if succeeded:
-        return ledger.Outcome(True, value, started=started, ended=utcnow(), progress=progress)
+        return step_io.Outcome(True, value, started=started, ended=utcnow(), progress=progress)
     error = value if isinstance(value, BaseException) else RuntimeError(str(value))
-    outcome = ledger.Outcome.failure(
+    outcome = step_io.Outcome.failure(
         error, retriable=is_retriable(error), kind=history.kind_of(error), started=started
     )
     return outcome if progress is None else replace(outcome, progress=progress)
@@ -668,7 +666,7 @@ _WORDS = {
     "deadline_cancel": " cancelled: {error}",
     "skip_cancelled": " was cancelled before it ran: skipped",
     "heal": ": its row was not stored yet; stored it as scheduled",
-    "drop_purged": ledger.PURGED_WORDS,
+    "drop_purged": step_io.PURGED_WORDS,
     "fail_unpersisted_run": " failed: {error}",
     "requeue": " was put back in its channel's queue",
     "redelivery_failed": " failed: {error}",
@@ -711,7 +709,7 @@ def _count_end(record: JobRecord) -> None:
     """Count the end of a job found Cancelled in the store, if its canceller did not
     (a process without metrics), as the Dramatiq driver's worker meeting it does:
     the in-process driver has no sweep to count it later. Never raises."""
-    book = ledger.StepBook(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True)
+    book = step_io.StepIO(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True)
     try:
         book.count_end(record)
     except StoreError as exc:

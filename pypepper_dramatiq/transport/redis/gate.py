@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from ...errors import BrokerUnavailableError
-from ..base import ChannelState, Gate, Offer, SendResult, log_bound_change
+from ..base import Admission, ChannelState, Gate, SendResult, log_bound_change
 from . import batch
 from .layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX, messages_key, queue_key
 from .scripts import scripts_of
@@ -227,7 +227,7 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
-def admit_and_enqueue(broker: Any, offers: Sequence[Offer]) -> list[SendResult]:
+def admit_and_enqueue(broker: Any, offers: Sequence[Admission]) -> list[SendResult]:
     """Admit each job of ``offers`` to its channel and queue the message of each one
     admitted on ``broker`` (Dramatiq's Redis broker), in order, in one Redis round
     trip (one Lua script): "ok", "full" or "stopped" per offer. The gates share
@@ -252,7 +252,7 @@ def admit_and_enqueue(broker: Any, offers: Sequence[Offer]) -> list[SendResult]:
         raise BrokerUnavailableError(f"Redis unreachable for channel {channels}: {exc}") from exc
 
 
-def run_offers(script: Any, offers: Sequence[Offer], broker: Any) -> list[SendResult]:
+def run_offers(script: Any, offers: Sequence[Admission], broker: Any) -> list[SendResult]:
     """Run ``script`` (admit_and_enqueue.lua) for ``offers`` on ``broker``'s queues."""
     # The keys of each (channel, queue) pair go once: a batch of one channel's jobs
     # sends four keys, and four arguments a job.

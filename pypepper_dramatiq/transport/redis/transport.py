@@ -11,10 +11,10 @@ from typing import Any
 from dramatiq.common import dq_name
 
 from ..base import (
+    Admission,
     ChannelState,
     Gate,
     Notice,
-    Offer,
     SendResult,
     Subscribed,
     Subscription,
@@ -122,7 +122,7 @@ class RedisTransport(Transport):
     ) -> tuple[str, dict[str, Any]]:
         return layout.enqueue_options(queue_name, delay)
 
-    def admit_and_enqueue(self, offers: Sequence[Offer]) -> list[SendResult]:
+    def admit_and_enqueue(self, offers: Sequence[Admission]) -> list[SendResult]:
         return admit_and_enqueue(self.broker, offers)
 
     def channel_states(self) -> list[ChannelState] | None:

@@ -1,13 +1,13 @@
-"""``EndAudience``: a worker process publishes job ends only while someone listens."""
+"""``EndPublishing``: a worker process publishes job ends only while someone listens."""
 
 from __future__ import annotations
 
-from pypepper_dramatiq.channels.end_notices import EndAudience
+from pypepper_dramatiq.channels.end_notices import EndPublishing
 
 
-def quiet_since(at: float) -> EndAudience:
+def quiet_since(at: float) -> EndPublishing:
     """An audience that hears announcements and whose PUBLISH at ``at`` reached nobody."""
-    audience = EndAudience(quiet_seconds=5)
+    audience = EndPublishing(quiet_seconds=5)
     audience.hearing(True)
     epoch = audience.ask(at)
     assert epoch is not None
@@ -16,7 +16,7 @@ def quiet_since(at: float) -> EndAudience:
 
 
 def test_a_process_that_hears_no_announcements_publishes_every_end() -> None:
-    audience = EndAudience(quiet_seconds=5)
+    audience = EndPublishing(quiet_seconds=5)
     epoch = audience.ask(0.0)
     assert epoch is not None
     audience.answered(0, epoch, 0.0)  # nobody got it: but nobody could tell us otherwise
@@ -31,7 +31,7 @@ def test_an_end_nobody_got_makes_a_hearing_process_quiet_for_a_while() -> None:
 
 
 def test_an_end_somebody_got_keeps_it_publishing() -> None:
-    audience = EndAudience(quiet_seconds=5)
+    audience = EndPublishing(quiet_seconds=5)
     audience.hearing(True)
     epoch = audience.ask(0.0)
     assert epoch is not None
@@ -47,7 +47,7 @@ def test_an_announcement_ends_the_quiet_at_once() -> None:
 
 
 def test_a_nobody_answer_older_than_an_announcement_silences_nothing() -> None:
-    audience = EndAudience(quiet_seconds=5)
+    audience = EndPublishing(quiet_seconds=5)
     audience.hearing(True)
     epoch = audience.ask(0.0)  # a PUBLISH leaves, before the listener subscribed
     assert epoch is not None

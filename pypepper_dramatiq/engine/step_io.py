@@ -8,7 +8,7 @@ decides, again with compare-and-set. A stale or duplicate message fails the
 claim and is acknowledged without running user code.
 
 What an outcome's write holds and what must follow it is decided, without I/O,
-by :mod:`~pypepper_dramatiq.engine.outcomes`; :meth:`StepBook.record_outcome` is the
+by :mod:`~pypepper_dramatiq.engine.outcomes`; :meth:`StepIO.record_outcome` is the
 shell that writes it, decides again over a fresher row when only its hooks
 moved, and performs the effects (observers, notices, hooks, the held step).
 
@@ -177,7 +177,7 @@ def policy_of(task: dict[str, Any]) -> RetryPolicy:
     return TaskSpec.from_dict(task).policy
 
 
-def heal(store: IJobStore, scheduled: JobRecord) -> JobRecord:
+def store_missing_row(store: IJobStore, scheduled: JobRecord) -> JobRecord:
     """Write the Scheduled row its producer could not, and return the row as stored.
 
     ``scheduled`` is the job as its producer scheduled it (the first message's
@@ -199,7 +199,7 @@ def cursor_of(record: JobRecord) -> Position | None:
     return Position.from_list(cursor) if cursor else None
 
 
-class StepBook:
+class StepIO:
     """Claims and records steps in the job store for one worker process.
 
     Args:
@@ -401,7 +401,7 @@ class StepBook:
             raise StepSkipped(step.job_id, "deleted by retention: its message is dropped")
         if step.record is None:
             raise StepSkipped(step.job_id, "no such job in the store", dead=True)
-        record = heal(store, step.record)
+        record = store_missing_row(store, step.record)
         _log(
             "heal",
             step.job_id,
