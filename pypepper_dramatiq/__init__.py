@@ -9,7 +9,7 @@ their paths
 
 Importing the package imports no engine: each name is imported on first use
 (``from pypepper_dramatiq import Job`` imports the model only), and the job
-methods find the engine's gateway through ``model.job.runtime``, which
+methods find the engine's job I/O through ``model.job.runtime``, which
 ``setup()`` fills, or else the default provided here.
 """
 
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     )
     from .model.context import CANCEL_EVENT_KEY, Context
     from .model.executor import CallableExecutor, IExecutor, executor_registry
-    from .model.job import Job, JobGateway, chain
+    from .model.job import IJobIO, Job, chain
     from .model.task import Task
     from .model.workflow import TaskOutcome, Workflow, WorkflowResult
     from .records.recurring import RecurringSchedule
@@ -188,14 +188,14 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_HOMES})
 
 
-def _engine_gateway() -> JobGateway:
-    """The gateway the job methods use when ``setup()`` installed none: the engine's."""
-    from .engine.job_io import GATEWAY
+def _engine_job_io() -> IJobIO:
+    """The job I/O the job methods use when ``setup()`` installed none: the engine's."""
+    from .engine.job_io import JOB_IO
 
-    return GATEWAY
+    return JOB_IO
 
 
-_job_runtime.provide_default(_engine_gateway)
+_job_runtime.provide_default(_engine_job_io)
 
 __version__ = "0.1.0"
 

@@ -4,11 +4,11 @@ from .model.job import (
     CANCEL_ATTEMPTS,
     CANCEL_EVENT_KEY,
     SAVE_ATTEMPTS,
+    IJobIO,
     Job,
-    JobGateway,
     Scheduled,
     chain,
-    use_gateway,
+    use_job_io,
 )
 
 __all__ = [
@@ -18,6 +18,6 @@ __all__ = [
     "Scheduled",
     "SAVE_ATTEMPTS",
     "CANCEL_ATTEMPTS",
-    "JobGateway",
-    "use_gateway",
+    "IJobIO",
+    "use_job_io",
 ]

@@ -2,8 +2,8 @@
 
 The :class:`~pypepper_dramatiq.model.job.Job` of pypepper's scheduler keeps its methods
 (``scheduled()``, ``save()``, ``persist()``, ``cancel()``, ``cancel_saved()``,
-``get_saved()``), but does no I/O of its own: each delegates to the gateway of
-:data:`~pypepper_dramatiq.model.job.runtime`, this module's :data:`GATEWAY`
+``get_saved()``), but does no I/O of its own: each delegates to the job I/O of
+:data:`~pypepper_dramatiq.model.job.runtime`, this module's :data:`JOB_IO`
 (``setup()`` installs it; without setup, the package provides it on first use),
 so the model sits below the stores and channels it is written to. Importing
 this module changes nothing.
@@ -65,7 +65,7 @@ CONFLICT_ATTEMPTS = 5
 HANDOFF_SECONDS = 15.0
 
 
-class Gateway:
+class JobIO:
     """The model's way to the job store, the channels and the other workers."""
 
     # -- scheduling -------------------------------------------------------------------
@@ -685,7 +685,7 @@ def schedule_many(jobs: Iterable[Job], **options: object) -> list[Scheduled]:
             f"schedule_many() takes no scheduling options (got {names}): "
             "schedule such jobs one by one with job.scheduled(...)"
         )
-    return GATEWAY.schedule_many(jobs)
+    return JOB_IO.schedule_many(jobs)
 
 
 def release_held(
@@ -925,7 +925,7 @@ def _require_sync() -> None:
     )
 
 
-#: The engine's gateway: ``setup()`` installs it as the job methods' gateway
+#: The engine's job I/O: ``setup()`` installs it as the job methods' I/O
 #: (``model.job.runtime``), and the package provides it as the default one.
 #: It holds no state of its own.
-GATEWAY = Gateway()
+JOB_IO = JobIO()

@@ -1,7 +1,7 @@
 """What the retry of an ended job starts with: the decisions, pure (no I/O).
 
 ``Job.retry_saved(job_id, from_task)`` makes a new job of a Failed or
-Cancelled one: the gateway reads the original's row and schedules the record
+Cancelled one: the job I/O reads the original's row and schedules the record
 :func:`retry_record` makes of it. The new job
 
 * resumes where the original stopped: at the task of its stored cursor (the

@@ -32,7 +32,7 @@ from .workflow import Workflow
 __all__ = [
     "CANCEL_EVENT_KEY",
     "Job",
-    "JobGateway",
+    "IJobIO",
     "JobRuntime",
     "ScheduleOptions",
     "chain",
@@ -104,9 +104,9 @@ class ScheduleOptions:
         return self.key is not None or bool(self.waits.parents) or self.connection is not None
 
 
-class JobGateway(Protocol):
+class IJobIO(Protocol):
     """What a :class:`Job` asks of the world outside the model (the engine's
-    :class:`~pypepper_dramatiq.engine.job_io.Gateway`, found through :data:`runtime`)."""
+    :class:`~pypepper_dramatiq.engine.job_io.JobIO`, found through :data:`runtime`)."""
 
     def schedule(self, job: Job, options: ScheduleOptions | None = None) -> str: ...
     def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]: ...
@@ -123,9 +123,9 @@ class JobGateway(Protocol):
 
 
 class JobRuntime:
-    """Where the job methods that do I/O find their :class:`JobGateway`.
+    """Where the job methods that do I/O find their :class:`IJobIO`.
 
-    ``setup()`` installs the engine's gateway (:meth:`install`); without it (the
+    ``setup()`` installs the engine's job I/O (:meth:`install`); without it (the
     embedded default) the package names, when it is imported, how to find one on
     first use (:meth:`provide_default`), so that importing the model imports no
     engine. Thread-safe: the default is resolved once.
@@ -133,49 +133,49 @@ class JobRuntime:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._gateway: JobGateway | None = None
-        self._default: Callable[[], JobGateway] | None = None
+        self._job_io: IJobIO | None = None
+        self._default: Callable[[], IJobIO] | None = None
 
-    def install(self, gateway: JobGateway) -> None:
-        """Make ``gateway`` the one the job methods use from now on."""
+    def install(self, job_io: IJobIO) -> None:
+        """Make ``job_io`` the one the job methods use from now on."""
         with self._lock:
-            self._gateway = gateway
+            self._job_io = job_io
 
-    def provide_default(self, find: Callable[[], JobGateway]) -> None:
-        """``find()`` gives the gateway used when none was installed (called once,
+    def provide_default(self, find: Callable[[], IJobIO]) -> None:
+        """``find()`` gives the job I/O used when none was installed (called once,
         on the first job method that needs one)."""
         with self._lock:
             self._default = find
 
     @property
-    def gateway(self) -> JobGateway:
-        """The installed gateway, or the default one (resolved now if not yet).
+    def job_io(self) -> IJobIO:
+        """The installed job I/O, or the default one (resolved now if not yet).
 
         Raises:
             RuntimeError: none was installed and no default was provided.
         """
-        gateway = self._gateway
-        if gateway is not None:
-            return gateway
+        job_io = self._job_io
+        if job_io is not None:
+            return job_io
         with self._lock:
-            if self._gateway is None:
+            if self._job_io is None:
                 if self._default is None:
                     raise RuntimeError(
-                        "no job gateway: call pypepper_dramatiq.setup() or import "
+                        "no job I/O: call pypepper_dramatiq.setup() or import "
                         "pypepper_dramatiq, which provides the default one"
                     )
-                self._gateway = self._default()
-            return self._gateway
+                self._job_io = self._default()
+            return self._job_io
 
 
 #: The process's job runtime: one per process, as the job store and the broker are.
 runtime = JobRuntime()
 
 
-def use_gateway(gateway: JobGateway) -> None:
-    """Install the gateway the job methods that do I/O delegate to
+def use_job_io(job_io: IJobIO) -> None:
+    """Install the job I/O the job methods that do I/O delegate to
     (:meth:`JobRuntime.install`; ``setup()`` does it)."""
-    runtime.install(gateway)
+    runtime.install(job_io)
 
 
 class Job:
@@ -335,7 +335,7 @@ class Job:
             max_start_delay=max_start_delay,
             connection=connection,
         )
-        return runtime.gateway.schedule(self, options)
+        return runtime.job_io.schedule(self, options)
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:
         """:meth:`scheduled` for async code (``await job.scheduled_async()``).
@@ -361,7 +361,7 @@ class Job:
         The row keeps who cancelled (``by``, default ``"api"``) and this host
         (``state["cancelled_by"]``), which the dashboard's timeline shows.
         """
-        return runtime.gateway.cancel(self, by)
+        return runtime.job_io.cancel(self, by)
 
     @staticmethod
     def cancel_saved(job_id: str, by: str = BY_API) -> bool:
@@ -379,7 +379,7 @@ class Job:
                 Cancelled already (``exc.status`` names it).
             StoreError: the store failed.
         """
-        return runtime.gateway.cancel_saved(job_id, by)
+        return runtime.job_io.cancel_saved(job_id, by)
 
     @staticmethod
     def retry_saved(job_id: str, from_task: str | None = None) -> str:
@@ -424,7 +424,7 @@ class Job:
                 for ``scheduled()``; nothing was stored.
             StoreError: the store failed.
         """
-        return runtime.gateway.retry_saved(job_id, from_task)
+        return runtime.job_io.retry_saved(job_id, from_task)
 
     # -- persistence --------------------------------------------------------
 
@@ -436,7 +436,7 @@ class Job:
             ValueError, TypeError: the row cannot hold a value of the job (named,
                 as ``scheduled()`` names it); nothing was written.
         """
-        return runtime.gateway.save(self)
+        return runtime.job_io.save(self)
 
     def persist(self, attempts: int = SAVE_ATTEMPTS) -> bool:
         """:meth:`save`, retried; never raises for store failures (a value the row
@@ -448,7 +448,7 @@ class Job:
         skipped for a stale version is retried on the stored version (and its
         stored progress) only when the stored status may be overwritten by ours.
         """
-        return runtime.gateway.persist(self, attempts)
+        return runtime.job_io.persist(self, attempts)
 
     @property
     def write_lock(self) -> threading.RLock:
@@ -495,7 +495,7 @@ class Job:
                 or by another program); the error names the job and the column.
             StoreError: the store failed.
         """
-        return runtime.gateway.get_saved(job_id)
+        return runtime.job_io.get_saved(job_id)
 
     # -- waiting for the outcome --------------------------------------------
 
@@ -526,23 +526,23 @@ class Job:
             StoreError: the store failed at the first read (later outages of
                 the store are waited out).
         """
-        return runtime.gateway.wait(self.id, timeout)
+        return runtime.job_io.wait(self.id, timeout)
 
     async def wait_async(self, timeout: float | timedelta | None = None) -> JobRecord:
         """:meth:`wait` for async code (``await job.wait_async()``): it holds no thread
         while it waits and does not block the event loop (the reads of the row
         run on worker threads). Same results and errors, but no RuntimeError."""
-        return await runtime.gateway.wait_async(self.id, timeout)
+        return await runtime.job_io.wait_async(self.id, timeout)
 
     @staticmethod
     def wait_saved(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
         """:meth:`wait` for the stored job ``job_id``, from any process."""
-        return runtime.gateway.wait(job_id, timeout)
+        return runtime.job_io.wait(job_id, timeout)
 
     @staticmethod
     async def wait_saved_async(job_id: str, timeout: float | timedelta | None = None) -> JobRecord:
         """:meth:`wait_async` for the stored job ``job_id``, from any process."""
-        return await runtime.gateway.wait_async(job_id, timeout)
+        return await runtime.job_io.wait_async(job_id, timeout)
 
     def result(self, name: str, workflow: int | None = None) -> Any:
         """The stored result of this job's task named ``name``.
@@ -568,7 +568,7 @@ class Job:
                 name (pass ``workflow``; the message names their positions).
             UnknownJobError: the job is not stored.
         """
-        record = runtime.gateway.get_saved(self.id)
+        record = runtime.job_io.get_saved(self.id)
         if record is None:
             raise UnknownJobError(self.id)
         return record.result(name, workflow)

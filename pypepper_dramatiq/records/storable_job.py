@@ -3,7 +3,7 @@
 :mod:`~pypepper_dramatiq.limits.storable` says what a column holds; this applies it to a
 job's row as :meth:`Job.to_record <pypepper_dramatiq.model.job.Job.to_record>` builds
 it: the id, channel id, category and unique key, and every string of the stored
-workflows (task names, parameters and their keys, tags...). The gateway calls it
+workflows (task names, parameters and their keys, tags...). The job I/O calls it
 before anything is stored or sent (``scheduled()``, ``schedule_many()``,
 ``save()``, ``retry_saved()``, a recurring schedule's template), whatever the
 store: the in-memory store refuses what PostgreSQL or MySQL could not keep, so

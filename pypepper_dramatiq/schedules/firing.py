@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from ..engine.job_io import GATEWAY
+from ..engine.job_io import JOB_IO
 from ..errors import DuplicateJobError, UnknownScheduleError
 from ..model.job import Job, ScheduleOptions
 from ..ops import observers
@@ -243,7 +243,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:
     )
     key = OVERLAP_KEY.format(name=schedule.name) if schedule.overlap == "skip" else None
     try:
-        in_charge = GATEWAY.schedule(
+        in_charge = JOB_IO.schedule(
             job,
             ScheduleOptions(
                 eta=slot,

@@ -16,8 +16,8 @@ from dramatiq.brokers.stub import StubBroker
 from driver import test_waits
 
 from pypepper_dramatiq import Job, Status, setup
-from pypepper_dramatiq.engine.job_io import GATEWAY
-from pypepper_dramatiq.model.job import JobGateway, JobRuntime, ScheduleOptions, runtime
+from pypepper_dramatiq.engine.job_io import JOB_IO
+from pypepper_dramatiq.model.job import IJobIO, JobRuntime, ScheduleOptions, runtime
 from pypepper_dramatiq.rules.start_times import StartOptions
 
 from . import test_duration_bounds, test_start_times
@@ -88,7 +88,7 @@ def test_the_options_keep_their_checked_forms_and_read_after_once() -> None:
 def test_importing_the_model_imports_no_engine() -> None:
     """In a fresh interpreter: the model alone (and the seed path of ``Job``) loads no
     module of the engine or the drivers; the package's first job method then finds
-    the engine's gateway (the embedded default) and schedules."""
+    the engine's job I/O (the embedded default) and schedules."""
     script = """
 import sys
 import pypepper_dramatiq.model.job
@@ -119,25 +119,25 @@ def test_scheduled_works_after_importing_the_package_normally() -> None:
     assert saved is not None and saved.not_before is not None
 
 
-def test_setup_installs_the_engine_s_gateway(fresh_process_state: StubBroker) -> None:
+def test_setup_installs_the_engine_s_job_io(fresh_process_state: StubBroker) -> None:
     setup(broker=fresh_process_state)
-    assert runtime.gateway is GATEWAY
+    assert runtime.job_io is JOB_IO
 
 
-def test_a_runtime_with_no_gateway_says_how_to_get_one() -> None:
+def test_a_runtime_with_no_job_io_says_how_to_get_one() -> None:
     empty = JobRuntime()
     with pytest.raises(RuntimeError, match="setup"):
-        _ = empty.gateway
-    found: list[JobGateway] = []
+        _ = empty.job_io
+    found: list[IJobIO] = []
 
-    def find() -> JobGateway:
-        found.append(GATEWAY)
-        return GATEWAY
+    def find() -> IJobIO:
+        found.append(JOB_IO)
+        return JOB_IO
 
     empty.provide_default(find)
-    assert empty.gateway is GATEWAY and empty.gateway is GATEWAY
+    assert empty.job_io is JOB_IO and empty.job_io is JOB_IO
     assert len(found) == 1  # resolved once
     other = JobRuntime()
     other.provide_default(find)
-    other.install(GATEWAY)
-    assert other.gateway is GATEWAY and len(found) == 1  # installed: no default asked
+    other.install(JOB_IO)
+    assert other.job_io is JOB_IO and len(found) == 1  # installed: no default asked

@@ -25,7 +25,7 @@ SEED_EXPORTS: dict[str, list[str]] = {
                  "ASYNC_CLEANUP_SECONDS", "IExecutor", "running_job", "run_awaitable",
                  "CallableExecutor", "ExecutorRegistry", "executor_registry"],
     "job": ["CANCEL_EVENT_KEY", "Job", "chain", "Scheduled", "SAVE_ATTEMPTS", "CANCEL_ATTEMPTS",
-            "JobGateway", "use_gateway"],
+            "IJobIO", "use_job_io"],
     "task": ["Task"],
     "worker": ["Worker"],
     "workflow": ["TIMEOUT_POOL_SIZE", "TaskOutcome", "WorkflowResult", "Workflow"],

@@ -15,7 +15,7 @@ from dramatiq.middleware import TimeLimit
 from ...channels.broker import set_broker
 from ...channels.channel import manager
 from ...config import config, count, section
-from ...engine.job_io import GATEWAY
+from ...engine.job_io import JOB_IO
 from ...errors import ConfigError
 from ...metrics.prometheus import install_metrics
 from ...metrics.tracing import install_tracing
@@ -148,7 +148,7 @@ def setup(
     continue_seconds: float | None = None,
 ) -> Broker:
     """Install the broker, the middleware, the step actor, the job store and the
-    engine's gateway (the job methods' I/O).
+    engine's job I/O (what the job methods call).
 
     Talks to no Redis or RabbitMQ: the Redis broker's connection pool (RabbitMQ's
     connection) connects on first
@@ -273,7 +273,7 @@ def setup(
         setup_from_config({"scheduler": {"jobStore": store_options}})
     # The transport is chosen here, once.
     set_broker(broker, transport_for(broker, installed_job_store()))
-    runtime.install(GATEWAY)  # the job methods' I/O goes through the engine
+    runtime.install(JOB_IO)  # the job methods' I/O goes through the engine
     declare_step_actor(broker)
     guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
     manager.clear()

@@ -19,7 +19,7 @@ from datetime import datetime
 from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
 from ...engine import step_io, waiting
-from ...engine.job_io import GATEWAY
+from ...engine.job_io import JOB_IO
 from ...engine.running import running_here
 from ...errors import (
     CorruptRecordError,
@@ -397,7 +397,7 @@ class Worker:
         job.error = missed_deadline(job.start_deadline, utcnow())
         job.state = counting(job.state)  # told below: no sweep leader counts it again
         _log(job, "deadline_cancel")
-        written = GATEWAY.persist_own(job, SAVE_ATTEMPTS)
+        written = JOB_IO.persist_own(job, SAVE_ATTEMPTS)
         if written is not None:
             # Told only if this write ended it (not a cancel stored meanwhile).
             if written and observers.observing():
