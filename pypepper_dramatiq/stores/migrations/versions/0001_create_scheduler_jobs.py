@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql, postgresql
+
+from pypepper_dramatiq.stores.schema import json_type, timestamp_type
 
 revision: str = "0001"
 down_revision: str | None = None
-branch_labels: str | None = None
-depends_on: str | None = None
 
 
 def upgrade() -> None:
-    timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-    json = sa.JSON(none_as_null=True).with_variant(
-        postgresql.JSONB(none_as_null=True), "postgresql"
-    )
+    timestamp = timestamp_type()
+    json = json_type()
     # MySQL only accepts an expression default on JSON columns from 8.0.13; the
     # store always writes ``state``, so the server default is a PostgreSQL nicety.
     is_postgres = op.get_bind().dialect.name == "postgresql"

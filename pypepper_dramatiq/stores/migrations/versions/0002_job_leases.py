@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql
+
+from pypepper_dramatiq.stores.schema import timestamp_type
 
 revision: str = "0002"
 down_revision: str | None = "0001"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 #: Serves ``WHERE status = 'InProgress' AND lease_expires < :now ORDER BY lease_expires``.
 INDEX = "ix_scheduler_jobs_status_lease_expires"
 
 
 def upgrade() -> None:
-    timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    timestamp = timestamp_type()
     op.add_column("scheduler_jobs", sa.Column("lease_owner", sa.String(128), nullable=True))
     op.add_column("scheduler_jobs", sa.Column("lease_expires", timestamp, nullable=True))
     op.create_index(INDEX, "scheduler_jobs", ["status", "lease_expires"])

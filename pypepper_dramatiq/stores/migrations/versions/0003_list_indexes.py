@@ -14,8 +14,6 @@ from alembic import op
 
 revision: str = "0003"
 down_revision: str | None = "0002"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 BY_STATUS = "ix_scheduler_jobs_status_created"
 BY_CHANNEL = "ix_scheduler_jobs_channel_status_created"

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql
+
+from pypepper_dramatiq.stores.schema import timestamp_type
 
 revision: str = "0004"
 down_revision: str | None = "0003"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 #: Serves ``WHERE status = 'Scheduled' AND release_at <= :until ORDER BY release_at``.
 BY_RELEASE = "ix_scheduler_jobs_status_release_at"
@@ -33,7 +32,7 @@ BY_DEADLINE = "ix_scheduler_jobs_status_start_deadline"
 
 
 def upgrade() -> None:
-    timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    timestamp = timestamp_type()
     for column in ("not_before", "release_at", "start_deadline"):
         op.add_column("scheduler_jobs", sa.Column(column, timestamp, nullable=True))
     op.create_index(BY_RELEASE, "scheduler_jobs", ["status", "release_at"])

@@ -20,30 +20,21 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.dialects import mysql
+
+from pypepper_dramatiq.stores.schema import exact_text, json_type, timestamp_type
 
 revision: str = "0005"
 down_revision: str | None = "0004"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 ACTIVE_KEY = "CASE WHEN status IN ('Scheduled', 'InProgress') THEN unique_key END"
 BY_KEY = "ux_scheduler_jobs_active_key"
 BY_WAIT = "ix_scheduler_jobs_waiting_since"
 
 
-def exact_text(length: int) -> sa.types.TypeEngine[str]:
-    """Compared as written (MySQL's default collations ignore case and accents)."""
-    return sa.String(length).with_variant(
-        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
-    )
-
-
 def upgrade() -> None:
-    timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-    json = sa.JSON(none_as_null=True).with_variant(
-        postgresql.JSONB(none_as_null=True), "postgresql"
-    )
+    timestamp = timestamp_type()
+    json = json_type()
     op.add_column("scheduler_jobs", sa.Column("unique_key", exact_text(191), nullable=True))
     op.add_column("scheduler_jobs", sa.Column("waits", json, nullable=True))
     op.add_column("scheduler_jobs", sa.Column("waiting_since", timestamp, nullable=True))

@@ -19,8 +19,6 @@ from alembic import op
 
 revision: str = "0006"
 down_revision: str | None = "0005"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 BY_CATEGORY = "ix_scheduler_jobs_category_status_created"
 LINKS = "scheduler_job_links"

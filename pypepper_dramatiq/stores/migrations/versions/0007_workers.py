@@ -17,22 +17,19 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql, postgresql
+
+from pypepper_dramatiq.stores.schema import json_type, timestamp_type
 
 revision: str = "0007"
 down_revision: str | None = "0006"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 WORKERS = "scheduler_workers"
 BY_LAST_SEEN = "ix_scheduler_workers_last_seen"
 
 
 def upgrade() -> None:
-    timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-    json = sa.JSON(none_as_null=True).with_variant(
-        postgresql.JSONB(none_as_null=True), "postgresql"
-    )
+    timestamp = timestamp_type()
+    json = json_type()
     op.create_table(
         WORKERS,
         sa.Column("owner", sa.String(128), primary_key=True),

@@ -21,8 +21,6 @@ from alembic import op
 
 revision: str = "0008"
 down_revision: str | None = "0007"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 RECURRING = sa.table("scheduler_recurring", sa.column("name"), sa.column("cron"))
 

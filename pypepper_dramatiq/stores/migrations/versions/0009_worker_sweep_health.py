@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from pypepper_dramatiq.stores.schema import json_type
 
 revision: str = "0009"
 down_revision: str | None = "0008"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 WORKERS = "scheduler_workers"
 
 
 def upgrade() -> None:
-    json = sa.JSON(none_as_null=True).with_variant(
-        postgresql.JSONB(none_as_null=True), "postgresql"
-    )
+    json = json_type()
     op.add_column(WORKERS, sa.Column("sweep", json, nullable=True))
 
 

@@ -16,8 +16,6 @@ from alembic import op
 
 revision: str = "0010"
 down_revision: str | None = "0009"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 BY_UPDATE = "ix_scheduler_jobs_status_updated"
 

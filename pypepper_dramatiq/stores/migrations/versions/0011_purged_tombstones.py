@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql
+
+from pypepper_dramatiq.stores.schema import timestamp_type
 
 revision: str = "0011"
 down_revision: str | None = "0010"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 PURGED = "scheduler_purged"
 BY_PURGED_AT = "ix_scheduler_purged_purged_at"
 
 
 def upgrade() -> None:
-    timestamp = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    timestamp = timestamp_type()
     op.create_table(
         PURGED,
         sa.Column("job_id", sa.String(64), primary_key=True),

@@ -30,8 +30,6 @@ from alembic import op
 
 revision: str = "0012"
 down_revision: str | None = "0011"
-branch_labels: str | None = None
-depends_on: str | None = None
 
 CHANNELS = "scheduler_channels"
 SLOTS = "scheduler_channel_slots"
