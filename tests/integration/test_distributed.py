@@ -64,9 +64,12 @@ def test_two_workers_share_a_channel_and_run_every_task_once(cluster: Cluster) -
         cluster.start_worker(threads=4, wait=False)
     for worker in cluster.workers:
         worker.wait_ready()
+    # Each first task lasts long enough (30 x 0.5 s over 4 threads: about 4 s for one
+    # process alone) that the other process, which fetches at least once a second, takes
+    # some: with 50 ms tasks a process busy with the machine's other work missed them all.
     jobs = [
         cluster.schedule(
-            probe.task(name="a", value=i, sleep=0.05), probe.task(name="b", value=1, add_to="a")
+            probe.task(name="a", value=i, sleep=0.5), probe.task(name="b", value=1, add_to="a")
         )
         for i in range(30)
     ]
