@@ -1,25 +1,7 @@
 """The pypepper.scheduler import path for the process-wide job store (:mod:`.stores.registry`)."""
 
-from .stores.registry import (
-    BACKENDS,
-    IJobStore,
-    JobRecord,
-    PersistenceWarning,
-    configure_job_store,
-    get_job_store,
-    reset_job_store,
-    set_job_store,
-    setup_from_config,
-)
+from .stores import registry
+from .stores.registry import *  # noqa: F403 (a thin re-export of the registry's names)
 
-__all__ = [
-    "BACKENDS",
-    "IJobStore",
-    "JobRecord",
-    "PersistenceWarning",
-    "configure_job_store",
-    "get_job_store",
-    "reset_job_store",
-    "set_job_store",
-    "setup_from_config",
-]
+__all__: list[str] = []
+__all__ += registry.__all__

@@ -73,67 +73,17 @@ logger = get_logger(__name__)
 #: Every metric's name starts with this.
 PREFIX = "pypepper_"
 
+#: The seconds every duration histogram has: 50 ms to a minute.
+_COMMON_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_INF = float("inf")
+#: Two minutes to six hours, for what may run long.
+_HOURS = (120.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
 #: Seconds, for a job's run (first start to end): a second to a day.
-JOB_BUCKETS = (
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    900.0,
-    1800.0,
-    3600.0,
-    7200.0,
-    21600.0,
-    86400.0,
-    float("inf"),
-)
+JOB_BUCKETS = (*_COMMON_BUCKETS, *_HOURS, 86400.0, _INF)
 #: Seconds, for one attempt of a task.
-TASK_BUCKETS = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-    float("inf"),
-)
+TASK_BUCKETS = (0.005, 0.01, 0.025, *_COMMON_BUCKETS, 300.0, 900.0, 3600.0, _INF)
 #: Seconds from a job's planned start to its first step's claim.
-START_DELAY_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-    float("inf"),
-)
+START_DELAY_BUCKETS = (0.01, 0.025, *_COMMON_BUCKETS, 300.0, 900.0, 3600.0, _INF)
 
 #: The ``status`` labels of ``pypepper_jobs_ended_total``.
 ENDED_STATUSES = (Status.COMPLETED.value, Status.FAILED.value, Status.CANCELLED.value)

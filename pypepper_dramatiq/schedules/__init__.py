@@ -4,24 +4,8 @@ The cron expressions they fire on are read by :mod:`pypepper_dramatiq.rules.cron
 their stored form is :class:`pypepper_dramatiq.records.recurring.RecurringSchedule`.
 """
 
-from .firing import (
-    RecurringSchedule,
-    fire_due,
-    list_recurring,
-    pause_recurring,
-    recurring,
-    remove_recurring,
-    resume_recurring,
-    trigger_recurring,
-)
+from . import firing
+from .firing import *  # noqa: F403 (the package's names are its firing API's)
 
-__all__ = [
-    "RecurringSchedule",
-    "fire_due",
-    "list_recurring",
-    "pause_recurring",
-    "recurring",
-    "remove_recurring",
-    "resume_recurring",
-    "trigger_recurring",
-]
+__all__: list[str] = []
+__all__ += firing.__all__

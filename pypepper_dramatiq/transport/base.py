@@ -19,7 +19,7 @@ import abc
 import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import dramatiq
 
@@ -215,20 +215,16 @@ class Transport(abc.ABC):
     #: Where the channels' state is read, for people ("Redis", "this process").
     where: str
 
-    @property
-    @abc.abstractmethod
-    def shared(self) -> bool:
-        """Whether other processes share this state: workers elsewhere take the
-        jobs, the broker keeps a message's delay, and the workers' recovery sweep
-        releases the jobs held in the store (a long delay, a wait, a transaction).
-        False in-process: the message goes at once, and this process holds the jobs
-        it sent until it takes them."""
+    #: Whether other processes share this state: workers elsewhere take the jobs,
+    #: the broker keeps a message's delay, and the workers' recovery sweep releases
+    #: the jobs held in the store (a long delay, a wait, a transaction). False
+    #: in-process: the message goes at once, and this process holds the jobs it sent
+    #: until it takes them.
+    shared: ClassVar[bool]
 
-    @property
-    @abc.abstractmethod
-    def takes_undeclared_queues(self) -> bool:
-        """Whether the broker takes a message for a queue this process never declared
-        (declaring one in a worker process makes it consume that queue)."""
+    #: Whether the broker takes a message for a queue this process never declared
+    #: (declaring one in a worker process makes it consume that queue).
+    takes_undeclared_queues: ClassVar[bool]
 
     # -- admission -----------------------------------------------------------------------
 

@@ -102,13 +102,8 @@ class LocalTransport(Transport):
 
     where = "this process"
 
-    @property
-    def shared(self) -> bool:
-        return False
-
-    @property
-    def takes_undeclared_queues(self) -> bool:
-        return False
+    shared = False
+    takes_undeclared_queues = False
 
     def gate(self, channel_id: str, maxsize: int | None = None) -> Gate:
         return LocalGate(maxsize, channel_id)

@@ -33,6 +33,10 @@ class PostgresTransport(Transport):
     """
 
     where = "PostgreSQL"
+    shared = True
+    # Dramatiq's RabbitmqBroker declares the queue itself as it enqueues
+    # (``declare_queue(..., ensure=True)``): no message is dropped for want of one.
+    takes_undeclared_queues = True
 
     def __init__(self, engine: Engine, broker: Any = None) -> None:
         self.engine = engine
@@ -48,16 +52,6 @@ class PostgresTransport(Transport):
     def close(self) -> None:
         """Give up the leader lock and its connection (the pool is the engine's)."""
         self._leader.release()
-
-    @property
-    def shared(self) -> bool:
-        return True
-
-    @property
-    def takes_undeclared_queues(self) -> bool:
-        # Dramatiq's RabbitmqBroker declares the queue itself as it enqueues
-        # (``declare_queue(..., ensure=True)``): no message is dropped for want of one.
-        return True
 
     # -- admission -----------------------------------------------------------------------
 

@@ -72,6 +72,8 @@ class RedisTransport(Transport):
     """
 
     where = "Redis"
+    shared = True
+    takes_undeclared_queues = True
     message_id_option = "redis_message_id"
 
     def __init__(self, client: Any, broker: Any = None) -> None:
@@ -100,14 +102,6 @@ class RedisTransport(Transport):
     def close(self) -> None:
         """Close the client's connections."""
         self.client.close()
-
-    @property
-    def shared(self) -> bool:
-        return True
-
-    @property
-    def takes_undeclared_queues(self) -> bool:
-        return True
 
     # -- admission -----------------------------------------------------------------------
 
