@@ -15,14 +15,13 @@ failed round trip raises to every caller of its batch.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Literal
 
 from sqlalchemy import Engine, text
 
 from ...ops.group_commit import Combiner
+from ..per_client import PerClient
 from .outage import run
 
 __all__ = ["StatementBatcher", "batcher_of", "send"]
@@ -86,19 +85,8 @@ class StatementBatcher:
         return [None] * len(commands)
 
 
-_batchers: weakref.WeakKeyDictionary[Engine, StatementBatcher] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
-def batcher_of(engine: Engine) -> StatementBatcher:
-    """The one :class:`StatementBatcher` of ``engine`` in this process."""
-    batcher = _batchers.get(engine)
-    if batcher is None:
-        with _lock:
-            batcher = _batchers.get(engine)
-            if batcher is None:
-                batcher = _batchers[engine] = StatementBatcher(engine)
-    return batcher
+#: The one :class:`StatementBatcher` of an engine in this process.
+batcher_of: PerClient[StatementBatcher] = PerClient(StatementBatcher)
 
 
 def send(engine: Engine, command: Command) -> None:

@@ -21,12 +21,11 @@ connection dropped.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from ...ops.group_commit import Combiner
+from ..per_client import PerClient
 
 __all__ = ["CommandBatcher", "batcher_of", "send"]
 
@@ -67,19 +66,8 @@ class CommandBatcher:
         return list(pipeline.execute(raise_on_error=False))
 
 
-_batchers: weakref.WeakKeyDictionary[Any, CommandBatcher] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
-def batcher_of(client: Any) -> CommandBatcher:
-    """The one :class:`CommandBatcher` of ``client`` in this process."""
-    batcher = _batchers.get(client)
-    if batcher is None:
-        with _lock:
-            batcher = _batchers.get(client)
-            if batcher is None:
-                batcher = _batchers[client] = CommandBatcher(client)
-    return batcher
+#: The one :class:`CommandBatcher` of a Redis client in this process.
+batcher_of: PerClient[CommandBatcher] = PerClient(CommandBatcher)
 
 
 def send(client: Any, *command: Any) -> Any:

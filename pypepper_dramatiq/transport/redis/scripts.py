@@ -7,12 +7,12 @@ registered once per Redis client.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import Any
+
+from ..per_client import PerClient
 
 #: The scripts, by the name of their file (without ``.lua``).
 NAMES = ("admit", "check", "admit_released", "admit_and_enqueue", "set_bound")
@@ -35,18 +35,9 @@ class Scripts:
     set_bound: Any
 
 
-_registered: weakref.WeakKeyDictionary[Any, Scripts] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+def _register(client: Any) -> Scripts:
+    return Scripts(**{name: client.register_script(source(name)) for name in NAMES})
 
 
-def scripts_of(client: Any) -> Scripts:
-    """The scripts registered on ``client``, registered on its first use."""
-    found = _registered.get(client)
-    if found is None:
-        with _lock:
-            found = _registered.get(client)
-            if found is None:
-                found = _registered[client] = Scripts(
-                    **{name: client.register_script(source(name)) for name in NAMES}
-                )
-    return found
+#: The scripts registered on a Redis client, registered on its first use.
+scripts_of: PerClient[Scripts] = PerClient(_register)
