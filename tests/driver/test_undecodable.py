@@ -164,6 +164,14 @@ def test_outside_a_consumer_thread_the_inner_encoder_answers_unchanged() -> None
     assert guarded.encode({"a": 1}) == JSONEncoder().encode({"a": 1})
 
 
+def test_a_new_encoder_of_the_installed_class_works_without_arguments() -> None:
+    # Dramatiq's own tests (and users) subclass type(dramatiq.get_encoder()) and make one
+    # with no arguments: it wraps Dramatiq's JSON encoder.
+    fresh = type(GuardedEncoder(JSONEncoder()))()
+    assert fresh.decode(fresh.encode({"a": [1, 2]})) == {"a": [1, 2]}
+    assert isinstance(fresh.inner, JSONEncoder)
+
+
 def test_in_a_consumer_thread_bad_data_decodes_to_a_placeholder_and_good_data_as_before() -> None:
     guarded = GuardedEncoder(JSONEncoder())
     broker = StubBroker()

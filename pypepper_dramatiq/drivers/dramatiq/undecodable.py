@@ -42,7 +42,7 @@ import dramatiq
 from dramatiq import Message
 from dramatiq import worker as dramatiq_worker
 from dramatiq.broker import Broker
-from dramatiq.encoder import Encoder, MessageData
+from dramatiq.encoder import Encoder, JSONEncoder, MessageData
 from dramatiq.errors import DecodeError
 from dramatiq.middleware import Middleware
 
@@ -238,10 +238,13 @@ class GuardedEncoder(Encoder):
 
     Args:
         inner: the encoder that was set (Dramatiq's JSON one unless you chose another).
+            Without one, Dramatiq's JSON encoder: code that makes a new encoder of the
+            installed encoder's class (``type(dramatiq.get_encoder())()``, as
+            Dramatiq's own tests do) gets a working one.
     """
 
-    def __init__(self, inner: Encoder) -> None:
-        self.inner = inner
+    def __init__(self, inner: Encoder | None = None) -> None:
+        self.inner = inner if inner is not None else JSONEncoder()
 
     def encode(self, data: MessageData) -> bytes:
         encoded: bytes = self.inner.encode(data)
