@@ -39,7 +39,7 @@ from datetime import timedelta
 from ..errors import StoreUnavailableError, UnknownJobError, WaitInsideJobError, WaitTimeoutError
 from ..model.executor import running_job
 from ..ops.logs import get_logger
-from ..ops.outage import REDIS, broker_unreachable, shared_outage
+from ..ops.outage import broker_unreachable, shared_outage
 from ..records.record import JobRecord
 from ..rules.start_times import duration
 from ..stores.registry import get_job_store
@@ -228,7 +228,7 @@ class EndedListener(Listener):
         self._settle_at: float | None = None
         self._started = False
         self._stop_event = threading.Event()
-        self._outage = shared_outage(REDIS)
+        self._outage = shared_outage(transport.where)
 
     @property
     def stopping(self) -> bool:

@@ -117,15 +117,16 @@ class OutageLog:
             )
 
 
-#: The services shared outage logs are kept for.
-REDIS, JOB_STORE = "Redis", "job store"
+#: The job store's shared outage log; the transport's and the broker's are named after
+#: their servers ("Redis", "PostgreSQL", "RabbitMQ").
+JOB_STORE = "job store"
 
 _shared: dict[str, OutageLog] = {}
 _shared_lock = threading.Lock()
 
 
 def shared_outage(service: str) -> OutageLog:
-    """The process's one :class:`OutageLog` for ``service`` ("Redis", "job store").
+    """The process's one :class:`OutageLog` for ``service`` ("job store", "Redis", "PostgreSQL").
 
     Several threads notice the same outage (the recovery sweep, the cancel
     listener, the lease keeper...): the first to fail logs it, the others

@@ -35,6 +35,7 @@ __all__ = [
     "Subscription",
     "Topic",
     "Transport",
+    "broker_name",
     "is_rabbitmq_broker",
     "transport_for",
 ]
@@ -68,3 +69,13 @@ def is_rabbitmq_broker(broker: Any) -> bool:
         cls.__name__ == "RabbitmqBroker" and cls.__module__ == "dramatiq.brokers.rabbitmq"
         for cls in type(broker).__mro__
     )
+
+
+def broker_name(broker: Any) -> str:
+    """What people call ``broker``'s server in a log line: "Redis", "RabbitMQ", else
+    the broker's class name."""
+    if type(broker).__name__ == "RedisBroker":
+        return "Redis"
+    if is_rabbitmq_broker(broker):
+        return "RabbitMQ"
+    return type(broker).__name__

@@ -8,21 +8,26 @@
   the caller waits) is still seen: within the poll period from the row while
   Redis stays down, and at once when the listener has subscribed again;
 * a worker that stopped publishing ends because nobody listened publishes again
-  once a waiter's listener announces itself.
+  once a waiter's listener announces itself;
+* on RabbitMQ, a job that ends while this process cannot LISTEN (its NOTIFY lost)
+  is still seen: by the poll, or at once when the listener listens again.
 
 Figures are printed (``pytest -s``).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from services import RedisServer
+from sqlalchemy import create_engine, make_url, text
 
 from pypepper_dramatiq import Job, JobRecord, Status
 from pypepper_dramatiq.channels import end_notices as notices
@@ -191,3 +196,105 @@ def test_a_worker_quiet_while_nobody_listened_publishes_for_a_new_waiter(
     job = cluster.schedule(pause.task(name="p", seconds=1.0, value="heard"))
     record = job.wait(timeout=30)
     assert record.status is Status.COMPLETED and record.result("p") == "heard"
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.parametrize("back", [False, True], ids=["listener-still-out", "listener-back"])
+def test_a_lost_notify_on_rabbitmq_costs_at_most_the_poll_period(
+    redis_url: str,
+    rabbitmq_url: str,
+    postgres_uri: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    back: bool,
+) -> None:
+    """On RabbitMQ ends are told by PostgreSQL's NOTIFY. This process's LISTEN connection
+    is cut and cannot come back (its role may no longer log in; the workers use
+    another role), so the job's end is told to nobody here. Still out: the poll finds
+    the end. Let back in: the listener listens again and has every waiter read its
+    row (the poll pushed out to a minute, so it is not the poll)."""
+    if back:
+        monkeypatch.setattr(notices, "POLL_SECONDS", 60.0)
+    empty_jobs_table(postgres_uri)
+    admin = create_engine(postgres_uri, isolation_level="AUTOCOMMIT")
+    role = f"waiter_{os.getpid()}"
+    with admin.connect() as connection:
+        connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        connection.execute(text(f"CREATE ROLE {role} LOGIN SUPERUSER"))
+    producer_uri = make_url(postgres_uri).set(username=role, password=None)
+    cluster = Cluster(
+        redis_url,
+        producer_uri.render_as_string(hide_password=False),
+        tmp_path,
+        rabbitmq_url,
+    )
+
+    def let_in(allowed: bool) -> None:
+        with admin.connect() as connection:
+            connection.execute(text(f"ALTER ROLE {role} {'LOGIN' if allowed else 'NOLOGIN'}"))
+
+    try:
+        cluster.start_worker(threads=2, store_uri=postgres_uri)
+        job = cluster.schedule(pause.task(name="p", seconds=2.0, value="done"))
+        returned: list[tuple[JobRecord, float]] = []
+
+        def wait() -> None:
+            record = job.wait(timeout=90)
+            returned.append((record, time.time()))
+
+        waiter = threading.Thread(target=wait, name="waiter")
+        waiter.start()
+        wait_for(lambda: cluster.saved(job).status is Status.IN_PROGRESS, 30, "the job to start")
+
+        def listeners() -> list[Any]:
+            with admin.connect() as connection:
+                return connection.execute(
+                    text(
+                        "SELECT pid FROM pg_stat_activity "
+                        "WHERE usename = :role AND query LIKE 'LISTEN%'"
+                    ),
+                    {"role": role},
+                ).all()
+
+        wait_for(listeners, 30, "the waiter's LISTEN connection")
+        let_in(False)
+        with admin.connect() as connection:
+            for (pid,) in listeners():
+                connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        ended = wait_for(
+            lambda: (r := cluster.saved(job)).status.is_terminal and r, 30, "the job to end"
+        )
+        if back:
+            time.sleep(notices.RECONNECT_SECONDS)  # a few failed tries to listen again
+            assert not returned, "the wait returned although its notice was lost"
+            let_in(True)
+            let_back_at = time.time()
+            waiter.join(notices.RECONNECT_SECONDS + 10)
+        else:
+            waiter.join(notices.POLL_SECONDS + 5)
+            let_in(True)
+
+        assert returned, "the wait did not return"
+        record, at = returned[0]
+        late = at - record.updated.timestamp()
+        report("wait-lost-notify", listener_back=back, late_ms=round(late * 1000))
+        assert record.status is Status.COMPLETED and record.result("p") == "done"
+        assert ended.version == record.version
+        # The outage is logged under the server that is out, not under another broker's.
+        outage = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
+        assert outage and all(line.startswith("PostgreSQL unreachable") for line in outage), outage
+        if back:
+            assert at - let_back_at <= notices.RECONNECT_SECONDS + 2.5
+        else:
+            assert late <= notices.POLL_SECONDS + 1.0
+    finally:
+        let_in(True)
+        cluster.close()
+        with admin.connect() as connection:
+            connection.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :r"),
+                {"r": role},
+            )
+            connection.execute(text(f"DROP ROLE IF EXISTS {role}"))
+        admin.dispose()

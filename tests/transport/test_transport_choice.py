@@ -12,13 +12,15 @@ from pathlib import Path
 import dramatiq
 import pytest
 import redis
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq.channels.broker import get_transport, set_broker, transport_of
 from pypepper_dramatiq.channels.channel import Channel, manager
 from pypepper_dramatiq.drivers.dramatiq.setup import setup
 from pypepper_dramatiq.stores.registry import reset_job_store
-from pypepper_dramatiq.transport import LocalGate, LocalTransport
+from pypepper_dramatiq.transport import LocalGate, LocalTransport, broker_name
 from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport
 from pypepper_dramatiq.transport.redis.scripts import NAMES, scripts_of, source
 
@@ -118,3 +120,10 @@ _BROKER_CHECKS = re.compile(
 def test_no_module_outside_the_transport_asks_which_broker_it_is(path: str) -> None:
     found = _BROKER_CHECKS.findall((PACKAGE / path).read_text())
     assert not found, f"{path}: {found}"
+
+
+def test_outages_name_the_server_of_each_broker() -> None:
+    assert broker_name(RedisBroker(url="redis://127.0.0.1:1/0")) == "Redis"
+    assert broker_name(RabbitmqBroker(url="amqp://127.0.0.1:1/")) == "RabbitMQ"
+    assert broker_name(StubBroker()) == "StubBroker"
+    assert get_transport().where == "this process"

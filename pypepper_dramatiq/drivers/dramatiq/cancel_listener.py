@@ -14,7 +14,7 @@ import threading
 from ...channels.end_notices import audience
 from ...engine.running import InFlight
 from ...ops.logs import get_logger
-from ...ops.outage import REDIS, shared_outage
+from ...ops.outage import shared_outage
 from ...transport import Notice, Topic, Transport
 from ...transport.listening import Listener, listen, stop_listening
 
@@ -40,7 +40,7 @@ class CancelListener(Listener):
         self._stop_event = threading.Event()
         # Held by the loop's calls and by stop(): no hearing(True) after a stop.
         self._lock = threading.Lock()
-        self._outage = shared_outage(REDIS)
+        self._outage = shared_outage(transport.where)
 
     def start(self) -> None:
         """Join the process's notice loop (started if none runs)."""

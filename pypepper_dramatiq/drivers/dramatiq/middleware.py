@@ -40,12 +40,13 @@ from ...engine.step_io import Claim, Outcome, StepIO, StepSkipped
 from ...errors import MessageError, StoreError, retry_may_cure
 from ...ops import observers
 from ...ops.logs import get_logger
-from ...ops.outage import JOB_STORE, REDIS, shared_outage
+from ...ops.outage import JOB_STORE, shared_outage
 from ...records.record import utcnow
 from ...rules.start_times import late_retry
 from ...rules.steps import Action, Step, may_continue
 from ...settings import Settings
 from ...stores.registry import get_job_store
+from ...transport import broker_name
 from . import step_actor
 from .cancel_listener import CancelListener
 from .leases import LeaseKeeper
@@ -109,7 +110,6 @@ class WorkflowMiddleware(Middleware):
         self._stopping = threading.Event()
         self._shutdown_timer: threading.Timer | None = None
         self._store_outage = shared_outage(JOB_STORE)
-        self._broker_outage = shared_outage(REDIS)
 
     # -- process lifecycle -----------------------------------------------------
 
@@ -326,13 +326,13 @@ class WorkflowMiddleware(Middleware):
             try:
                 broker.enqueue(message, delay=int(delay * 1000) or None)
             except Exception as exc:
-                self._broker_outage.failed(exc)
+                shared_outage(broker_name(broker)).failed(exc)
                 if tries is not None and attempt >= tries:
                     return False
                 time.sleep(backoff)
                 backoff = min(backoff * 2, MAX_HOLD_BACKOFF)
                 continue
-            self._broker_outage.ok()
+            shared_outage(broker_name(broker)).ok()
             return True
 
     def after_process_message(

@@ -30,7 +30,7 @@ from dramatiq import Message
 from ...channels.broker import transport_of
 from ...channels.messages import STEP_ACTOR
 from ...ops.logs import get_logger
-from ...ops.outage import REDIS, broker_unreachable, shared_outage
+from ...ops.outage import broker_unreachable, shared_outage
 
 logger = get_logger(__name__)
 
@@ -57,7 +57,7 @@ class AckKeeper(threading.Thread):
         self.interval = interval
         self._missing_since: dict[tuple[str, str], float] = {}
         self._stop_event = threading.Event()
-        self._outage = shared_outage(REDIS)
+        self._outage = shared_outage(self.transport.where)
 
     def stop(self) -> None:
         self._stop_event.set()

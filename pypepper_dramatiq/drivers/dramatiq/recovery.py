@@ -48,7 +48,7 @@ from ...ops import observers
 from ...ops.display import printable
 from ...ops.isolation import RowGuard
 from ...ops.logs import get_logger
-from ...ops.outage import JOB_STORE, REDIS, OutageLog, is_outage, shared_outage
+from ...ops.outage import JOB_STORE, OutageLog, is_outage, shared_outage
 from ...records.record import JobRecord, utcnow
 from ...records.state import MARKED_ENDS, is_counted
 from ...records.workers import DutyFailure, SweepHealth
@@ -127,7 +127,7 @@ class RecoverySweeper(threading.Thread):
         #: Per status of MARKED_ENDS, the (updated, id) of the last end read.
         self._ends_after: dict[Status, tuple[datetime, str]] = {}
         self._store_outage = shared_outage(JOB_STORE)
-        self._broker_outage = shared_outage(REDIS)
+        self._broker_outage = shared_outage(self.transport.where)
         #: Each duty's failures, logged as an outage of it is (once per cause).
         self._duty_logs = {
             duty.name: OutageLog(
