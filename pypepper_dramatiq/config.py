@@ -144,14 +144,14 @@ def _unit_seconds(unit: str) -> int | None:
     return None if letter is None else DURATION_UNITS[letter]
 
 
-def duration(name: str, value: object) -> float:
-    """``value`` as seconds > 0: a number of seconds, a :class:`~datetime.timedelta`,
+def duration(name: str, value: object, *, zero: bool = False) -> float:
+    """``value`` as seconds > 0 (>= 0 with ``zero``): a number of seconds, a :class:`~datetime.timedelta`,
     or a string of a number and one unit: a letter of :data:`DURATION_UNITS` (``"90s"``,
     ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``) or a word of :data:`DURATION_WORDS`
     (``"30 seconds"``, ``"90 minutes"``, ``"12 hours"``, ``"2 days"``, ``"1 week"``,
     singular or plural, a space before it or not); a bare number is seconds. The one
-    parser of durations given as text: the CLI, ``setup(retention=...)`` and YAML. A
-    ConfigError naming ``name`` and listing :data:`DURATION_FORMS` otherwise."""
+    parser of durations given as text: the CLI, ``setup(retention=...)``, ``setup(defaults=...)``
+    and YAML. A ConfigError naming ``name`` and listing :data:`DURATION_FORMS` otherwise."""
     number: object = value
     if isinstance(value, timedelta):
         number = value.total_seconds()
@@ -166,10 +166,11 @@ def duration(name: str, value: object) -> float:
             f"{name} must be at most {MAX_SECONDS:.0f} seconds ({MAX_SHOWN}), got {value!r}"
         )
     try:
-        return seconds(name, number)
+        return seconds(name, number, zero=zero)
     except ConfigError:
+        bound = ">= 0" if zero else "> 0"
         raise ConfigError(
-            f"{name} must be a duration > 0: {DURATION_FORMS}; got {value!r}"
+            f"{name} must be a duration {bound}: {DURATION_FORMS}; got {value!r}"
         ) from None
 
 

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from .config import duration, seconds
+from .defaults import Defaults
 from .errors import ConfigError
 from .limits.durations import MAX_SECONDS, MAX_SHOWN
 from .rules.status import TERMINAL, Status
@@ -60,6 +61,10 @@ class Settings:
             the start of its message; the step due after that goes back to its
             queue as a message, behind the jobs that waited meanwhile. 0 turns
             continuation off.
+        defaults: what a task or a job takes when neither it nor its handler class
+            says (:class:`~pypepper_dramatiq.defaults.Defaults`: channel, retry count,
+            delay, backoff, jitter and cap, ``round_timeout``, ``max_start_delay``),
+            given as a mapping of those names.
     """
 
     lease_seconds: float = 30.0
@@ -74,6 +79,8 @@ class Settings:
     retention: Mapping[str, float | str | timedelta] | None = None
     continue_steps: int = 50
     continue_seconds: float = 1.0
+    #: Checked into :class:`~pypepper_dramatiq.defaults.Defaults` (a mapping may be given).
+    defaults: Defaults = Defaults()
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -97,11 +104,15 @@ class Settings:
     def of(cls, yaml_section: dict[str, Any] | None = None, **given: Any) -> Settings:
         """Settings from the YAML's ``scheduler`` section (camelCase keys; they win
         when present) and ``given`` arguments (None: the default). A bad YAML
-        value is named by its key (``scheduler.leaseSeconds``)."""
+        value is named by its key (``scheduler.leaseSeconds``). The defaults merge
+        key by key: ``scheduler.defaults.retryCount`` wins over ``retry_count`` given."""
         values: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         for name, key in YAML_KEYS.items():
             if yaml_section and yaml_section.get(key) is not None:
                 values[name] = _checked(name, f"scheduler.{key}", yaml_section[key])
+        if yaml_section and yaml_section.get("defaults") is not None:
+            given_defaults = Defaults.of(given.get("defaults"))
+            values["defaults"] = values["defaults"].over(given_defaults)
         return cls(**values)
 
 
@@ -118,6 +129,7 @@ YAML_KEYS = {
     "retention": "retention",
     "continue_steps": "continueSteps",
     "continue_seconds": "continueSeconds",
+    "defaults": "defaults",
 }
 
 
@@ -134,6 +146,10 @@ def _checked(name: str, label: str, value: object) -> Any:
         return value
     if name == "retention":
         return _retention(label, value)
+    if name == "defaults":
+        if label.startswith("scheduler."):  # the YAML's camelCase keys
+            return Defaults.from_yaml(value, label)
+        return Defaults.of(value, label)
     if name == "continue_steps":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{label} must be a whole number of steps >= 0, got {value!r}")

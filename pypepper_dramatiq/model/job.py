@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from ..config import check_choice
+from ..defaults import default_channel, installed_defaults
 from ..errors import (
     ChannelFullError,
     ChannelStoppedError,
@@ -183,7 +184,9 @@ class Job:
 
     Args:
         category: free-form label for grouping and listing.
-        channel_id: the channel ``scheduled()`` sends the job to.
+        channel_id: the channel ``scheduled()`` sends the job to; None: the
+            application's default channel (``setup(defaults={"channel_id": ...})``),
+            else ``"default"``, read now.
         id: the job id (a new UUID by default), 1 to 64 characters.
 
     Raises:
@@ -193,9 +196,15 @@ class Job:
     """
 
     def __init__(
-        self, category: str | None = None, channel_id: str = "default", *, id: str | None = None
+        self,
+        category: str | None = None,
+        channel_id: str | None = None,
+        *,
+        id: str | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex if id is None else check_job_id(id)
+        if channel_id is None:
+            channel_id = default_channel()
         if not isinstance(channel_id, str) or not channel_id:
             raise ValueError(f"channel_id must be a non-empty string, got {channel_id!r}")
         self.category = category
@@ -297,7 +306,9 @@ class Job:
                 ``"cancel"`` cancels it, ``"ignore"`` runs it anyway.
             max_start_delay: seconds (or a timedelta): a job not started by its
                 planned start plus this ends Cancelled, before any of its code
-                runs (0: no lateness allowed). Waits do not move it.
+                runs (0: no lateness allowed). Waits do not move it. None: the
+                application's default (``setup(defaults={"max_start_delay": ...})``),
+                else no deadline.
             connection: the caller's SQLAlchemy ``Connection`` or ``Session`` on
                 the job store's database: the job is written in the caller's
                 transaction and sent only once it commits (by the workers' sweep
@@ -332,7 +343,11 @@ class Job:
             on_conflict=on_conflict,
             after=after,
             on_parent_failure=on_parent_failure,
-            max_start_delay=max_start_delay,
+            max_start_delay=(
+                installed_defaults.current.max_start_delay
+                if max_start_delay is None
+                else max_start_delay
+            ),
             connection=connection,
         )
         return runtime.job_io.schedule(self, options)

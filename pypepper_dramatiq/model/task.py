@@ -6,6 +6,7 @@ import enum
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
+from ..defaults import default_channel, installed_defaults
 from ..errors import UnknownExecutorError
 from ..limits.durations import timeout_seconds
 from ..records.payloads import encode_params
@@ -25,7 +26,8 @@ class _Unset(enum.Enum):
 UNSET: Final = _Unset.UNSET
 Unset = Literal[_Unset.UNSET]
 
-#: What an option takes when neither the task nor its executor sets it.
+#: What an option takes when neither the task, its executor nor the application's
+#: defaults (:data:`~pypepper_dramatiq.defaults.installed_defaults`) set it.
 _DEFAULTS: dict[str, Any] = {
     "retry_count": RetryPolicy.retry_count,
     "retry_delay": RetryPolicy.retry_delay,
@@ -47,7 +49,8 @@ class Task:
     Args:
         channel_id: the channel the task belongs to; None (what ``.task()`` of a
             ``@workflow_task`` and :func:`actor_task` give): the channel of the job it
-            is added to, as its stored form says.
+            is added to, as its stored form says. Else a non-empty string (a
+            ``ValueError`` naming the task otherwise).
         executor: runs the work; may be None when ``executor_id`` names a
             registered one.
         retry_count: with ``retry_delay``, ``retry_until_completed``,
@@ -81,7 +84,10 @@ class Task:
 
     A retry option not given takes the executor's value (a handler class's
     attribute, see :func:`~pypepper_dramatiq.model.executor.executor_policy`),
-    else its default above; one given here wins.
+    else the application's default (``setup(defaults=...)``, see
+    :class:`~pypepper_dramatiq.defaults.Defaults`), else its built-in default
+    above; one given here wins. They are resolved now, in the process that builds
+    the task, and stored with its job.
 
     Raises:
         ValueError: if a bound is out of range.
@@ -138,8 +144,9 @@ class Task:
         }
         options: dict[str, Any] = {k: v for k, v in given.items() if v is not UNSET}
         if len(options) < len(given):  # some not given (a rebuilt task gives them all)
-            inherited = executor_policy(source) if source is not None else {}
-            options = {**_DEFAULTS, **inherited, **options}
+            own = {**(executor_policy(source) if source is not None else {}), **options}
+            defaults = installed_defaults.current.task_options(own)
+            options = {**_DEFAULTS, **defaults, **own}
         if on_final_failure is None and source is not None:
             on_final_failure = source.on_final_failure
         self._build(
@@ -188,6 +195,11 @@ class Task:
         round_timeout_join = timeout_seconds("round_timeout_join", round_timeout_join)
         if on_final_failure is not None and not callable(on_final_failure):
             raise TypeError(f"on_final_failure of task {name!r} must be callable")
+        if channel_id is not None and (not isinstance(channel_id, str) or not channel_id):
+            raise ValueError(
+                f"channel_id of task {name!r} must be a non-empty string or None "
+                f"(the job's channel), got {channel_id!r}"
+            )
         self.policy = RetryPolicy(
             retry_count=retry_count,
             retry_delay=retry_delay,
@@ -244,7 +256,7 @@ class Task:
         """The stored form of this task (also without an ``executor_id``): what
         the engine reads of a task, whichever driver runs it. A task without a
         channel of its own takes ``job_channel``, the channel of the job it runs in
-        (``"default"`` when none is given)."""
+        (when none is given: the default channel, see :func:`~pypepper_dramatiq.defaults.default_channel`)."""
         return TaskSpec(
             name=self.name,
             executor_id=self.executor_id,
@@ -261,7 +273,7 @@ class Task:
             retry_backoff=self.policy.retry_backoff,
             retry_delay_max=self.policy.retry_delay_max,
             retry_jitter=self.policy.retry_jitter,
-            channel_id=self.channel_id or job_channel or "default",
+            channel_id=self.channel_id or job_channel or default_channel(),
             dag_id=self.dag_id,
             fingerprint=self.fingerprint,
             category=self.category,

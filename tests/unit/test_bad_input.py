@@ -24,8 +24,9 @@ def test_a_job_id_of_64_characters_is_fine() -> None:
     assert Job(id="x" * 64).id == "x" * 64
 
 
-@pytest.mark.parametrize("channel_id", ["", None, 3])
+@pytest.mark.parametrize("channel_id", ["", 3])
 def test_a_job_needs_a_channel_id(channel_id: Any) -> None:
+    # None is the default channel (tests/unit/test_defaults.py).
     with pytest.raises(ValueError, match="channel_id"):
         Job(channel_id=channel_id)
 

@@ -145,7 +145,9 @@ def test_retry_delays_and_timeouts_at_the_bound_are_accepted() -> None:
 
 # -- settings and retention -------------------------------------------------------------------
 
-SECONDS_SETTINGS = [name for name in YAML_KEYS if name not in ("retention", "continue_steps")]
+SECONDS_SETTINGS = [
+    name for name in YAML_KEYS if name not in ("retention", "continue_steps", "defaults")
+]
 
 
 @pytest.mark.parametrize("name", SECONDS_SETTINGS)

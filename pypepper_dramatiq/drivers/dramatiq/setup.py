@@ -15,6 +15,7 @@ from dramatiq.middleware import TimeLimit
 from ...channels.broker import set_broker
 from ...channels.channel import manager
 from ...config import config, count, section
+from ...defaults import installed_defaults
 from ...engine.job_io import JOB_IO
 from ...errors import ConfigError
 from ...metrics.prometheus import install_metrics
@@ -146,6 +147,7 @@ def setup(
     tracing: bool = False,
     continue_steps: int | None = None,
     continue_seconds: float | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Broker:
     """Install the broker, the middleware, the step actor, the job store and the
     engine's job I/O (what the job methods call).
@@ -204,6 +206,16 @@ def setup(
             a retry without delay) after its message's own, for at most
             ``continue_seconds`` from that message's start, without a new message
             (defaults 50 and 1.0; 0 for either: one message per step).
+        defaults: what a task or a job of this process takes when neither it nor
+            its handler class says: ``channel_id``, ``retry_count``,
+            ``retry_delay``, ``retry_backoff``, ``retry_jitter``,
+            ``retry_delay_max``, ``round_timeout``, ``max_start_delay`` (YAML
+            ``scheduler.defaults`` with camelCase keys, ``retryCount``..., each
+            winning over the same key given here; see
+            :class:`~pypepper_dramatiq.defaults.Defaults`). Durations as for
+            ``retention``. Checked here: an unknown key, a negative count, a value
+            of the wrong type or a malformed duration is a ``ConfigError`` naming
+            the key. The default channel is declared as ``channels`` are.
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
@@ -239,7 +251,10 @@ def setup(
         retention=retention,
         continue_steps=continue_steps,
         continue_seconds=continue_seconds,
+        defaults=defaults,
     )
+    if settings.defaults.channel_id is not None:  # consumed by a worker of this module
+        declared.setdefault(settings.defaults.channel_id, None)
     if broker is None:
         if broker_url:
             url = broker_url if isinstance(broker_url, str) else ""
@@ -274,6 +289,7 @@ def setup(
     # The transport is chosen here, once.
     set_broker(broker, transport_for(broker, installed_job_store()))
     runtime.install(JOB_IO)  # the job methods' I/O goes through the engine
+    installed_defaults.install(settings.defaults)  # the tasks and jobs built from now on
     declare_step_actor(broker)
     guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
     manager.clear()
