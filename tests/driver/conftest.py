@@ -10,6 +10,7 @@ background threads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import dramatiq
 import pytest
@@ -46,7 +47,13 @@ def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:
 
 
 @pytest.fixture
-def stub_broker() -> Iterator[StubBroker]:
+def setup_options() -> dict[str, Any]:
+    """More keyword arguments of the brokers' ``setup()`` (a test module overrides it)."""
+    return {}
+
+
+@pytest.fixture
+def stub_broker(setup_options: dict[str, Any]) -> Iterator[StubBroker]:
     """A fresh :class:`StubBroker` wired by ``setup()``, with the process booted.
 
     ``process_boot`` is emitted as a ``dramatiq`` worker process would: it
@@ -57,6 +64,7 @@ def stub_broker() -> Iterator[StubBroker]:
         channels=[CHANNEL],
         lease_seconds=LEASE_SECONDS,
         sweep_interval=SWEEP_INTERVAL,
+        **setup_options,
     )
     assert isinstance(broker, StubBroker)
     broker.emit_after("process_boot")
@@ -66,7 +74,7 @@ def stub_broker() -> Iterator[StubBroker]:
 
 
 @pytest.fixture
-def rabbitmq_broker(rabbitmq_url: str) -> Iterator[RabbitmqBroker]:
+def rabbitmq_broker(rabbitmq_url: str, setup_options: dict[str, Any]) -> Iterator[RabbitmqBroker]:
     """Dramatiq's RabbitMQ broker on the session's node, wired by ``setup(broker_url=)``
     as the stub broker is (the process booted), its queues emptied before and after."""
     broker = pypepper_dramatiq.setup(
@@ -74,6 +82,7 @@ def rabbitmq_broker(rabbitmq_url: str) -> Iterator[RabbitmqBroker]:
         channels=[CHANNEL],
         lease_seconds=LEASE_SECONDS,
         sweep_interval=SWEEP_INTERVAL,
+        **setup_options,
     )
     assert isinstance(broker, RabbitmqBroker)
     broker.flush_all()  # what an earlier test left (a duplicate, a delayed retry)
