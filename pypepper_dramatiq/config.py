@@ -145,13 +145,14 @@ def _unit_seconds(unit: str) -> int | None:
 
 
 def duration(name: str, value: object, *, zero: bool = False) -> float:
-    """``value`` as seconds > 0 (>= 0 with ``zero``): a number of seconds, a :class:`~datetime.timedelta`,
-    or a string of a number and one unit: a letter of :data:`DURATION_UNITS` (``"90s"``,
-    ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``) or a word of :data:`DURATION_WORDS`
-    (``"30 seconds"``, ``"90 minutes"``, ``"12 hours"``, ``"2 days"``, ``"1 week"``,
-    singular or plural, a space before it or not); a bare number is seconds. The one
-    parser of durations given as text: the CLI, ``setup(retention=...)``, ``setup(defaults=...)``
-    and YAML. A ConfigError naming ``name`` and listing :data:`DURATION_FORMS` otherwise."""
+    """``value`` as seconds > 0 (>= 0 with ``zero``): a number of seconds, a
+    :class:`~datetime.timedelta`, or a string of a number and one unit: a letter of
+    :data:`DURATION_UNITS` (``"90s"``, ``"15m"``, ``"12h"``, ``"7d"``, ``"2w"``) or a
+    word of :data:`DURATION_WORDS` (``"30 seconds"``, ``"90 minutes"``, ``"12 hours"``,
+    ``"2 days"``, ``"1 week"``, singular or plural, a space before it or not); a bare
+    number is seconds. The one parser of durations given as text: the CLI,
+    ``setup(retention=...)``, ``setup(defaults=...)`` and YAML. A ConfigError naming
+    ``name`` and listing :data:`DURATION_FORMS` otherwise."""
     number: object = value
     if isinstance(value, timedelta):
         number = value.total_seconds()

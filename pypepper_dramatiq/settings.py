@@ -10,7 +10,7 @@ key it came from). The defaults are written here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, cast
@@ -80,13 +80,13 @@ class Settings:
     continue_steps: int = 50
     continue_seconds: float = 1.0
     #: Checked into :class:`~pypepper_dramatiq.defaults.Defaults` (a mapping may be given).
-    defaults: Defaults = Defaults()
+    defaults: Defaults = field(default_factory=Defaults)
 
     def __post_init__(self) -> None:
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if value is not None or field.name not in _OPTIONAL:
-                object.__setattr__(self, field.name, _checked(field.name, field.name, value))
+        for setting in fields(self):
+            value = getattr(self, setting.name)
+            if value is not None or setting.name not in _OPTIONAL:
+                object.__setattr__(self, setting.name, _checked(setting.name, setting.name, value))
 
     @property
     def purge_after(self) -> dict[Status, float]:

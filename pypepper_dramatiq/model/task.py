@@ -256,7 +256,7 @@ class Task:
         """The stored form of this task (also without an ``executor_id``): what
         the engine reads of a task, whichever driver runs it. A task without a
         channel of its own takes ``job_channel``, the channel of the job it runs in
-        (when none is given: the default channel, see :func:`~pypepper_dramatiq.defaults.default_channel`)."""
+        (when none is given: :func:`~pypepper_dramatiq.defaults.default_channel`)."""
         return TaskSpec(
             name=self.name,
             executor_id=self.executor_id,
