@@ -33,8 +33,10 @@ from dramatiq.brokers.stub import StubBroker
 from pypepper_dramatiq import (
     Context,
     IExecutor,
+    Job,
     JobCancellationError,
     Task,
+    Workflow,
     executor_registry,
     setup,
     workflow_task,
@@ -77,6 +79,8 @@ ENV = {
     #: a directory: ``setup(tracing=True)``, each process writing the spans it ends
     #: to ``spans-<pid>.jsonl`` there (:class:`JsonLinesSpanExporter`).
     "trace_dir": "PYPEPPER_IT_TRACE_DIR",
+    #: ``setup(defaults=...)`` as JSON (option -> value); unset: no defaults.
+    "defaults": "PYPEPPER_IT_DEFAULTS",
 }
 
 #: The channel every test job goes to.
@@ -172,6 +176,7 @@ if REDIS_URL and BROKER_URL and STORE_URI:
             if os.environ.get(ENV["continue_seconds"])
             else None
         ),
+        defaults=json.loads(os.environ.get(ENV["defaults"]) or "null"),
     )
     if os.environ.get(ENV["metrics"]) == "1":
         from dramatiq.middleware.prometheus import Prometheus
@@ -570,3 +575,13 @@ def invoice(
         str(amount),
         currency,
     ]
+
+
+@workflow_task(name="it.schedules-a-follow-up")
+def schedules_a_follow_up(task: Task, context: Context) -> str:
+    """Schedules, from the worker, a job of one :func:`probe` that always fails, naming
+    neither its channel nor its retry policy: this process's defaults decide them.
+    Returns the new job's id."""
+    follow_up = Job(category="follow-up")
+    follow_up.workflows.append(Workflow([probe.task(name="follow-up", fail_times=100)]))
+    return follow_up.scheduled()
