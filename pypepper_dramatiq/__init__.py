@@ -23,6 +23,7 @@ from .model.job import runtime as _job_runtime
 
 if TYPE_CHECKING:
     from .channels.channel import Channel, ChannelManager, manager
+    from .defaults import Defaults
     from .drivers.dramatiq.middleware import WorkflowMiddleware
     from .drivers.dramatiq.setup import setup
     from .drivers.inprocess.worker import Worker
@@ -96,6 +97,7 @@ _HOMES: dict[str, str] = {
     "Channel": ".channels.channel",
     "ChannelManager": ".channels.channel",
     "manager": ".channels.channel",
+    "Defaults": ".defaults",
     "WorkflowMiddleware": ".drivers.dramatiq.middleware",
     "setup": ".drivers.dramatiq.setup",
     "Worker": ".drivers.inprocess.worker",
@@ -238,6 +240,7 @@ __all__ = [
     "Worker",
     "manager",
     # stores and configuration
+    "Defaults",
     "IJobStore",
     "JobRecord",
     "PersistenceWarning",
