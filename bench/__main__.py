@@ -31,6 +31,8 @@ SCENARIOS = (
     "dashboard",
     "metrics",
     "rabbitmq",
+    "typed_params",
+    "tracing",
 )
 
 

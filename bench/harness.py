@@ -373,6 +373,21 @@ class PlainRabbitmq(Plain):
         return float(self.stack.probe.get("plain_rmq:last") or 0)
 
 
+class DurableParams(Durable):
+    """Durable one-task jobs whose task takes a dataclass, a datetime and a Decimal
+    (``typed``), or the same values as plain JSON (scenario 16)."""
+
+    def __init__(self, stack: Stack, typed: bool) -> None:
+        super().__init__(stack)
+        self.typed = typed
+        self.label = "durable job, typed parameters" if typed else "durable job, JSON parameters"
+
+    def send(self, key: str | None = None, tasks: int = 1) -> str:
+        job = self.app.params_job(self.typed)
+        job.scheduled()
+        return job.id
+
+
 class DurableRabbitmq(Durable):
     """Durable jobs on RabbitMQ: the workers' ``BENCH_BROKER_URL`` names it, and this
     process's ``setup()`` switches to it for the scenario (:meth:`use`)."""

@@ -350,6 +350,68 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 f"on / off {met['ratio']:.3f}",
             ]
         )
+    params = results.get("typed_params")
+    if params:
+        scenario = (
+            f"16. typed parameters, {params['jobs']:,} jobs, 1x8 ({params['runs']} runs each)"
+        )
+        for key, label in (
+            ("enqueue_us_per_job", "enqueue cost (us/job): JSON / typed parameters"),
+            ("process_rate", "processing (jobs/s): JSON / typed parameters"),
+        ):
+            typed, as_json = params["typed"][key], params["json"][key]
+            out.append(
+                [
+                    scenario,
+                    label,
+                    _fmt(params["plain"][key]),
+                    f"{_fmt(as_json)} / {_fmt(typed)}",
+                    "-",
+                    f"typed / JSON {typed / as_json:.2f}; "
+                    f"typed / plain {typed / params['plain'][key]:.2f}",
+                ]
+            )
+        codec_json, codec_typed = params["codec_json"], params["codec_typed"]
+        extra = sum(codec_typed.values()) - sum(codec_json.values())
+        out.append(
+            [
+                scenario,
+                "in process (us/task): encode, decode; JSON / typed",
+                "-",
+                f"{_fmt(codec_json['encode_us'])}, {_fmt(codec_json['decode_us'])} / "
+                f"{_fmt(codec_typed['encode_us'])}, {_fmt(codec_typed['decode_us'])}",
+                "-",
+                f"typed - JSON {extra:.0f} us",
+            ]
+        )
+    traced = results.get("tracing")
+    if traced:
+        scenario = f"17. tracing, {traced['jobs']:,} jobs, 1x8 ({traced['runs']} runs each)"
+        for key, label in (
+            ("enqueue_us_per_job", "enqueue cost (us/job): tracing off / on"),
+            ("process_rate", "processing (jobs/s): tracing off / on"),
+        ):
+            on, off = traced["on"][key], traced["off"][key]
+            out.append(
+                [
+                    scenario,
+                    label,
+                    _fmt(traced["plain"][key]),
+                    f"{_fmt(off)} / {_fmt(on)}",
+                    "-",
+                    f"on / off {on / off:.2f}; on / plain {on / traced['plain'][key]:.2f}",
+                ]
+            )
+        out.append(
+            [
+                scenario,
+                "spans exported: worker per run (by the hundred), producer in all",
+                "-",
+                f"{traced['worker_spans_per_run']:,.0f}, {traced['producer_spans']:,}",
+                "-",
+                "-",
+            ]
+        )
     return out
 
 

@@ -9,6 +9,7 @@ not in it.
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import time
@@ -48,6 +49,8 @@ class Sizes:
     dashboard_rows: int = 1_000_000  #: scenario 13: stored jobs behind the dashboard
     dashboard_requests: int = 100  #: scenario 13: requests timed per page
     metrics_jobs: int = 3_000  #: scenario 14: jobs drained each way, per run
+    params_jobs: int = 3_000  #: scenario 16: jobs drained each way, per run
+    tracing_jobs: int = 3_000  #: scenario 17: jobs drained each way, per run
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -65,6 +68,8 @@ QUICK = replace(
 )
 # Scenario 14 at the quick size.
 QUICK = replace(QUICK, metrics_jobs=1_000)
+# Scenarios 16 and 17 at the quick size.
+QUICK = replace(QUICK, params_jobs=1_000, tracing_jobs=1_000)
 
 
 def median(values: list[float]) -> float:
@@ -1153,6 +1158,141 @@ def rabbitmq(stack: Stack, sizes: Sizes) -> dict[str, Any]:
     return runs
 
 
+# -- 16. typed parameters ---------------------------------------------------------------------
+
+#: Tasks built, stored and read back per figure of the in-process codec measure.
+CODEC_ROUNDS = 2_000
+
+
+def _codec_us(durable: Durable, typed: bool) -> dict[str, float]:
+    """Microseconds a task of :func:`~bench.apps.durable.params_job` costs in this process,
+    without servers: built and turned into its stored JSON (what ``scheduled()`` adds),
+    and rebuilt from it with its parameters decoded (what a worker adds before the call);
+    the best of three rounds."""
+    from pypepper_dramatiq import Task
+    from pypepper_dramatiq.records.payloads import decoder_for
+
+    app = durable.app
+    function = app.typed_params if typed else app.json_params
+    decoder = decoder_for(function.fn, function.executor_id, 2)
+
+    def build() -> Task:
+        if typed:
+            return app.typed_params.task(order=app.ORDER, at=app.AT, amount=app.AMOUNT)
+        return app.json_params.task(**app.AS_JSON)
+
+    stored = json.loads(json.dumps(build().to_dict(app.CHANNEL)))
+    encode, decode = [], []
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(CODEC_ROUNDS):
+            json.dumps(build().to_dict(app.CHANNEL))
+        encode.append((time.perf_counter() - start) / CODEC_ROUNDS * 1e6)
+        start = time.perf_counter()
+        for _ in range(CODEC_ROUNDS):
+            task = Task.from_dict(json.loads(json.dumps(stored)))
+            decoder.arguments(task.name, task.params)
+        decode.append((time.perf_counter() - start) / CODEC_ROUNDS * 1e6)
+    return {"encode_us": min(encode), "decode_us": min(decode)}
+
+
+def typed_params(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """One-task jobs whose task takes a dataclass, a datetime and a Decimal, against the same
+    values as plain JSON, and plain Dramatiq's no-op, drained by a 1x8 worker in turn: the
+    enqueue cost and the processing rate of each (medians), and the in-process cost of
+    encoding and decoding the parameters."""
+    from .harness import DurableParams
+
+    as_json, typed = DurableParams(stack, typed=False), DurableParams(stack, typed=True)
+    jobs = sizes.params_jobs
+    named = {"plain": plain, "json": as_json, "typed": typed}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in named}
+    for rep in range(sizes.reps + 1):
+        for name in _rotate(list(named), rep):
+            result = drain_run(stack, named[name], jobs, 1)
+            runs[name].append(result)
+            print(
+                f"  typed_params {name} rep {rep + 1}: "
+                f"enqueue {result['enqueue_us_per_job']:.0f} us/job, "
+                f"process {result['process_rate']:.0f} jobs/s",
+                flush=True,
+            )
+    out: dict[str, Any] = {"jobs": jobs, "runs": sizes.reps + 1}
+    for name, results in runs.items():
+        out[name] = {
+            "enqueue_us_per_job": median([r["enqueue_us_per_job"] for r in results]),
+            "process_rate": median([r["process_rate"] for r in results]),
+        }
+    out["codec_json"] = _codec_us(durable, typed=False)
+    out["codec_typed"] = _codec_us(durable, typed=True)
+    print(
+        "  typed_params: typed / JSON enqueue "
+        f"{out['typed']['enqueue_us_per_job'] / out['json']['enqueue_us_per_job']:.2f}, "
+        f"processing {out['typed']['process_rate'] / out['json']['process_rate']:.2f}; "
+        f"codec us JSON {out['codec_json']}, typed {out['codec_typed']}",
+        flush=True,
+    )
+    return out
+
+
+# -- 17. tracing ------------------------------------------------------------------------------
+
+
+def tracing(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """One-task jobs with OpenTelemetry tracing on (``setup(tracing=True)`` in the workers,
+    the SDK's tracer provider with an exporter that only counts; the same in this process,
+    the producer, whose schedule spans are the attempts' parents) and off, and plain
+    Dramatiq's no-op, drained by a 1x8 worker in turn: enqueue cost and processing rate
+    (medians). A run "on" whose worker exported no span fails the scenario."""
+    from pypepper_dramatiq.metrics.tracing import install_tracing, uninstall_tracing
+
+    jobs = sizes.tracing_jobs
+    produced = [0]
+    provider = durable.app.sdk_tracer_provider(lambda n: produced.__setitem__(0, produced[0] + n))
+    runs: dict[str, list[dict[str, float]]] = {"plain": [], "off": [], "on": []}
+    spans: list[int] = []
+    for rep in range(sizes.reps + 1):
+        for name in _rotate(list(runs), rep):
+            if name == "on":
+                observer = install_tracing(provider)
+                with _environ(BENCH_TRACING="1"):
+                    try:
+                        result = drain_run(stack, durable, jobs, 1)
+                    finally:
+                        uninstall_tracing(observer)
+                seen = int(stack.probe.get("spans:n") or 0)
+                if not seen:
+                    raise RuntimeError("the worker exported no span: the 'on' run measured nothing")
+                spans.append(seen)
+            else:
+                result = drain_run(stack, plain if name == "plain" else durable, jobs, 1)
+            runs[name].append(result)
+            print(
+                f"  tracing {name} rep {rep + 1}: "
+                f"enqueue {result['enqueue_us_per_job']:.0f} us/job, "
+                f"process {result['process_rate']:.0f} jobs/s",
+                flush=True,
+            )
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "runs": sizes.reps + 1,
+        "worker_spans_per_run": median([float(n) for n in spans]),
+        "producer_spans": produced[0],
+    }
+    for name, results in runs.items():
+        out[name] = {
+            "enqueue_us_per_job": median([r["enqueue_us_per_job"] for r in results]),
+            "process_rate": median([r["process_rate"] for r in results]),
+        }
+    print(
+        "  tracing: on / off enqueue "
+        f"{out['on']['enqueue_us_per_job'] / out['off']['enqueue_us_per_job']:.2f}, "
+        f"processing {out['on']['process_rate'] / out['off']['process_rate']:.2f}",
+        flush=True,
+    )
+    return out
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables (inherited by the workers started meanwhile)."""
@@ -1191,6 +1331,8 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("dashboard", lambda: dashboard(stack, durable, sizes)),
         ("metrics", lambda: metrics(stack, durable, sizes)),
         ("rabbitmq", lambda: rabbitmq(stack, sizes)),
+        ("typed_params", lambda: typed_params(stack, plain, durable, sizes)),
+        ("tracing", lambda: tracing(stack, plain, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

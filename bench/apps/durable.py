@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 from pypepper_dramatiq import Job, Workflow, setup, workflow_task
@@ -18,6 +22,41 @@ from . import probe
 #: The channel every benchmark job is sent to.
 CHANNEL = "bench"
 
+
+def sdk_tracer_provider(exported: Callable[[int], None]) -> Any:
+    """OpenTelemetry's SDK tracer provider, each ended span handed at once
+    (``SimpleSpanProcessor``) to an exporter that only counts: ``exported(n)`` is
+    called with every 100 spans. What tracing costs with nothing sent anywhere."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class CountingExporter(SpanExporter):
+        def __init__(self) -> None:
+            self.pending = 0
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.pending += len(spans)
+            if self.pending >= 100:
+                exported(self.pending)
+                self.pending = 0
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(CountingExporter()))
+    return provider
+
+
+# Scenario 17 (tracing) starts workers with setup(tracing=True) on the SDK's provider.
+TRACING = os.environ.get("BENCH_TRACING") == "1"
+if TRACING:
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(sdk_tracer_provider(lambda n: probe.count("spans", n)))
+
 broker = setup(
     os.environ.get("BENCH_BROKER_URL") or os.environ["BENCH_REDIS_URL"],
     os.environ["BENCH_STORE_URI"],
@@ -27,6 +66,7 @@ broker = setup(
     retention=json.loads(os.environ.get("BENCH_RETENTION") or "null"),
     # Scenario 14 (metrics) starts workers with the Prometheus metrics on.
     metrics=os.environ.get("BENCH_METRICS") == "1",
+    tracing=TRACING,
 )
 
 
@@ -91,4 +131,52 @@ def tick_job() -> Job:
     """The recurring scenario's template: one task that counts its runs per job."""
     new = Job(category="tick", channel_id=CHANNEL)
     new.workflows.append(Workflow([tick.task()]))
+    return new
+
+
+# -- scenario 16: typed parameters against the same values as plain JSON ---------------------
+
+
+@dataclass
+class Order:
+    """The dataclass parameter of :func:`typed_params`."""
+
+    id: int
+    customer: str
+    lines: list[str]
+
+
+#: The parameters of both tasks: as their types, and as the JSON a caller would write.
+ORDER = Order(7, "ada", ["book", "pen"])
+AT = datetime(2026, 12, 4, 10, 0, tzinfo=timezone.utc)
+AMOUNT = Decimal("12.50")
+AS_JSON = {
+    "order": {"id": 7, "customer": "ada", "lines": ["book", "pen"]},
+    "at": "2026-12-04T10:00:00+00:00",
+    "amount": "12.50",
+}
+
+
+@workflow_task(name="bench.typed_params")
+def typed_params(task: Any, context: Any, order: Order, at: datetime, amount: Decimal) -> None:
+    """Takes a dataclass, a datetime and a Decimal (encoded when scheduled, decoded here)."""
+    if not (isinstance(order, Order) and isinstance(at, datetime) and isinstance(amount, Decimal)):
+        raise TypeError("the parameters did not arrive as their types")
+    probe.mark("durable")
+
+
+@workflow_task(name="bench.json_params")
+def json_params(task: Any, context: Any, order: dict, at: str, amount: str) -> None:
+    """The same values as plain JSON: a dict and two strings."""
+    probe.mark("durable")
+
+
+def params_job(typed: bool) -> Job:
+    """A one-task job whose task takes typed parameters, or the same as plain JSON."""
+    new = Job(category="bench", channel_id=CHANNEL)
+    if typed:
+        task = typed_params.task(order=ORDER, at=AT, amount=AMOUNT)
+    else:
+        task = json_params.task(**AS_JSON)
+    new.workflows.append(Workflow([task]))
     return new

@@ -30,6 +30,8 @@ SCENARIOS = (
     "dashboard",
     "metrics",
     "rabbitmq",
+    "typed_params",
+    "tracing",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
