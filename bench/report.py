@@ -402,6 +402,17 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                     f"on / off {on / off:.2f}; on / plain {on / traced['plain'][key]:.2f}",
                 ]
             )
+        costs = traced["in_process"]
+        out.append(
+            [
+                scenario,
+                "in process (us/job): schedule span, attempt span (off: no observer)",
+                "-",
+                f"{_fmt(costs['producer_us'])}, {_fmt(costs['worker_us'])}",
+                "-",
+                "-",
+            ]
+        )
         out.append(
             [
                 scenario,
