@@ -1,10 +1,11 @@
-"""The timing settings of a worker process, parsed once into one typed object.
+"""The timing settings of a worker process, and the application's defaults for its tasks
+and jobs, parsed once into one typed object.
 
 ``setup()`` reads them from its arguments and the YAML's ``scheduler`` section;
 :class:`~pypepper_dramatiq.drivers.dramatiq.middleware.WorkflowMiddleware` and the
 Redis broker take them from here. Each value is checked once, and a bad one is
 a :class:`~pypepper_dramatiq.errors.ConfigError` naming the option (or the YAML
-key it came from). The defaults are written here and nowhere else.
+key it came from). The settings' built-in values are written here and nowhere else.
 """
 
 from __future__ import annotations
