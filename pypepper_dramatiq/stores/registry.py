@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from ..config import config, section
+from ..defaults import Defaults, installed_defaults
 from ..errors import ConfigError, StoreNotConfiguredError
 from .base import IJobStore, JobRecord
 from .memory import MemoryJobStore
@@ -159,10 +160,22 @@ def configure_job_store(backend: str, **options: Any) -> IJobStore:
 
 
 def setup_from_config(yml: dict[str, Any]) -> IJobStore:
-    """Install the store that ``scheduler.jobStore`` in ``yml`` names (memory if none)."""
+    """Install the store that ``scheduler.jobStore`` in ``yml`` names (memory if none),
+    and the application's defaults ``scheduler.defaults`` when it has them (as
+    ``setup()`` reads them; the in-process driver's path to the same defaults).
+
+    Raises:
+        ConfigError: a bad ``scheduler.defaults`` key or value, named; nothing is
+            installed then.
+    """
+    given = section(yml, "scheduler").get("defaults")
+    defaults = None if given is None else Defaults.from_yaml(given)
     options = section(yml, "scheduler", "jobStore")
     backend = str(options.pop("backend", "memory"))
-    return configure_job_store(backend, **options)
+    store = configure_job_store(backend, **options)
+    if defaults is not None:
+        installed_defaults.install(defaults)
+    return store
 
 
 def reset_job_store() -> None:

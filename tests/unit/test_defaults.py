@@ -28,6 +28,7 @@ from pypepper_dramatiq import (
     get_job_store,
     manager,
     setup,
+    setup_from_config,
 )
 from pypepper_dramatiq.defaults import Defaults, installed_defaults
 
@@ -176,6 +177,20 @@ def test_a_stored_task_keeps_what_it_was_built_with_whatever_the_defaults_here()
 
     assert (stored["retry_count"], stored["round_timeout"]) == (5, 9.0)
     assert (rebuilt.retry_count, rebuilt.round_timeout) == (5, 9.0)
+
+
+def test_setup_from_config_installs_the_yaml_defaults_for_the_in_process_driver() -> None:
+    yml = {"scheduler": {"defaults": {"channelId": "inproc", "retryCount": 2}}}
+
+    setup_from_config(yml)
+
+    assert Job().channel_id == "inproc"
+    assert task_of().policy.retry_count == 2
+    with pytest.raises(ConfigError, match=r"scheduler\.defaults\.retryCount must be a whole"):
+        setup_from_config({"scheduler": {"defaults": {"retryCount": -1}}})
+    assert task_of().policy.retry_count == 2  # nothing installed by the refused call
+    setup_from_config({"scheduler": {"jobStore": {"backend": "memory"}}})
+    assert Job().channel_id == "inproc"  # a YAML without defaults leaves them
 
 
 def test_a_job_naming_no_channel_takes_the_default_one() -> None:
