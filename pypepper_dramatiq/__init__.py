@@ -29,6 +29,13 @@ if TYPE_CHECKING:
     from .drivers.inprocess.worker import Worker
     from .engine.functions import WorkflowTask, actor_task, executor_task, workflow_task
     from .engine.job_io import schedule_many
+    from .engine.pausing import (
+        list_paused,
+        pause_channel,
+        pause_task,
+        resume_channel,
+        resume_task,
+    )
     from .errors import (
         AmbiguousTaskNameError,
         BrokerUnavailableError,
@@ -46,6 +53,7 @@ if TYPE_CHECKING:
         MessageError,
         NonRetriableError,
         NoTaskResultError,
+        PausingUnsupportedError,
         PayloadError,
         PypepperError,
         ResultNotStorableError,
@@ -56,6 +64,7 @@ if TYPE_CHECKING:
         StoreUnavailableError,
         TaskCancelledError,
         TaskTimeoutError,
+        UnknownChannelError,
         UnknownExecutorError,
         UnknownJobError,
         UnknownScheduleError,
@@ -106,6 +115,11 @@ _HOMES: dict[str, str] = {
     "executor_task": ".engine.functions",
     "workflow_task": ".engine.functions",
     "schedule_many": ".engine.job_io",
+    "list_paused": ".engine.pausing",
+    "pause_channel": ".engine.pausing",
+    "pause_task": ".engine.pausing",
+    "resume_channel": ".engine.pausing",
+    "resume_task": ".engine.pausing",
     "AmbiguousTaskNameError": ".errors",
     "BrokerUnavailableError": ".errors",
     "ChannelEnqueueError": ".errors",
@@ -122,6 +136,7 @@ _HOMES: dict[str, str] = {
     "MessageError": ".errors",
     "NonRetriableError": ".errors",
     "NoTaskResultError": ".errors",
+    "PausingUnsupportedError": ".errors",
     "PayloadError": ".errors",
     "PypepperError": ".errors",
     "ResultNotStorableError": ".errors",
@@ -132,6 +147,7 @@ _HOMES: dict[str, str] = {
     "StoreUnavailableError": ".errors",
     "TaskCancelledError": ".errors",
     "TaskTimeoutError": ".errors",
+    "UnknownChannelError": ".errors",
     "UnknownExecutorError": ".errors",
     "UnknownJobError": ".errors",
     "UnknownScheduleError": ".errors",
@@ -222,6 +238,12 @@ __all__ = [
     "remove_recurring",
     "resume_recurring",
     "trigger_recurring",
+    # pausing channels and tasks
+    "list_paused",
+    "pause_channel",
+    "pause_task",
+    "resume_channel",
+    "resume_task",
     # executors
     "CallableExecutor",
     "IExecutor",
@@ -266,6 +288,7 @@ __all__ = [
     "JobRequeuedError",
     "MessageError",
     "NoTaskResultError",
+    "PausingUnsupportedError",
     "PayloadError",
     "NonRetriableError",
     "PypepperError",
@@ -277,6 +300,7 @@ __all__ = [
     "StoreUnavailableError",
     "TaskCancelledError",
     "TaskTimeoutError",
+    "UnknownChannelError",
     "UnknownExecutorError",
     "UnknownJobError",
     "UnknownScheduleError",

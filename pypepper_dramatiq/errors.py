@@ -150,6 +150,28 @@ class UnknownScheduleError(PypepperError, LookupError):
         self.name = name
 
 
+class UnknownChannelError(PypepperError, LookupError):
+    """No process declared this channel here and no stored job uses it: nothing to pause."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"no channel {name!r}: none is declared in this process and no stored job uses it"
+        )
+        self.name = name
+
+
+class PausingUnsupportedError(PypepperError, NotImplementedError):
+    """The job store keeps no paused channels or tasks (a store of a third party that
+    did not implement :meth:`~pypepper_dramatiq.stores.base.IJobStore.pause`)."""
+
+    def __init__(self, store: object) -> None:
+        super().__init__(
+            f"the job store {type(store).__name__} cannot pause channels or tasks: "
+            "it implements no IJobStore.pause / resume / paused"
+        )
+        self.store = store
+
+
 class NonRetriableError(PypepperError):
     """Raised by a task: this failure will not go away; skip its remaining attempts.
 

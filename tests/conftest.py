@@ -26,7 +26,7 @@ from services import (
 )
 from sqlalchemy import delete
 
-from pypepper_dramatiq.stores.schema import jobs, purged, recurring
+from pypepper_dramatiq.stores.schema import jobs, paused, purged, recurring
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
 # -- backend selection ----------------------------------------------------------------------
@@ -115,6 +115,7 @@ def pg_store(postgres_uri: str) -> Iterator[SqlJobStore]:
         connection.execute(delete(jobs))
         connection.execute(delete(recurring))
         connection.execute(delete(purged))
+        connection.execute(delete(paused))
     yield store
     store.close()
 
@@ -156,6 +157,7 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
         connection.execute(delete(jobs))
         connection.execute(delete(recurring))
         connection.execute(delete(purged))
+        connection.execute(delete(paused))
     yield store
     store.close()
 

@@ -33,6 +33,7 @@ from ..ops import observers
 from ..ops.group_commit import Combiner, in_rounds
 from ..ops.logs import get_logger
 from ..records import history
+from ..records.pauses import PAUSED_UNTIL
 from ..records.progress import ProgressReporter
 from ..records.record import JobRecord, utcnow
 from ..records.spec import TaskSpec
@@ -47,6 +48,7 @@ from ..stores.base import IJobStore, StepClaim, retry_past_deadline, why_not_cla
 from . import hooks, outcomes
 from .job_io import publish_cancel
 from .outcomes import Outcome as Outcome
+from .pausing import PausedSet, paused_here, why_held
 from .running import running_here
 
 logger = get_logger(__name__)
@@ -194,6 +196,17 @@ def store_missing_row(store: IJobStore, scheduled: JobRecord) -> JobRecord:
     return record
 
 
+def first_executor_id(record: JobRecord) -> str | None:
+    """The executor id of the task a job's first step runs (None: none known)."""
+    if record.payload is None:
+        return None
+    tasks = [w.get("tasks", []) for w in record.payload.get("workflows", [])]
+    first = rules.first_step(plan_of(tasks), start=cursor_of(record))
+    if first.position is None:
+        return None
+    return TaskSpec.from_dict(tasks[first.position.workflow][first.position.task]).executor_id
+
+
 def cursor_of(record: JobRecord) -> Position | None:
     cursor = record.state.get("cursor")  # only the cursor: no need to parse the rest
     return Position.from_list(cursor) if cursor else None
@@ -241,6 +254,8 @@ class StepIO:
         self.claims: Combiner[StepClaim, JobRecord | None] = Combiner(self._claim_batch)
         #: The same for the writes that record outcomes.
         self.outcomes: Combiner[JobRecord, bool] = Combiner(self._outcome_batch)
+        #: The paused channels and tasks, read at most once a second.
+        self.pauses: PausedSet = paused_here
 
     # -- before the attempt ----------------------------------------------------
 
@@ -252,9 +267,11 @@ class StepIO:
             StoreError: the store failed (the caller defers the message).
         """
         store = self._store()
+        if step.record is not None:
+            self._hold_first_if_paused(store, step)
         fast = self._claim_in_one_write(store, step)
         if fast is not None:
-            return fast
+            return self._unless_paused(store, fast)
         # A Scheduled row may be rewritten by its producer (its own Scheduled
         # write, racing our heal) between our read and our write: read again.
         for _ in range(CLAIM_ATTEMPTS):
@@ -267,10 +284,69 @@ class StepIO:
                 _log_claim(claim, started=record.status is Status.SCHEDULED)
                 if record.status is Status.SCHEDULED:
                     observers.job_started(claimed, claimed.updated)
-                return claim
+                return self._unless_paused(store, claim)
             if record.status is not Status.SCHEDULED:
                 break
         raise StepSkipped(step.job_id, "another worker claimed the step first")
+
+    # -- paused channels and tasks ------------------------------------------------
+
+    def _hold_first_if_paused(self, store: IJobStore, step: StepMessage) -> None:
+        """A job's first message while its channel or first task is paused: its
+        Scheduled row is held in the store (``release_at`` = ``PAUSED_UNTIL``), unrun,
+        and StepSkipped raised (the message is acknowledged, its channel slot given
+        back; resuming releases the row). Returns when nothing holds it; the store
+        is read only when the paused set (read at most once a second) names it."""
+        assert step.record is not None
+        executor_id = first_executor_id(step.record)
+        why = self.pauses.holds(step.record.channel_id, executor_id)
+        if why is None:
+            return
+        record = store.get(step.job_id)
+        if record is None:
+            record = self._heal(store, step)
+        if record.status is not Status.SCHEDULED or record.waiting_since is not None:
+            return  # the ordinary claim decides (ended, started, waiting)
+        if record.release_at is None:
+            held = record.evolve(release_at=PAUSED_UNTIL, updated=utcnow())
+            if not store.advance(held):
+                return  # the row moved: the ordinary claim decides
+            self._unless_resumed(store, held.evolve(version=held.version + 1), executor_id)
+        _log("pause_hold", step.job_id, step.position, " held unrun: %s", why)
+        raise StepSkipped(step.job_id, f"held: {why}")
+
+    def _unless_paused(self, store: IJobStore, claim: Claim) -> Claim:
+        """``claim``, unless its channel or task is paused: then the step is handed
+        back unrun (no attempt counted) and held in the store (a free lease expiring
+        at ``PAUSED_UNTIL``, which no recovery reaches) until resumed; StepSkipped."""
+        why = self.pauses.holds(claim.record.channel_id, claim.spec.executor_id)
+        if why is None:
+            return claim
+        held = claim.record.evolve(updated=utcnow(), lease_owner=None, lease_expires=PAUSED_UNTIL)
+        if store.advance(held):
+            written = held.evolve(version=held.version + 1)
+            self._unless_resumed(store, written, claim.spec.executor_id)
+        _log("pause_hold", claim.record.id, claim.position, " held unrun: %s", why)
+        raise StepSkipped(claim.record.id, f"held: {why}")
+
+    def _unless_resumed(self, store: IJobStore, held: JobRecord, executor_id: str | None) -> None:
+        """After holding ``held``: read the paused set afresh, and release the row at
+        once if its pause is gone (this process's copy was up to a second old: a
+        resume in between released the held rows before this one was held)."""
+        try:
+            if why_held(store.paused(), held.channel_id, executor_id) is not None:
+                return  # a resume from now on finds the row held
+            if held.status is Status.SCHEDULED:
+                store.advance(held.evolve(release_at=held.created))
+            else:
+                store.advance(held.evolve(lease_expires=held.created))
+        except StoreError as exc:
+            logger.warning(
+                "job %s: held for a pause, not checked against a resume (%s); "
+                "the next resume releases it",
+                held.id,
+                exc,
+            )
 
     def _claim_in_one_write(self, store: IJobStore, step: StepMessage) -> Claim | None:
         """The common case, one statement: the row is at the message's step and free.

@@ -44,6 +44,9 @@ CRON_LENGTH = 255
 TIMEZONE_LENGTH = 64
 #: A recurring schedule's ``overlap`` and ``catch_up`` choices, and a link's kind.
 CHOICE_LENGTH = 8
+#: A paused channel's name or task's executor id (``scheduler_paused.name``): 191
+#: characters of utf8mb4 fit MySQL's index with the kind.
+PAUSED_NAME_LENGTH = 191
 #: A worker's host name (``scheduler_workers.host``).
 HOST_LENGTH = 255
 #: The Dramatiq version a worker runs (``scheduler_workers.dramatiq_version``).

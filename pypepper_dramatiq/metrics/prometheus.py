@@ -61,7 +61,7 @@ from ..ops import observers
 from ..ops.logs import get_logger
 from ..records.record import JobRecord
 from ..rules.status import Status
-from ..stores.base import HELD_FOR_JOBS, HELD_FOR_TIME
+from ..stores.base import HELD_REASONS
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -132,8 +132,9 @@ class _Collectors:
         self.jobs_held: Gauge = prometheus_client.Gauge(
             f"{PREFIX}jobs_held",
             "Scheduled jobs held in the store, by channel and reason: jobs (waiting "
-            "for other jobs or a key's holder) or time (sent at their release time), "
-            "as the recovery sweep last read them.",
+            "for other jobs or a key's holder), time (sent at their release time) or "
+            "paused (until their channel or task is resumed), as the recovery sweep "
+            "last read them.",
             ["channel", "reason"],
             multiprocess_mode="livemostrecent",
             registry=reg,
@@ -383,7 +384,7 @@ class PrometheusMetrics(observers.Observer):
             self._child(made.deadlines_missed, channel_id)
             for kind in (observers.LEASE_LAPSED, observers.MESSAGE_LOST):
                 self._child(made.recoveries, channel_id, kind)
-            for reason in (HELD_FOR_JOBS, HELD_FOR_TIME):
+            for reason in HELD_REASONS:
                 # Set at each read of the sweep (a multi-process "most recent" gauge
                 # shows a series only once it was set).
                 self._child(made.jobs_held, channel_id, reason)

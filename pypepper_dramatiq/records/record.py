@@ -13,6 +13,7 @@ from ..errors import AmbiguousTaskNameError, NoTaskResultError
 from ..limits.storable import ID_LENGTH, check_text
 from ..rules.status import Status
 from ..rules.waits import Waits, describe
+from .pauses import held_for_pause
 from .progress import ENTRY_FIELDS, PROGRESS_KEY
 from .spec import TaskSpec
 
@@ -129,7 +130,9 @@ class JobRecord:
             reasons.append(f"its planned start at {self.not_before.isoformat()}")
         if self.waits is not None:
             reasons.append(describe(Waits.from_dict(self.waits)))
-        if self.release_at is not None and not reasons:
+        if held_for_pause(self.release_at):
+            reasons.append("a resume: its channel or first task is paused")
+        elif self.release_at is not None and not reasons:
             reasons.append(f"its message, sent by the sweep at {self.release_at.isoformat()}")
         if self.start_deadline is not None:
             reasons.append(f"(cancelled if not started by {self.start_deadline.isoformat()})")

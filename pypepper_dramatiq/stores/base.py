@@ -13,10 +13,12 @@ from ..errors import (
     ConfigError,
     CorruptRecordError,
     DuplicateJobError,
+    PausingUnsupportedError,
     StoreDataError,
     StoreError,
 )
 from ..records.links import RETRY, Link, parent_order, parents_of
+from ..records.pauses import held_for_pause
 from ..records.record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
 from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
@@ -327,7 +329,8 @@ class IJobStore(abc.ABC):
     def held_counts(self) -> dict[tuple[str, str], int]:
         """How many Scheduled jobs are held in the store, by ``(channel, reason)``:
         :data:`HELD_FOR_JOBS` (waiting for other jobs or a key's holder) or
-        :data:`HELD_FOR_TIME` (no message yet, sent at ``release_at``). Stores
+        :data:`HELD_FOR_TIME` (no message yet, sent at ``release_at``) or
+        :data:`HELD_FOR_PAUSE` (until its channel or task is resumed). Stores
         with an index override it with a count."""
         counts: dict[tuple[str, str], int] = {}
         for r in self.list(status=Status.SCHEDULED):
@@ -605,6 +608,32 @@ class IJobStore(abc.ABC):
         rows = [r for r in self.list(status=Status.IN_PROGRESS) if r.lease_owner in wanted]
         return sorted(rows, key=lambda r: r.id)
 
+    # -- paused channels and tasks (pypepper_dramatiq.engine.pausing) ------------------
+    #
+    # A store of a third party that keeps no paused set answers that nothing is
+    # paused, and refuses to pause: PausingUnsupportedError.
+
+    def pause(self, kind: str, name: str, at: datetime) -> bool:
+        """Store that the channel or task (``kind``: ``records.pauses.CHANNEL`` or
+        ``TASK``) ``name`` is paused since ``at``; True if it was not paused already."""
+        raise PausingUnsupportedError(self)
+
+    def resume(self, kind: str, name: str) -> bool:
+        """Forget the pause of ``kind`` ``name``; True if it was paused."""
+        raise PausingUnsupportedError(self)
+
+    def paused(self) -> frozenset[tuple[str, str]]:
+        """The paused ``(kind, name)`` pairs. Every worker reads them, at most once a
+        second (:class:`~pypepper_dramatiq.engine.pausing.PausedSet`)."""
+        return frozenset()
+
+    def release_paused(self, now: datetime, keep_channels: Collection[str] = ()) -> int:
+        """Release the rows held for a pause (``records.pauses.PAUSED_UNTIL``), but those
+        of the channels ``keep_channels``: a Scheduled row's ``release_at`` and an
+        InProgress row's ``lease_expires`` become its ``created`` (past, so the sweep
+        sends them oldest first), its version moves on. Returns how many."""
+        raise PausingUnsupportedError(self)
+
     # -- group commit (a worker process's claims and outcomes, batched) ----------------
 
     def claim_steps(
@@ -674,14 +703,20 @@ class IJobStore(abc.ABC):
 
 #: Why a Scheduled job is held (:meth:`IJobStore.held_counts`): it waits for other jobs...
 HELD_FOR_JOBS = "jobs"
-#: ...or for a time (its message is sent at ``release_at``).
+#: ...or for a time (its message is sent at ``release_at``)...
 HELD_FOR_TIME = "time"
+#: ...or until its channel or task is resumed (``release_at`` is ``PAUSED_UNTIL``).
+HELD_FOR_PAUSE = "paused"
+#: Every reason a Scheduled job may be held for, in the order the metrics list them.
+HELD_REASONS = (HELD_FOR_JOBS, HELD_FOR_TIME, HELD_FOR_PAUSE)
 
 
 def held_reason(waiting_since: datetime | None, release_at: datetime | None) -> str | None:
     """Why a Scheduled row with these columns is held in the store; None: it is not."""
     if waiting_since is not None:
         return HELD_FOR_JOBS
+    if held_for_pause(release_at):
+        return HELD_FOR_PAUSE
     if release_at is not None:
         return HELD_FOR_TIME
     return None

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import CorruptRecordError, DuplicateJobError, UnknownJobError
 from ..records.links import parents_of, required_parents
+from ..records.pauses import check_kind, held_for_pause
 from ..records.progress import PROGRESS_KEY
 from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
@@ -30,6 +31,8 @@ class MemoryJobStore(IJobStore):
         self._rows: dict[str, JobRecord] = {}
         self._schedules: dict[str, RecurringSchedule] = {}
         self._workers: dict[str, WorkerInfo] = {}
+        #: The paused channels and tasks: (kind, name) -> paused since.
+        self._paused: dict[tuple[str, str], datetime] = {}
         #: The tombstones of the purged jobs: id -> when the purge deleted it.
         self._purged: dict[str, datetime] = {}
         self._lock = threading.RLock()
@@ -324,6 +327,46 @@ class MemoryJobStore(IJobStore):
                 if r.status is Status.IN_PROGRESS and r.lease_owner in wanted
             ]
         return sorted(rows, key=lambda r: r.id)
+
+    # -- paused channels and tasks -------------------------------------------------------
+
+    def pause(self, kind: str, name: str, at: datetime) -> bool:
+        check_kind(kind)
+        with self._lock:
+            if (kind, name) in self._paused:
+                return False
+            self._paused[kind, name] = as_utc(at)
+            return True
+
+    def resume(self, kind: str, name: str) -> bool:
+        check_kind(kind)
+        with self._lock:
+            return self._paused.pop((kind, name), None) is not None
+
+    def paused(self) -> frozenset[tuple[str, str]]:
+        with self._lock:
+            return frozenset(self._paused)
+
+    def release_paused(self, now: datetime, keep_channels: Collection[str] = ()) -> int:
+        kept = set(keep_channels)
+        released = 0
+        with self._lock:
+            for row in list(self._rows.values()):
+                if row.channel_id in kept:
+                    continue
+                if row.status is Status.SCHEDULED and held_for_pause(row.release_at):
+                    changed = row.evolve(release_at=row.created)
+                elif (
+                    row.status is Status.IN_PROGRESS
+                    and row.lease_owner is None
+                    and held_for_pause(row.lease_expires)
+                ):
+                    changed = row.evolve(lease_expires=row.created)
+                else:
+                    continue
+                self._rows[row.id] = changed.evolve(updated=now, version=row.version + 1)
+                released += 1
+        return released
 
     def claim_steps(
         self, requests: Sequence[StepClaim]

@@ -215,6 +215,18 @@ purged = Table(
     Index("ix_scheduler_purged_purged_at", "purged_at"),
 )
 
+#: The paused channels and task types (migration 0013), one row each: ``kind`` is
+#: ``channel`` or ``task`` (:mod:`~pypepper_dramatiq.records.pauses`), ``name`` the
+#: channel's name or the task's executor id. Every worker reads the whole table, at
+#: most once a second (:class:`~pypepper_dramatiq.engine.pausing.PausedSet`).
+paused = Table(
+    "scheduler_paused",
+    metadata,
+    Column("kind", String(limits.CHOICE_LENGTH), primary_key=True),
+    Column("name", exact_text(limits.PAUSED_NAME_LENGTH), primary_key=True),
+    Column("paused_at", UtcDateTime(), nullable=False),
+)
+
 #: The channels' admission state where PostgreSQL coordinates the processes (created on
 #: PostgreSQL only: migration 0012)
 #: (:mod:`pypepper_dramatiq.transport.postgres`): one row per channel a process used.

@@ -42,8 +42,9 @@ from ...ops import observers
 from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, shared_outage
 from ...records.record import utcnow
+from ...records.spec import TaskSpec
 from ...rules.start_times import late_retry
-from ...rules.steps import Action, Step, may_continue
+from ...rules.steps import Action, Position, Step, may_continue
 from ...settings import Settings
 from ...stores.registry import get_job_store
 from ...transport import broker_name
@@ -403,13 +404,19 @@ class WorkflowMiddleware(Middleware):
             late = step.position is not None and late_retry(
                 claim.record.start_deadline, step.position.to_list(), utcnow()
             )
-            return not late and may_continue(
-                step,
-                continued=continued,
-                elapsed=time.monotonic() - since,
-                max_steps=self.settings.continue_steps,
-                max_seconds=self.settings.continue_seconds,
-                stopping=self._stopping.is_set(),
+            # A step of a paused channel or task goes as a message: its claim holds it.
+            paused = step.position is not None and self._paused(claim, step.position)
+            return (
+                not late
+                and not paused
+                and may_continue(
+                    step,
+                    continued=continued,
+                    elapsed=time.monotonic() - since,
+                    max_steps=self.settings.continue_steps,
+                    max_seconds=self.settings.continue_seconds,
+                    stopping=self._stopping.is_set(),
+                )
             )
 
         try:
@@ -440,6 +447,13 @@ class WorkflowMiddleware(Middleware):
             )
             self.book.due_now(claim.record.id, decision.position, decision.delay)
         return None
+
+    def _paused(self, claim: Claim, position: Position) -> bool:
+        """Whether the step at ``position`` of ``claim``'s job may not start now (its
+        channel or task is paused: the copy read at most once a second)."""
+        task = claim.tasks[position.workflow][position.task]
+        executor_id = TaskSpec.from_dict(task).executor_id
+        return self.book.pauses.holds(claim.record.channel_id, executor_id) is not None
 
     def _run_continued(self, claim: Claim) -> Outcome:
         """Run a continued attempt in this thread, under its ``round_timeout`` as a

@@ -20,6 +20,7 @@ from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
 from ...engine import step_io, waiting
 from ...engine.job_io import JOB_IO
+from ...engine.pausing import paused_here
 from ...engine.running import running_here
 from ...errors import (
     CorruptRecordError,
@@ -55,6 +56,9 @@ logger = get_logger(__name__)
 PARK_POLL_SECONDS = 0.05
 #: How often a worker waiting for a job's planned start looks whether it was cancelled.
 PLANNED_START_POLL_SECONDS = 0.05
+#: How often a started job whose next task is paused looks whether it was resumed or
+#: cancelled (the paused set itself is read at most once a second).
+PAUSED_POLL_SECONDS = 0.05
 
 
 class Worker:
@@ -64,6 +68,9 @@ class Worker:
         self.channel = channel
         #: Jobs taken from the channel that wait for other jobs to end.
         self._parked: list[Job] = []
+        #: Jobs taken from the channel while it or their first task is paused, in
+        #: the order taken: started in that order once resumed.
+        self._held: list[Job] = []
         #: When the put-aside jobs are looked at next (``time.monotonic()``).
         self._next_look = 0.0
 
@@ -86,8 +93,8 @@ class Worker:
         """
         try:
             while True:
-                job = self._unparked()
-                if job is None and self._parked:
+                job = self._resumed() or self._unparked()
+                if job is None and (self._parked or self._held):
                     job = self.channel.take()
                     if job is None:
                         await asyncio.sleep(PARK_POLL_SECONDS)
@@ -99,7 +106,7 @@ class Worker:
                 if await self.process(job):
                     return job
         except asyncio.CancelledError:
-            parked, self._parked = self._parked, []
+            parked, self._parked, self._held = self._held + self._parked, [], []
             for waiting_job in parked:
                 self._put_back(waiting_job)
             raise
@@ -152,6 +159,11 @@ class Worker:
                 return False
             if not may_start:
                 return True
+        why = self._paused(job)
+        if why is not None:
+            self._held.append(job)  # nothing started: taken again once resumed
+            _log(job, "pause_hold", why)
+            return False
         if job.not_before is not None:
             # Planned later: wait for it here (a cancel of the job ends the wait).
             try:
@@ -258,6 +270,8 @@ class Worker:
                 job.cancel_event.wait(step.delay)
             if job.is_cancelled:
                 return None
+            if not self._unpaused(job, tasks[position.workflow][position.task]):
+                return None
             workflow = job.workflows[position.workflow]
             task = workflow.get_tasks()[position.task]
             now = utcnow()
@@ -285,6 +299,23 @@ class Worker:
                 job.context.results[task.name] = outcome.result
             if step.action is not rules.Action.RUN:
                 return record
+
+    @staticmethod
+    def _unpaused(job: Job, task: dict[str, object]) -> bool:
+        """Wait in the job's thread while the next task (its stored form) is paused,
+        its attempt not started nor counted; True once it may start, False if the job
+        was cancelled meanwhile."""
+        given = task.get("executor_id")
+        executor_id = given if isinstance(given, str) else None
+        told = False
+        while (why := paused_here.holds(job.channel_id, executor_id)) is not None:
+            if not told:
+                _log(job, "pause_wait", why)
+                told = True
+            job.cancel_event.wait(PAUSED_POLL_SECONDS)
+            if job.is_cancelled:
+                return False
+        return not job.is_cancelled
 
     def _attempt_recorded(
         self,
@@ -330,6 +361,26 @@ class Worker:
                 raise
         job.follow_progress(ended)
         _log(job, "end", job.status)
+
+    # -- pauses --------------------------------------------------------------
+
+    @staticmethod
+    def _paused(job: Job) -> str | None:
+        """Why ``job``'s first step may not start now (its channel or first task is
+        paused); None when it may. No work unless something is paused."""
+        if not paused_here.current():
+            return None
+        executor_id = step_io.first_executor_id(job.to_record())
+        return paused_here.holds(job.channel_id, executor_id)
+
+    def _resumed(self) -> Job | None:
+        """The first held job whose pause is over (or that was cancelled), taken off
+        the list; None if none."""
+        for job in self._held:
+            if job.is_cancelled or self._paused(job) is None:
+                self._held.remove(job)
+                return job
+        return None
 
     # -- waits --------------------------------------------------------------
 
@@ -670,6 +721,8 @@ _WORDS = {
     "fail_unpersisted_run": " failed: {error}",
     "requeue": " was put back in its channel's queue",
     "redelivery_failed": " failed: {error}",
+    "pause_hold": ": {detail}; held unstarted until it is resumed",
+    "pause_wait": ": {detail}; its next task waits, unstarted, until it is resumed",
 }
 
 

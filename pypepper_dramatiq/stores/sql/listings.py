@@ -10,9 +10,10 @@ from typing import Any
 from sqlalchemy import case, func, literal, or_, select, tuple_, union_all
 from sqlalchemy.sql import Select
 
+from ...records.pauses import PAUSED_UNTIL
 from ...records.state import HOOKS_KEY
 from ...rules.status import Status
-from ..base import HELD_FOR_JOBS, HELD_FOR_TIME, JobRecord, check_ended
+from ..base import HELD_FOR_JOBS, HELD_FOR_PAUSE, HELD_FOR_TIME, JobRecord, check_ended
 from ..rows import listed_jobs
 from ..schema import jobs
 from .boundary import boundary
@@ -156,6 +157,7 @@ class JobListings(SqlStorePart):
     def held_counts(self) -> dict[tuple[str, str], int]:
         reason = case(
             (jobs.c.waiting_since.is_not(None), literal(HELD_FOR_JOBS)),
+            (jobs.c.release_at >= PAUSED_UNTIL, literal(HELD_FOR_PAUSE)),
             else_=literal(HELD_FOR_TIME),
         ).label("reason")
         query = (

@@ -28,6 +28,7 @@ from .leases import LeaseRows
 from .links import LinkRows
 from .listings import JobListings
 from .migrate import check_schema, upgrade_to_head
+from .pauses import PauseRows
 from .purge import PurgeRows
 from .schedules import ScheduleRows
 from .transactions import InCallerTransaction, caller_connection
@@ -43,6 +44,7 @@ class SqlJobStore(
     WorkerRows,
     LinkRows,
     PurgeRows,
+    PauseRows,
 ):
     """Job records in the ``scheduler_jobs`` table of a PostgreSQL or MySQL database.
 
