@@ -8,7 +8,9 @@ Commands:
 * ``cancel JOB_ID``: cancel a stored job.
 * ``retry JOB_ID [--from-task NAME]``: a new job takes a Failed or Cancelled
   one up where it stopped; prints the new job's id (exit 2 when refused).
-* ``channels [list|stop|resume|resize]``: the channels kept in Redis.
+* ``channels [list|stop|resume|resize]``: the channels kept in Redis;
+  ``channels pause|resume NAME``: the channels paused in the job store.
+* ``tasks [list|pause ID|resume ID]``: the task types paused in the job store.
 * ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
 * ``purge --status S --older-than D``: delete the jobs that ended S longer
   than D ago (``--dry-run``: count them).
@@ -51,6 +53,7 @@ from ..errors import (
     InvalidTransitionError,
     PypepperError,
     RetryError,
+    UnknownChannelError,
     UnknownExecutorError,
     UnknownJobError,
     UnknownScheduleError,
@@ -95,7 +98,8 @@ DAMAGE_WIDTH = 100
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _RABBITMQ_SCHEMES = ("amqp", "amqps")
 
-_CHANNEL_ACTIONS = ("list", "stop", "resume", "resize")
+_CHANNEL_ACTIONS = ("list", "stop", "resume", "resize", "pause")
+_TASK_ACTIONS = ("list", "pause", "resume")
 
 _CHANNELS_HELP = """\
 actions:
@@ -104,14 +108,30 @@ actions:
   stop NAME          refuse new jobs on NAME, in every process, until resumed;
                      queued jobs still run. An unknown NAME is created stopped
                      (to stop a channel before its producers start).
-  resume NAME        accept jobs on NAME again; an unknown NAME is an error
-                     (exit 1), as there is no stop to lift
+  resume NAME        with --broker-url: accept jobs on NAME again (lift its
+                     stop); with --uri: start its jobs again (lift its pause:
+                     the jobs held meanwhile start, oldest first); with both,
+                     both. Nothing to lift is an error (exit 1)
+  pause NAME         (needs --uri) accept jobs on NAME but start none, in
+                     every process, until resumed; running steps finish. NAME
+                     must be a channel some stored job uses (exit 1 otherwise)
   resize NAME N      set NAME's bound to N jobs waiting (0 = unbounded) for
                      every process; jobs already waiting stay. An unknown
                      NAME is created with that bound.
 
 A bound given in code or YAML (setup(channels={NAME: N})) is written again
-when a process starts; resize lasts until then.
+when a process starts; resize lasts until then. A pause lasts until resumed.
+"""
+
+_TASKS_HELP = """\
+actions:
+  list               the paused task types (the default action)
+  pause ID           accept jobs of the task type ID (its executor id: a
+                     @workflow_task's name) but start none of its steps, on any
+                     channel, in every process, until resumed; running steps
+                     finish. ID must be known: --import the module of the task
+  resume ID          start its steps again: those held meanwhile start, oldest
+                     first
 """
 
 _RECURRING_HELP = """\
@@ -124,14 +144,14 @@ actions:
 """
 
 
-def _add_uri(command: argparse.ArgumentParser) -> None:
+def _add_uri(command: argparse.ArgumentParser, when: str = "") -> None:
     # Not required= for argparse: its usage would show --uri as needed even when
     # $PYPEPPER_STORE_URI gives it; main() says so when neither does.
     command.add_argument(
         "--uri",
         default=os.environ.get(URI_ENV) or None,
         help="SQLAlchemy URI of the job store (postgresql+psycopg://... or "
-        f"mysql+pymysql://...); default: ${URI_ENV}",
+        f"mysql+pymysql://...){', ' + when if when else ''}; default: ${URI_ENV}",
     )
 
 
@@ -284,13 +304,29 @@ def _parser() -> argparse.ArgumentParser:
     broker_url = os.environ.get(BROKER_ENV) or None
     channels.add_argument(
         "--broker-url",
-        required=broker_url is None,
         default=broker_url,
-        help=f"redis://... of the producers and workers (Redis >= 6); default: ${BROKER_ENV}",
+        help="redis://... of the producers and workers (Redis >= 6), for list, stop, "
+        f"resume and resize; default: ${BROKER_ENV}",
     )
+    _add_uri(channels, "for pause and resume")
     channels.add_argument(
         "--json", action="store_true", help="list as JSON lines (default: a table)"
     )
+
+    tasks = commands.add_parser(
+        "tasks",
+        help="list, pause or resume the task types paused in the job store",
+        description="The task types paused in the job store, for every process.",
+        epilog=_TASKS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tasks.add_argument("action", nargs="?", default="list", choices=_TASK_ACTIONS)
+    tasks.add_argument("task_id", nargs="?", metavar="ID", help="the task's executor id")
+    _add_uri(tasks)
+    tasks.add_argument(
+        "--json", action="store_true", help="list as JSON lines (default: one id a line)"
+    )
+    _add_imports(tasks, "pause checks that the task type exists")
     recurring = commands.add_parser(
         "recurring",
         help="list, remove or trigger the recurring schedules",
@@ -436,8 +472,9 @@ def _check_channel_arguments(parser: argparse.ArgumentParser, args: argparse.Nam
         "stop": "stop NAME",
         "resume": "resume NAME",
         "resize": "resize NAME N",
+        "pause": "pause NAME",
     }[args.action]
-    wanted = {"list": 0, "stop": 1, "resume": 1, "resize": 2}[args.action]
+    wanted = {"list": 0, "stop": 1, "resume": 1, "resize": 2, "pause": 1}[args.action]
     given = [value for value in (args.name, args.size) if value is not None]
     if len(given) != wanted:
         parser.error(f"channels {args.action} takes {wanted or 'no'} argument(s): channels {usage}")
@@ -484,11 +521,24 @@ def _drop_stdout() -> None:
 def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if hasattr(args, "uri") and not args.uri:
+    if hasattr(args, "uri") and not args.uri and args.command != "channels":
         parser.error(f"{args.command} needs --uri (or ${URI_ENV}): the job store")
     if args.command == "channels":
         _check_channel_arguments(parser, args)
+        if args.action == "pause" and not args.uri:
+            parser.error(f"channels pause needs --uri (or ${URI_ENV}): the job store")
+        if args.action == "resume" and not (args.uri or args.broker_url):
+            parser.error(
+                f"channels resume needs --broker-url (or ${BROKER_ENV}) to lift a stop, "
+                f"--uri (or ${URI_ENV}) to lift a pause"
+            )
+        if args.action not in ("pause", "resume") and not args.broker_url:
+            parser.error(f"channels {args.action} needs --broker-url (or ${BROKER_ENV})")
+        if args.action in ("pause", "resume") and args.uri:
+            return _pause_channel(args)
         return _channels(args)
+    if args.command == "tasks" and (args.action == "list") != (args.task_id is None):
+        parser.error(f"tasks {args.action} takes {'no' if args.action == 'list' else 'an'} ID")
     if args.command == "recurring":
         if (args.action == "list") != (args.name is None):
             parser.error(
@@ -521,6 +571,8 @@ def _run(argv: Sequence[str] | None) -> int:
                 return _purge(store, args)
             if args.command == "workers":
                 return _workers(store, as_json=args.json)
+            if args.command == "tasks":
+                return _tasks(store, args)
             if args.command == "dashboard":
                 return _dashboard(store, args)
             return _jobs(store, args)
@@ -986,6 +1038,96 @@ def _change_channel(transport: Transport, action: str, name: str, size: int | No
             else f"channel {name}: bound {bound}, unchanged"
         )
     return 0
+
+
+# -- pauses ------------------------------------------------------------------------------------
+
+
+def _pause_channel(args: argparse.Namespace) -> int:
+    """``channels pause NAME`` and ``channels resume NAME --uri`` (then, with
+    ``--broker-url`` too, the stop flag is lifted as well)."""
+    from ..engine.pausing import pause_channel, resume_channel
+    from ..stores.registry import reset_job_store, set_job_store
+    from ..stores.sql import SqlJobStore
+
+    name: str = args.name
+    try:
+        store = SqlJobStore(args.uri)
+    except (PypepperError, ValueError) as exc:
+        _error(str(exc))
+        return 2
+    set_job_store(store)
+    try:
+        if args.action == "pause":
+            paused = pause_channel(name)
+            _say(
+                f"channel {name} paused: its jobs are accepted and none starts until "
+                f"'{PROG} channels resume {name}'; running steps finish"
+                if paused
+                else f"channel {name} was paused already"
+            )
+            return 0
+        resumed = resume_channel(name)
+        if resumed:
+            _say(f"channel {name} resumed: its held jobs start")
+        if args.broker_url:  # the stop flag too
+            lifted = _channels(args)
+            return 0 if resumed else lifted
+        if not resumed:
+            _error(f"channel {name!r} is not paused; nothing to resume")
+            return 1
+        return 0
+    except UnknownChannelError as exc:
+        _error(str(exc))
+        return 1
+    except (PypepperError, ValueError) as exc:
+        _error(str(exc))
+        return 2
+    finally:
+        reset_job_store()
+        store.close()
+
+
+def _tasks(store: IJobStore, args: argparse.Namespace) -> int:
+    """``tasks [list|pause ID|resume ID]``."""
+    from ..engine.pausing import pause_task, resume_task
+    from ..records.pauses import TASK
+    from ..stores.registry import reset_job_store, set_job_store
+
+    if args.action == "list":
+        paused = sorted(name for kind, name in store.paused() if kind == TASK)
+        for name in paused:
+            print(json.dumps({"task": name}) if args.json else printable(name))
+        if not paused and not args.json:
+            print("no task type is paused", file=sys.stderr)
+        return 0
+    task_id: str = args.task_id
+    try:
+        _import_task_modules(args)
+    except ImportError as exc:
+        _error(f"--import: {exc}")
+        return 2
+    set_job_store(store)
+    try:
+        if args.action == "pause":
+            changed = pause_task(task_id)
+            _say(
+                f"task {task_id} paused: its jobs are accepted and none of its steps "
+                f"starts until '{PROG} tasks resume {task_id}'; running steps finish"
+                if changed
+                else f"task {task_id} was paused already"
+            )
+            return 0
+        if not resume_task(task_id):
+            _error(f"task {task_id!r} is not paused; nothing to resume")
+            return 1
+        _say(f"task {task_id} resumed: its held steps start")
+        return 0
+    except UnknownExecutorError as exc:
+        _error(f"{exc} ({_IMPORT_HINT})")
+        return 1
+    finally:
+        reset_job_store()
 
 
 # -- workers -----------------------------------------------------------------------------------

@@ -149,7 +149,9 @@ def test_a_url_that_is_not_redis_or_a_redis_that_is_down_exits_2(
         (["resize", "x", "-1"], "whole number >= 0, got '-1'"),
         (["resize", "x", "many"], "got 'many'"),
         (["list", "x"], "channels list takes no argument"),
-        (["pause", "x"], "invalid choice: 'pause'"),
+        (["pause"], "channels pause NAME"),
+        (["pause", "x"], "channels pause needs --uri"),
+        (["unpause", "x"], "invalid choice: 'unpause'"),
     ],
 )
 def test_bad_arguments_are_usage_errors(
