@@ -39,8 +39,8 @@ PAUSE_READ_SECONDS = 1.0
 
 class PausedSet:
     """This process's copy of the store's paused set, read again when older than
-    ``every`` seconds, by the first caller that finds it so (the others keep the
-    copy meanwhile).
+    ``every`` seconds, by the first caller that finds it so (callers meanwhile wait
+    for its answer: no caller gets a copy older than ``every``).
 
     A store that fails the read leaves the last copy in use (logged once per
     outage): a worker whose store is down cannot claim steps either.
@@ -62,22 +62,25 @@ class PausedSet:
 
     def current(self) -> frozenset[tuple[str, str]]:
         """The paused ``(kind, name)`` pairs, as last read (read now if stale)."""
-        now = self._clock()
-        if self._read_at is not None and now - self._read_at < self._every:
+        if self._fresh(self._clock()):
             return self._pairs
-        if not self._lock.acquire(blocking=False):
-            return self._pairs  # another thread is reading it
-        try:
-            self._pairs = self._store().paused()
-            self._failing = False
-        except StoreError as exc:
-            if not self._failing:
-                logger.warning("the paused channels and tasks could not be read: %s", exc)
-            self._failing = True
-        finally:
+        with self._lock:  # one thread reads; the others wait for its answer, not older
+            now = self._clock()
+            if self._fresh(now):
+                return self._pairs
+            try:
+                self._pairs = self._store().paused()
+                self._failing = False
+            except StoreError as exc:
+                if not self._failing:
+                    logger.warning("the paused channels and tasks could not be read: %s", exc)
+                self._failing = True
             self._read_at = now
-            self._lock.release()
-        return self._pairs
+            return self._pairs
+
+    def _fresh(self, now: float) -> bool:
+        read_at = self._read_at
+        return read_at is not None and now - read_at < self._every
 
     def holds(self, channel_id: str, executor_id: str | None) -> str | None:
         """Why a step of task ``executor_id`` on ``channel_id`` may not start now

@@ -33,7 +33,7 @@ from ..ops import observers
 from ..ops.group_commit import Combiner, in_rounds
 from ..ops.logs import get_logger
 from ..records import history
-from ..records.pauses import PAUSED_UNTIL
+from ..records.pauses import PAUSED_UNTIL, held_for_pause
 from ..records.progress import ProgressReporter
 from ..records.record import JobRecord, utcnow
 from ..records.spec import TaskSpec
@@ -302,16 +302,24 @@ class StepIO:
         why = self.pauses.holds(step.record.channel_id, executor_id)
         if why is None:
             return
-        record = store.get(step.job_id)
-        if record is None:
-            record = self._heal(store, step)
-        if record.status is not Status.SCHEDULED or record.waiting_since is not None:
-            return  # the ordinary claim decides (ended, started, waiting)
-        if record.release_at is None:
+        # The producer may still be writing its Scheduled row (a plain job is sent,
+        # then stored): read again while it moves under the hold.
+        for _ in range(CLAIM_ATTEMPTS):
+            record = store.get(step.job_id)
+            if record is None:
+                record = self._heal(store, step)
+            if record.status is not Status.SCHEDULED or record.waiting_since is not None:
+                return  # the ordinary claim decides (ended, started, waiting)
+            if held_for_pause(record.release_at):
+                break  # held already (a duplicate message)
+            # A row held for a time whose release is being marked is held all the
+            # same: the sweep's mark then loses its compare-and-set, as it should.
             held = record.evolve(release_at=PAUSED_UNTIL, updated=utcnow())
-            if not store.advance(held):
-                return  # the row moved: the ordinary claim decides
-            self._unless_resumed(store, held.evolve(version=held.version + 1), executor_id)
+            if store.advance(held):
+                self._unless_resumed(store, held.evolve(version=held.version + 1), executor_id)
+                break
+        else:
+            return  # the row kept moving: the claim holds the step (_unless_paused)
         _log("pause_hold", step.job_id, step.position, " held unrun: %s", why)
         raise StepSkipped(step.job_id, f"held: {why}")
 
