@@ -25,7 +25,7 @@ from ..errors import StoreError, UnknownChannelError
 from ..limits.storable import PAUSED_NAME_LENGTH, check_text
 from ..model.executor import executor_registry
 from ..ops.logs import get_logger
-from ..records.pauses import CHANNEL, TASK
+from ..records.pauses import CHANNEL, TASK, check_kind
 from ..records.record import utcnow
 from ..stores.base import IJobStore
 from ..stores.registry import get_job_store
@@ -118,9 +118,7 @@ def pause_channel(name: str) -> bool:
         UnknownChannelError: no channel ``name`` is declared here and no stored job uses it.
         PausingUnsupportedError: the job store keeps no paused set.
     """
-    store = get_job_store()
-    _check_channel(store, name)
-    return _pause(store, CHANNEL, name)
+    return pause_in(get_job_store(), CHANNEL, name)
 
 
 def resume_channel(name: str) -> bool:
@@ -130,10 +128,7 @@ def resume_channel(name: str) -> bool:
     Raises:
         UnknownChannelError: it is not paused, nor declared here, nor used by a stored job.
     """
-    store = get_job_store()
-    if (CHANNEL, name) not in store.paused():
-        _check_channel(store, name)
-    return _resume(store, CHANNEL, name)
+    return resume_in(get_job_store(), CHANNEL, name)
 
 
 def pause_task(executor_id: str) -> bool:
@@ -146,9 +141,7 @@ def pause_task(executor_id: str) -> bool:
             (the command line imports the task modules with ``--import``).
         PausingUnsupportedError: the job store keeps no paused set.
     """
-    store = get_job_store()
-    _check_task(executor_id)
-    return _pause(store, TASK, executor_id)
+    return pause_in(get_job_store(), TASK, executor_id)
 
 
 def resume_task(executor_id: str) -> bool:
@@ -158,15 +151,35 @@ def resume_task(executor_id: str) -> bool:
     Raises:
         UnknownExecutorError: it is not paused, nor registered here.
     """
-    store = get_job_store()
-    if (TASK, executor_id) not in store.paused():
-        _check_task(executor_id)
-    return _resume(store, TASK, executor_id)
+    return resume_in(get_job_store(), TASK, executor_id)
 
 
 def list_paused() -> list[tuple[str, str]]:
     """The paused ``(kind, name)`` pairs (``kind``: ``"channel"`` or ``"task"``), sorted."""
     return sorted(get_job_store().paused())
+
+
+def pause_in(store: IJobStore, kind: str, name: str) -> bool:
+    """Pause ``kind`` (``"channel"`` or ``"task"``) ``name`` in ``store`` (the command
+    line's and the dashboard's own store); see :func:`pause_channel`, :func:`pause_task`."""
+    check_kind(kind)
+    _check_known(store, kind, name)
+    return _pause(store, kind, name)
+
+
+def resume_in(store: IJobStore, kind: str, name: str) -> bool:
+    """Resume ``kind`` ``name`` in ``store``; see :func:`resume_channel`, :func:`resume_task`."""
+    check_kind(kind)
+    if (kind, name) not in store.paused():
+        _check_known(store, kind, name)
+    return _resume(store, kind, name)
+
+
+def _check_known(store: IJobStore, kind: str, name: str) -> None:
+    if kind == CHANNEL:
+        _check_channel(store, name)
+    else:
+        _check_task(name)
 
 
 def _pause(store: IJobStore, kind: str, name: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,13 +23,16 @@ from werkzeug.wrappers import Request, Response
 
 from ..channels.broker import get_broker, transport_of
 from ..channels.channel import manager
+from ..engine.pausing import pause_in, resume_in
 from ..errors import (
     BrokerUnavailableError,
     ChannelEnqueueError,
     CorruptRecordError,
     InvalidTransitionError,
+    PausingUnsupportedError,
     RetryError,
     StoreError,
+    UnknownChannelError,
     UnknownExecutorError,
     UnknownJobError,
     UnknownScheduleError,
@@ -38,6 +41,7 @@ from ..limits.storable import unstorable_in
 from ..model.job import Job
 from ..ops.logs import get_logger
 from ..records.paging import decode_cursor, encode_cursor
+from ..records.pauses import CHANNEL, TASK
 from ..records.record import MAX_ID_LENGTH, utcnow
 from ..records.state import by_dashboard
 from ..records.workers import GONE_AFTER_BEATS, HEARTBEAT_SECONDS
@@ -90,6 +94,14 @@ NOTICES = {
     "channel_resumed": "The channel is resumed: it takes new jobs again.",
     "channel_resized": "The channel's bound is changed.",
     "channel_unchanged": "The channel already had that bound: nothing was changed.",
+    "channel_paused": "The channel is paused: it takes new jobs, and none starts until it "
+    "is unpaused; steps running now finish.",
+    "channel_unpaused": "The channel is unpaused: the jobs held meanwhile start, oldest first.",
+    "task_paused": "The task type is paused: its jobs are taken, and none of its steps "
+    "starts until it is unpaused; steps running now finish.",
+    "task_unpaused": "The task type is unpaused: its steps held meanwhile start, oldest first.",
+    "not_paused": "It was not paused: nothing was changed.",
+    "already_paused": "It was paused already: nothing was changed.",
 }
 
 #: The largest bound the channels page sets (more is a typo; 0 is unbounded).
@@ -150,6 +162,12 @@ _URLS = Map(
         Rule(
             "/actions/channel/<any(stop, resume, resize):action>/<text:name>",
             endpoint="channel_action",
+            methods=["POST"],
+        ),
+        # The name in the form: a task type's is typed into one.
+        Rule(
+            "/actions/paused/<any(channel, task):kind>/<any(pause, resume):action>",
+            endpoint="pause_action",
             methods=["POST"],
         ),
         Rule("/workers", endpoint="workers"),
@@ -437,7 +455,53 @@ class Dashboard:
             )
         except Exception as exc:  # Redis down: the page says so rather than failing
             source, rows, problem = "Redis", [], f"Redis cannot be read: {exc}"
-        return self._render(call, "channels.html", source=source, channels=rows, problem=problem)
+        paused = self.store.paused()
+        channels = {name for kind, name in paused if kind == CHANNEL}
+        rows = [replace(row, paused=row.name in channels) for row in rows]
+        return self._render(
+            call,
+            "channels.html",
+            source=source,
+            channels=rows,
+            problem=problem,
+            paused_tasks=sorted(name for kind, name in paused if kind == TASK),
+        )
+
+    def _pause_action(self, call: _Call, kind: str, action: str) -> Response:
+        """Pause or unpause a channel or a task type (its name in the form's ``name``),
+        for every process, in the job store (:mod:`~pypepper_dramatiq.engine.pausing`)."""
+        self._may_act(call)
+        name = (call.request.form.get("name") or "").strip()
+        if not _plausible_name(name):
+            raise Refused(400, f"No {kind} was named.")
+        by = by_dashboard(_user_of(call.request))
+        try:
+            if action == "pause":
+                changed = pause_in(self.store, kind, name)
+            else:
+                changed = resume_in(self.store, kind, name)
+        except (UnknownChannelError, UnknownExecutorError) as exc:
+            hint = f" {REBUILD_HINT}" if kind == TASK else ""
+            raise Refused(404, f"{exc}.{hint} Nothing was changed.") from None
+        except PausingUnsupportedError as exc:
+            raise Refused(501, str(exc)) from None
+        except ValueError as exc:
+            raise Refused(400, f"{exc}. Nothing was changed.") from None
+        done = "paused" if action == "pause" else "unpaused"
+        if changed:
+            notice = f"{kind}_{done}"
+        else:
+            notice = "already_paused" if action == "pause" else "not_paused"
+        logger.info(
+            "dashboard: %s %s %s by %s%s",
+            kind,
+            name,
+            done,
+            by,
+            "" if changed else " (no change)",
+            extra={"action": f"dashboard_{kind}_{action}", "paused": name, "by": by},
+        )
+        return redirect(call.url("channels", notice=notice), 303)
 
     def _channel_action(self, call: _Call, action: str, name: str) -> Response:
         """Stop, resume or resize channel ``name`` as ``pypepper-dramatiq channels`` does:

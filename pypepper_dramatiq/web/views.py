@@ -754,6 +754,9 @@ class ChannelRow:
     waiting: int
     maxsize: int
     stopped: bool
+    #: Paused in the job store (:mod:`~pypepper_dramatiq.engine.pausing`): jobs taken,
+    #: none started.
+    paused: bool = False
 
 
 def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRow]]:

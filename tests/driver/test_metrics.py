@@ -43,6 +43,7 @@ from pypepper_dramatiq.metrics.prometheus import (
     uninstall_metrics,
 )
 from pypepper_dramatiq.ops import observers
+from pypepper_dramatiq.records.pauses import PAUSED_UNTIL
 from pypepper_dramatiq.schedules.firing import fire_due
 
 from .drivers import CHANNEL, DramatiqDriver, InProcessDriver, make_job, run
@@ -525,14 +526,19 @@ def test_the_held_gauge_is_read_by_the_sweep_by_channel_and_reason(
         waits={"parents": ["someone"], "held": True},
     )
     parent = JobRecord(id="someone", channel_id=CHANNEL, status=Status.IN_PROGRESS)
+    paused = JobRecord(
+        id="held-for-pause", channel_id=CHANNEL, status=Status.SCHEDULED, release_at=PAUSED_UNTIL
+    )
     assert get_job_store().put(parent)  # running: not held
     assert get_job_store().put(later) and get_job_store().put(child)
+    assert get_job_store().put(paused)
     sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
 
     sweeper.report_depths(now)
     held = "pypepper_jobs_held"
     assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "time"}) == 1
     assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "jobs"}) == 1
+    assert registry.get_sample_value(held, {"channel": CHANNEL, "reason": "paused"}) == 1
 
     stored = get_job_store().get("held-for-time")
     assert stored is not None and get_job_store().put(stored.evolve(status=Status.CANCELLED))
@@ -556,7 +562,7 @@ def test_a_workers_channels_have_their_series_from_the_start(
     for kind in ("lease_lapsed", "message_lost"):
         labels = {"channel": CHANNEL, "kind": kind}
         assert registry.get_sample_value("pypepper_recoveries_total", labels) == 0
-    for reason in ("jobs", "time"):
+    for reason in ("jobs", "time", "paused"):
         labels = {"channel": CHANNEL, "reason": reason}
         assert registry.get_sample_value("pypepper_jobs_held", labels) == 0
 
