@@ -1046,53 +1046,47 @@ def _change_channel(transport: Transport, action: str, name: str, size: int | No
 def _pause_channel(args: argparse.Namespace) -> int:
     """``channels pause NAME`` and ``channels resume NAME --uri`` (then, with
     ``--broker-url`` too, the stop flag is lifted as well)."""
-    from ..engine.pausing import pause_channel, resume_channel
-    from ..stores.registry import reset_job_store, set_job_store
+    from ..engine.pausing import pause_in, resume_in
+    from ..records.pauses import CHANNEL
     from ..stores.sql import SqlJobStore
 
     name: str = args.name
     try:
         store = SqlJobStore(args.uri)
-    except (PypepperError, ValueError) as exc:
-        _error(str(exc))
-        return 2
-    set_job_store(store)
-    try:
-        if args.action == "pause":
-            paused = pause_channel(name)
-            _say(
-                f"channel {name} paused: its jobs are accepted and none starts until "
-                f"'{PROG} channels resume {name}'; running steps finish"
-                if paused
-                else f"channel {name} was paused already"
-            )
-            return 0
-        resumed = resume_channel(name)
-        if resumed:
-            _say(f"channel {name} resumed: its held jobs start")
-        if args.broker_url:  # the stop flag too
-            lifted = _channels(args)
-            return 0 if resumed else lifted
-        if not resumed:
-            _error(f"channel {name!r} is not paused; nothing to resume")
-            return 1
-        return 0
+        try:
+            if args.action == "pause":
+                paused = pause_in(store, CHANNEL, name)
+                _say(
+                    f"channel {name} paused: its jobs are accepted and none starts until "
+                    f"'{PROG} channels resume {name}'; running steps finish"
+                    if paused
+                    else f"channel {name} was paused already"
+                )
+                return 0
+            resumed = resume_in(store, CHANNEL, name)
+        finally:
+            store.close()
     except UnknownChannelError as exc:
         _error(str(exc))
         return 1
     except (PypepperError, ValueError) as exc:
         _error(str(exc))
         return 2
-    finally:
-        reset_job_store()
-        store.close()
+    if resumed:
+        _say(f"channel {name} resumed: its held jobs start")
+    if args.broker_url:  # the stop flag too
+        lifted = _channels(args)
+        return 0 if resumed else lifted
+    if not resumed:
+        _error(f"channel {name!r} is not paused; nothing to resume")
+        return 1
+    return 0
 
 
 def _tasks(store: IJobStore, args: argparse.Namespace) -> int:
     """``tasks [list|pause ID|resume ID]``."""
-    from ..engine.pausing import pause_task, resume_task
+    from ..engine.pausing import pause_in, resume_in
     from ..records.pauses import TASK
-    from ..stores.registry import reset_job_store, set_job_store
 
     if args.action == "list":
         paused = sorted(name for kind, name in store.paused() if kind == TASK)
@@ -1107,10 +1101,9 @@ def _tasks(store: IJobStore, args: argparse.Namespace) -> int:
     except ImportError as exc:
         _error(f"--import: {exc}")
         return 2
-    set_job_store(store)
     try:
         if args.action == "pause":
-            changed = pause_task(task_id)
+            changed = pause_in(store, TASK, task_id)
             _say(
                 f"task {task_id} paused: its jobs are accepted and none of its steps "
                 f"starts until '{PROG} tasks resume {task_id}'; running steps finish"
@@ -1118,16 +1111,14 @@ def _tasks(store: IJobStore, args: argparse.Namespace) -> int:
                 else f"task {task_id} was paused already"
             )
             return 0
-        if not resume_task(task_id):
+        if not resume_in(store, TASK, task_id):
             _error(f"task {task_id!r} is not paused; nothing to resume")
             return 1
-        _say(f"task {task_id} resumed: its held steps start")
-        return 0
     except UnknownExecutorError as exc:
         _error(f"{exc} ({_IMPORT_HINT})")
         return 1
-    finally:
-        reset_job_store()
+    _say(f"task {task_id} resumed: its held steps start")
+    return 0
 
 
 # -- workers -----------------------------------------------------------------------------------

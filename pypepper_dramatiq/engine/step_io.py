@@ -298,6 +298,8 @@ class StepIO:
         back; resuming releases the row). Returns when nothing holds it; the store
         is read only when the paused set (read at most once a second) names it."""
         assert step.record is not None
+        if not self.pauses.current():
+            return  # nothing paused: no work per step
         executor_id = first_executor_id(step.record)
         why = self.pauses.holds(step.record.channel_id, executor_id)
         if why is None:

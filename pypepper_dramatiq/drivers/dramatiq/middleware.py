@@ -451,6 +451,8 @@ class WorkflowMiddleware(Middleware):
     def _paused(self, claim: Claim, position: Position) -> bool:
         """Whether the step at ``position`` of ``claim``'s job may not start now (its
         channel or task is paused: the copy read at most once a second)."""
+        if not self.book.pauses.current():
+            return False  # nothing paused: no work per step
         task = claim.tasks[position.workflow][position.task]
         executor_id = TaskSpec.from_dict(task).executor_id
         return self.book.pauses.holds(claim.record.channel_id, executor_id) is not None

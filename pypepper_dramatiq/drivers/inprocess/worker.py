@@ -20,7 +20,7 @@ from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
 from ...engine import step_io, waiting
 from ...engine.job_io import JOB_IO
-from ...engine.pausing import paused_here
+from ...engine.pausing import paused_here, why_held
 from ...engine.running import running_here
 from ...errors import (
     CorruptRecordError,
@@ -70,7 +70,9 @@ class Worker:
         self._parked: list[Job] = []
         #: Jobs taken from the channel while it or their first task is paused, in
         #: the order taken: started in that order once resumed.
-        self._held: list[Job] = []
+        self._held: list[tuple[Job, str | None]] = []
+        #: The paused set every held job was last found held by (None: look again).
+        self._held_by: frozenset[tuple[str, str]] | None = None
         #: When the put-aside jobs are looked at next (``time.monotonic()``).
         self._next_look = 0.0
 
@@ -106,7 +108,8 @@ class Worker:
                 if await self.process(job):
                     return job
         except asyncio.CancelledError:
-            parked, self._parked, self._held = self._held + self._parked, [], []
+            held = [job for job, _ in self._held]
+            parked, self._parked, self._held = held + self._parked, [], []
             for waiting_job in parked:
                 self._put_back(waiting_job)
             raise
@@ -159,9 +162,10 @@ class Worker:
                 return False
             if not may_start:
                 return True
-        why = self._paused(job)
+        executor_id = self._first_task(job)
+        why = paused_here.holds(job.channel_id, executor_id)
         if why is not None:
-            self._held.append(job)  # nothing started: taken again once resumed
+            self._held.append((job, executor_id))  # nothing started: taken again once resumed
             _log(job, "pause_hold", why)
             return False
         if job.not_before is not None:
@@ -365,21 +369,26 @@ class Worker:
     # -- pauses --------------------------------------------------------------
 
     @staticmethod
-    def _paused(job: Job) -> str | None:
-        """Why ``job``'s first step may not start now (its channel or first task is
-        paused); None when it may. No work unless something is paused."""
+    def _first_task(job: Job) -> str | None:
+        """The executor id of ``job``'s first task; read only while something is paused."""
         if not paused_here.current():
             return None
-        executor_id = step_io.first_executor_id(job.to_record())
-        return paused_here.holds(job.channel_id, executor_id)
+        return step_io.first_executor_id(job.to_record())
 
     def _resumed(self) -> Job | None:
         """The first held job whose pause is over (or that was cancelled), taken off
-        the list; None if none."""
-        for job in self._held:
-            if job.is_cancelled or self._paused(job) is None:
-                self._held.remove(job)
+        the list; None if none. The list is looked through only when the paused set
+        changed since every job on it was found held (or one was cancelled)."""
+        if not self._held:
+            return None
+        pairs = paused_here.current()
+        for n, (job, executor_id) in enumerate(self._held):
+            if job.is_cancelled or (
+                pairs != self._held_by and why_held(pairs, job.channel_id, executor_id) is None
+            ):
+                del self._held[n]
                 return job
+        self._held_by = pairs
         return None
 
     # -- waits --------------------------------------------------------------
