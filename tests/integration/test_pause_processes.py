@@ -1,5 +1,5 @@
 """Pausing a channel and a task type with real ``dramatiq`` workers (two processes), on
-Redis with the PostgreSQL store.
+Redis with the PostgreSQL and the MariaDB store, and on RabbitMQ with PostgreSQL.
 
 With jobs queued, running and delayed (a short delay carried by the broker, a long
 one held in the store): the running step finishes uninterrupted, nothing else starts
@@ -29,7 +29,7 @@ from pypepper_dramatiq.rules.start_times import SHORT_DELAY_SECONDS
 from pypepper_dramatiq.stores.schema import paused
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
-from .conftest import BOTH_BROKERS
+from .conftest import BROKERS_AND_STORES, STORE_URIS
 from .harness import Cluster, wait_for
 from .worker_app import CHANNEL, pause, probe
 
@@ -40,11 +40,12 @@ RUNNING_SECONDS = 3.0
 
 
 @pytest.fixture(autouse=True)
-def nothing_paused(postgres_uri: str) -> Iterator[None]:
+def nothing_paused(request: pytest.FixtureRequest, store_backend: str) -> Iterator[None]:
     """No pause of an earlier test (the table outlives it); none left after this one."""
+    uri = str(request.getfixturevalue(STORE_URIS[store_backend]))
 
     def clear() -> None:
-        store = SqlJobStore(postgres_uri, migrate=True)
+        store = SqlJobStore(uri, migrate=True)
         try:
             with store.engine.begin() as connection:
                 connection.execute(delete(paused))
@@ -61,7 +62,7 @@ def held(cluster: Cluster, job: Job) -> bool:
     return PAUSED_UNTIL in (row.release_at, row.lease_expires)
 
 
-@pytest.mark.parametrize("broker_kind", BOTH_BROKERS, indirect=True)
+@pytest.mark.parametrize(("broker_kind", "store_backend"), BROKERS_AND_STORES, indirect=True)
 @pytest.mark.parametrize("kind", ["channel", "task"])
 def test_pause_holds_queued_running_and_delayed_jobs_and_resume_runs_each_once(
     cluster: Cluster, kind: str
