@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..channels.broker import get_transport
 from ..channels.channel import manager
 from ..errors import StoreError, UnknownChannelError
 from ..limits.storable import PAUSED_NAME_LENGTH, check_text
@@ -159,11 +160,14 @@ def list_paused() -> list[tuple[str, str]]:
     return sorted(get_job_store().paused())
 
 
-def pause_in(store: IJobStore, kind: str, name: str) -> bool:
+def pause_in(store: IJobStore, kind: str, name: str, *, known: bool = False) -> bool:
     """Pause ``kind`` (``"channel"`` or ``"task"``) ``name`` in ``store`` (the command
-    line's and the dashboard's own store); see :func:`pause_channel`, :func:`pause_task`."""
+    line's and the dashboard's own store); see :func:`pause_channel`, :func:`pause_task`.
+    ``known``: the caller knows it exists (the dashboard lists the channel): not checked.
+    """
     check_kind(kind)
-    _check_known(store, kind, name)
+    if not known:
+        _check_known(store, kind, name)
     return _pause(store, kind, name)
 
 
@@ -214,9 +218,23 @@ def _resume(store: IJobStore, kind: str, name: str) -> bool:
 
 
 def _check_channel(store: IJobStore, name: str) -> None:
+    """A channel is known when this process declared it, the shared transport holds its
+    state (some process used it), or a stored job uses it."""
     check_text("channel", name, PAUSED_NAME_LENGTH)
-    if manager.get(name) is None and not store.list(channel_id=name, limit=1):
+    if manager.get(name) is not None or _shared_gate_knows(name):
+        return
+    if not store.list(channel_id=name, limit=1):
         raise UnknownChannelError(name)
+
+
+def _shared_gate_knows(name: str) -> bool:
+    """Whether the shared transport (Redis, PostgreSQL) holds state of channel ``name``;
+    False in process, or when it cannot be asked (the store is asked next)."""
+    try:
+        return get_transport().shared and manager.gate_of(name).known()
+    except Exception as exc:
+        logger.debug("channel %s: the transport could not say it knows it (%s)", name, exc)
+        return False
 
 
 def _check_task(executor_id: str) -> None:

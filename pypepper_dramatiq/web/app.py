@@ -467,6 +467,15 @@ class Dashboard:
             paused_tasks=sorted(name for kind, name in paused if kind == TASK),
         )
 
+    def _lists_channel(self, name: str) -> bool:
+        """Whether the Channels page lists channel ``name`` (the shared transport of the
+        page's broker holds its state), so that it may be paused from there."""
+        broker = self._broker if self._broker is not None else get_broker()
+        try:
+            return transport_of(broker).shared and manager.gate_of(name, broker).known()
+        except Exception:  # the transport is down: the store decides (a job uses it)
+            return False
+
     def _pause_action(self, call: _Call, kind: str, action: str) -> Response:
         """Pause or unpause a channel or a task type (its name in the form's ``name``),
         for every process, in the job store (:mod:`~pypepper_dramatiq.engine.pausing`)."""
@@ -477,7 +486,8 @@ class Dashboard:
         by = by_dashboard(_user_of(call.request))
         try:
             if action == "pause":
-                changed = pause_in(self.store, kind, name)
+                listed = kind == CHANNEL and self._lists_channel(name)
+                changed = pause_in(self.store, kind, name, known=listed)
             else:
                 changed = resume_in(self.store, kind, name)
         except (UnknownChannelError, UnknownExecutorError) as exc:

@@ -141,6 +141,29 @@ def test_a_channel_stopped_resized_and_resumed_on_its_page_is_so_in_redis(
         gate.reset()
 
 
+def test_a_channel_listed_from_redis_is_paused_and_unpaused_on_its_page(
+    store: IJobStore, server: str, broker: RedisBroker, page: Any, shots: Path
+) -> None:
+    client: redis.Redis = broker.client
+    name = f"console-{uuid.uuid4().hex[:8]}"
+    gate = RedisGate(client, name, 3)
+    gate.connect()  # some process used it: listed, and known, though no job uses it
+    try:
+        page.goto(f"{server}/channels")
+        row = page.locator("table.channels tr", has_text=name)
+        row.locator("button", has_text="Pause").click()
+        assert "The channel is paused" in page.locator(".banner.notice").inner_text()
+        assert store.paused() == frozenset({("channel", name)})
+        row = page.locator("table.channels tr", has_text=name)
+        assert "paused" in row.inner_text()
+        page.screenshot(path=str(shots / "channel-paused.png"), full_page=True)
+        row.locator("button", has_text="Unpause").click()
+        assert "The channel is unpaused" in page.locator(".banner.notice").inner_text()
+        assert store.paused() == frozenset()
+    finally:
+        gate.reset()
+
+
 def test_a_search_by_an_errors_text_finds_the_job(
     store: IJobStore, server: str, page: Any, shots: Path
 ) -> None:
