@@ -131,9 +131,9 @@ class _Collectors:
         )
         self.jobs_held: Gauge = prometheus_client.Gauge(
             f"{PREFIX}jobs_held",
-            "Scheduled jobs held in the store, by channel and reason: jobs (waiting "
-            "for other jobs or a key's holder), time (sent at their release time) or "
-            "paused (until their channel or task is resumed), as the recovery sweep "
+            "Jobs held in the store, by channel and reason: jobs (waiting for other "
+            "jobs or a key's holder), time (sent at their release time) or paused (a "
+            "step held until its channel or task is resumed), as the recovery sweep "
             "last read them.",
             ["channel", "reason"],
             multiprocess_mode="livemostrecent",

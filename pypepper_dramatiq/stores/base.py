@@ -327,16 +327,21 @@ class IJobStore(abc.ABC):
         return rows[:limit]
 
     def held_counts(self) -> dict[tuple[str, str], int]:
-        """How many Scheduled jobs are held in the store, by ``(channel, reason)``:
+        """How many jobs are held in the store, by ``(channel, reason)``:
         :data:`HELD_FOR_JOBS` (waiting for other jobs or a key's holder) or
         :data:`HELD_FOR_TIME` (no message yet, sent at ``release_at``) or
-        :data:`HELD_FOR_PAUSE` (until its channel or task is resumed). Stores
-        with an index override it with a count."""
+        :data:`HELD_FOR_PAUSE` (until its channel or task is resumed; with the
+        started jobs whose next step is held so). Stores with an index override it
+        with a count."""
         counts: dict[tuple[str, str], int] = {}
         for r in self.list(status=Status.SCHEDULED):
             reason = held_reason(r.waiting_since, r.release_at)
             if reason is not None:
                 counts[r.channel_id, reason] = counts.get((r.channel_id, reason), 0) + 1
+        for r in self.list(status=Status.IN_PROGRESS):
+            if r.lease_owner is None and held_for_pause(r.lease_expires):
+                key = (r.channel_id, HELD_FOR_PAUSE)
+                counts[key] = counts.get(key, 0) + 1
         return counts
 
     def ended_since(

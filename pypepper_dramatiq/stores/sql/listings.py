@@ -160,7 +160,7 @@ class JobListings(SqlStorePart):
             (jobs.c.release_at >= PAUSED_UNTIL, literal(HELD_FOR_PAUSE)),
             else_=literal(HELD_FOR_TIME),
         ).label("reason")
-        query = (
+        first_steps = (
             select(jobs.c.channel_id, reason, func.count())
             .where(
                 jobs.c.status == Status.SCHEDULED.value,
@@ -168,8 +168,21 @@ class JobListings(SqlStorePart):
             )
             .group_by(jobs.c.channel_id, reason)
         )
+        # Started jobs whose next step is held for a pause: the (status, lease_expires) index.
+        later_steps = (
+            select(jobs.c.channel_id, literal(HELD_FOR_PAUSE).label("reason"), func.count())
+            .where(
+                jobs.c.status == Status.IN_PROGRESS.value,
+                jobs.c.lease_expires >= PAUSED_UNTIL,
+                jobs.c.lease_owner.is_(None),
+            )
+            .group_by(jobs.c.channel_id)
+        )
+        counts: dict[tuple[str, str], int] = {}
         with boundary(self._engine, "counting held jobs"), self._engine.connect() as conn:
-            return {(str(ch), str(why)): int(n) for ch, why, n in conn.execute(query)}
+            for ch, why, n in conn.execute(union_all(first_steps, later_steps)):
+                counts[str(ch), str(why)] = counts.get((str(ch), str(why)), 0) + int(n)
+        return counts
 
     def ended_since(
         self, status: Status, after: tuple[datetime, str], limit: int = 100
