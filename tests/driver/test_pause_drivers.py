@@ -216,3 +216,21 @@ def test_the_dramatiq_driver_holds_in_the_store(
     resume_channel(CHANNEL)
     [record] = driver.wait(job)
     assert record.status is Status.COMPLETED and record.release_at is None
+
+
+def test_a_held_job_cancelled_while_paused_never_runs(
+    driver: Driver, holds: pytest.LogCaptureFixture
+) -> None:
+    pause_channel(CHANNEL)
+    kept = make_job([step.options(retry_count=0).task(name="work", key="kept")])
+    dropped = make_job([step.options(retry_count=0).task(name="work", key="dropped")])
+    kept.scheduled()
+    dropped.scheduled()
+    driver.start()
+    wait_until_held(holds, driver, kept, dropped)
+    Job.cancel_saved(dropped.id)
+
+    resume_channel(CHANNEL)
+    records = driver.wait(kept, dropped)
+    assert [r.status for r in records] == [Status.COMPLETED, Status.CANCELLED]
+    assert CALLS == ["kept"]
