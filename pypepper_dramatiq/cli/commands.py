@@ -8,7 +8,8 @@ Commands:
 * ``cancel JOB_ID``: cancel a stored job.
 * ``retry JOB_ID [--from-task NAME]``: a new job takes a Failed or Cancelled
   one up where it stopped; prints the new job's id (exit 2 when refused).
-* ``channels [list|stop|resume|resize]``: the channels kept in Redis;
+* ``channels [list|stop|resume|resize]``: the channels kept in Redis (in the
+  PostgreSQL job store with RabbitMQ);
   ``channels pause|resume NAME``: the channels paused in the job store.
 * ``tasks [list|pause ID|resume ID]``: the task types paused in the job store.
 * ``recurring [list|remove NAME|trigger NAME]``: the recurring schedules.
@@ -103,8 +104,9 @@ _TASK_ACTIONS = ("list", "pause", "resume")
 
 _CHANNELS_HELP = """\
 actions:
-  list               every channel known in Redis: jobs waiting, bound (0 =
-                     unbounded), stop flag (the default action)
+  list               every channel known in Redis (with an amqp:// broker URL:
+                     in the PostgreSQL job store of --uri): jobs waiting,
+                     bound (0 = unbounded), stop flag (the default action)
   stop NAME          refuse new jobs on NAME, in every process, until resumed;
                      queued jobs still run. An unknown NAME is created stopped
                      (to stop a channel before its producers start).
@@ -287,8 +289,9 @@ def _parser() -> argparse.ArgumentParser:
 
     channels = commands.add_parser(
         "channels",
-        help="list, stop, resume or resize the channels kept in Redis",
-        description="The channels' bounds and stop flags, as kept in Redis for every process.",
+        help="list, stop, resume or resize the channels kept in Redis (or PostgreSQL)",
+        description="The channels' bounds and stop flags, as kept for every process: in "
+        "Redis, or with RabbitMQ in the PostgreSQL job store.",
         epilog=_CHANNELS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -305,8 +308,9 @@ def _parser() -> argparse.ArgumentParser:
     channels.add_argument(
         "--broker-url",
         default=broker_url,
-        help="redis://... of the producers and workers (Redis >= 6), for list, stop, "
-        f"resume and resize; default: ${BROKER_ENV}",
+        help="redis://... of the producers and workers (Redis >= 6), or their amqp://... "
+        "(RabbitMQ: the channels are then read in the PostgreSQL job store --uri names), "
+        f"for list, stop, resume and resize; default: ${BROKER_ENV}",
     )
     _add_uri(channels, "for pause and resume")
     channels.add_argument(
@@ -679,9 +683,12 @@ def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> No
         print("  ".join(padded).rstrip())
 
 
-def _cancel_transport(store: IJobStore, broker_url: str) -> RedisTransport | PostgresTransport:
-    """What carries the cancel to running tasks: Redis for a Redis URL; for an
-    ``amqp://`` one (RabbitMQ), PostgreSQL's NOTIFY on the job store's database.
+def _coordination_transport(
+    store: IJobStore, broker_url: str
+) -> RedisTransport | PostgresTransport:
+    """What the processes share besides the job rows (cancels told to running tasks,
+    the channels' bounds and stop flags): Redis for a Redis URL; for an ``amqp://`` one
+    (RabbitMQ), the job store's PostgreSQL database (NOTIFY, the channel rows).
 
     Raises:
         ValueError: a URL Redis cannot use, or RabbitMQ with a store not on PostgreSQL.
@@ -706,7 +713,7 @@ def _cancel(store: IJobStore, job_id: str, broker_url: str | None) -> int:
     from ..stores.registry import reset_job_store, set_job_store
 
     # A broker URL that cannot be used is refused before anything is written.
-    transport = _cancel_transport(store, broker_url) if broker_url else None
+    transport = _coordination_transport(store, broker_url) if broker_url else None
     set_job_store(store)
     try:
         if not Job.cancel_saved(job_id, by=BY_CLI):
@@ -957,16 +964,39 @@ def _masked(url: str) -> str:
 
 
 def _channels(args: argparse.Namespace) -> int:
-    from ..transport.redis import RedisTransport
-
+    """The channels' bounds and stop flags where the processes share them: in Redis for
+    a Redis broker URL; for an ``amqp://`` one (RabbitMQ), in the PostgreSQL job store
+    that ``--uri`` names."""
     url: str = args.broker_url
-    if urlsplit(url).scheme.lower() not in _REDIS_SCHEMES:
-        _error(f"--broker-url {_masked(url)!r}: expected a redis://, rediss:// or unix:// URL")
-        return 2
+    scheme = urlsplit(url).scheme.lower()
+    store: IJobStore | None = None
+    transport: Transport
     try:
-        transport = RedisTransport.from_url(url, socket_connect_timeout=5, socket_timeout=10)
-    except ValueError as exc:
+        if scheme in _RABBITMQ_SCHEMES:
+            if not args.uri:
+                _error(
+                    f"--broker-url {_masked(url)!r} is RabbitMQ: its channels are kept in the "
+                    f"PostgreSQL job store; give it with --uri (or ${URI_ENV})"
+                )
+                return 2
+            from ..stores.sql import SqlJobStore
+
+            store = SqlJobStore(args.uri)
+            transport = _coordination_transport(store, url)
+        elif scheme in _REDIS_SCHEMES:
+            from ..transport.redis import RedisTransport
+
+            transport = RedisTransport.from_url(url, socket_connect_timeout=5, socket_timeout=10)
+        else:
+            _error(
+                f"--broker-url {_masked(url)!r}: expected a redis://, rediss://, unix:// "
+                "or amqp:// URL"
+            )
+            return 2
+    except (ValueError, PypepperError) as exc:
         _error(f"--broker-url {_masked(url)!r}: {exc}")
+        if store is not None:
+            store.close()
         return 2
     unusable: tuple[type[Exception], ...] = (*transport.errors, PypepperError)
     try:
@@ -974,10 +1004,12 @@ def _channels(args: argparse.Namespace) -> int:
             return _list_channels(transport, as_json=args.json)
         return _change_channel(transport, args.action, args.name, args.size)
     except unusable as exc:
-        _error(f"Redis at {_masked(url)} cannot be used: {exc}")
+        _error(f"{transport.where} cannot be used for the channels: {exc}")
         return 2
     finally:
         transport.close()
+        if store is not None:
+            store.close()
 
 
 def _list_channels(transport: Transport, *, as_json: bool) -> int:
@@ -1007,7 +1039,7 @@ def _list_channels(transport: Transport, *, as_json: bool) -> int:
             ],
         )
     else:
-        print("no channel is known in Redis", file=sys.stderr)
+        print(f"no channel is known in {transport.where}", file=sys.stderr)
     return 0
 
 
@@ -1015,10 +1047,10 @@ def _change_channel(transport: Transport, action: str, name: str, size: int | No
     gate = transport.gate(name)  # no bound given: the stored one is kept
     known = gate.known()
     if action == "resume" and not known:
-        _error(f"no channel {name!r} is known in Redis; nothing to resume")
+        _error(f"no channel {name!r} is known in {transport.where}; nothing to resume")
         return 1
     if not known:
-        _say(f"channel {name} was not known in Redis: created", stderr=True)
+        _say(f"channel {name} was not known in {transport.where}: created", stderr=True)
     if action == "stop":
         gate.request_stop()
         _say(
@@ -1067,8 +1099,10 @@ def _pause_channel(args: argparse.Namespace) -> int:
         finally:
             store.close()
     except UnknownChannelError as exc:
-        _error(str(exc))
-        return 1
+        if not (args.action == "resume" and args.broker_url):
+            _error(str(exc))
+            return 1
+        resumed = False  # no pause to lift; its stop flag may be
     except (PypepperError, ValueError) as exc:
         _error(str(exc))
         return 2

@@ -10,6 +10,8 @@ import pytest
 import redis
 
 from pypepper_dramatiq.cli.commands import BROKER_ENV, main
+from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.transport.postgres.gate import PostgresGate
 from pypepper_dramatiq.transport.redis import RedisGate
 
 pytestmark = pytest.mark.redis
@@ -126,7 +128,7 @@ def test_the_broker_url_may_come_from_the_environment(
 @pytest.mark.parametrize(
     ("url", "said"),
     [
-        ("http://localhost:6379/0", "expected a redis://"),
+        ("http://localhost:6379/0", "expected a redis://, rediss://, unix:// or amqp://"),
         ("redis://:hunter2@127.0.0.1:1/0", "cannot be used"),  # nothing listens on port 1
     ],
 )
@@ -171,3 +173,48 @@ def test_without_a_broker_url_nor_environment_the_usage_names_the_option(
         main(["channels"])
     assert exited.value.code == 2
     assert "--broker-url" in capsys.readouterr().err
+
+
+# -- with RabbitMQ: the channels are kept in the PostgreSQL job store ------------------------
+
+AMQP = "amqp://guest:hunter2@127.0.0.1:1/%2F"  # never dialled: the channels are in PostgreSQL
+
+
+@pytest.mark.postgres
+def test_with_an_amqp_url_the_channels_are_read_and_changed_in_the_postgresql_store(
+    pg_store: SqlJobStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = pg_store.engine.url.render_as_string(hide_password=False)
+    name = f"cli-{uuid.uuid4().hex[:10]}"
+    gate = PostgresGate(pg_store.engine, name, 2)
+    assert gate.admit("job-a") == "ok"
+    base = ["--broker-url", AMQP, "--uri", uri]
+
+    assert main(["channels", "list", *base, "--json"]) == 0
+    rows = {
+        row.pop("channel"): row for row in map(json.loads, capsys.readouterr().out.splitlines())
+    }
+    assert rows[name] == {"waiting": 1, "maxsize": 2, "stopped": False}
+
+    assert main(["channels", "stop", name, *base]) == 0
+    assert PostgresGate(pg_store.engine, name).admit("job-b") == "stopped"
+    assert main(["channels", "resize", name, "5", *base]) == 0
+    assert "bound 2 -> 5" in capsys.readouterr().out
+    assert main(["channels", "resume", name, "--broker-url", AMQP]) == 2  # no --uri: no store
+    assert "give it with --uri" in capsys.readouterr().err
+    resumed = main(["channels", "resume", name, *base])
+    assert resumed == 0, capsys.readouterr()  # lifts the stop (and no pause)
+    assert PostgresGate(pg_store.engine, name).admit("job-b") == "ok"
+    assert "hunter2" not in capsys.readouterr().err
+
+
+@pytest.mark.mysql
+def test_with_an_amqp_url_a_store_not_on_postgresql_exits_2(
+    mysql_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = mysql_uri
+    SqlJobStore(uri, migrate=True).close()
+    assert main(["channels", "--broker-url", AMQP, "--uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "this --uri is not on PostgreSQL" in err, err
+    assert "hunter2" not in err
