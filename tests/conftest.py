@@ -26,7 +26,7 @@ from services import (
 )
 from sqlalchemy import delete
 
-from pypepper_dramatiq.stores.schema import jobs, paused, purged, recurring
+from pypepper_dramatiq.stores.schema import activity, activity_mark, jobs, paused, purged, recurring
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
 # -- backend selection ----------------------------------------------------------------------
@@ -116,6 +116,8 @@ def pg_store(postgres_uri: str) -> Iterator[SqlJobStore]:
         connection.execute(delete(recurring))
         connection.execute(delete(purged))
         connection.execute(delete(paused))
+        connection.execute(delete(activity))
+        connection.execute(delete(activity_mark))
     yield store
     store.close()
 
@@ -158,6 +160,8 @@ def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
         connection.execute(delete(recurring))
         connection.execute(delete(purged))
         connection.execute(delete(paused))
+        connection.execute(delete(activity))
+        connection.execute(delete(activity_mark))
     yield store
     store.close()
 

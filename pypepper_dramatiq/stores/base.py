@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -17,6 +17,7 @@ from ..errors import (
     StoreDataError,
     StoreError,
 )
+from ..records.activity import Activity, ActivityMark
 from ..records.links import RETRY, Link, parent_order, parents_of
 from ..records.pauses import held_for_pause
 from ..records.record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
@@ -379,6 +380,44 @@ class IJobStore(abc.ABC):
                     key = (status, int((row.updated - start).total_seconds()) // bucket_seconds)
                     counts[key] = counts.get(key, 0) + 1
         return counts
+
+    # -- the activity rollup (the dashboard's charts) -----------------------------------
+
+    #: Whether this store keeps the activity rollup (:mod:`~pypepper_dramatiq.records.activity`).
+    #: A store that does not (this default) keeps nothing: the sweep does not fill it
+    #: and the charts count ends from the rows (:meth:`ended_counts`) and show no times.
+    keeps_activity: bool = False
+
+    def activity_mark(self) -> ActivityMark | None:
+        """How far the rollup holds every end; None: it holds none yet."""
+        return None
+
+    def add_activity(
+        self,
+        minutes: Mapping[tuple[datetime, str], Activity],
+        moved: tuple[ActivityMark | None, ActivityMark] | None = None,
+    ) -> bool:
+        """Add ``minutes`` (per (minute, channel): counts summed, the deeper depth kept)
+        to the rollup; True if added.
+
+        With ``moved`` = (before, after), only if the stored mark is still ``before``
+        (None: there is none), and the mark becomes ``after`` in the same transaction:
+        a leader that lost the lead meanwhile adds nothing (False), so no end is added
+        twice.
+        """
+        return False
+
+    def activity(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> dict[tuple[int, str], Activity]:
+        """The rollup's minutes from ``since`` (bucket 0) to ``until`` added up per bucket
+        of ``bucket_seconds`` and channel; buckets with none are left out."""
+        return {}
+
+    def forget_activity(self, before: datetime) -> int:
+        """Delete the rollup's minutes before ``before`` (the mark's first minute moves
+        up to it); returns how many rows went."""
+        return 0
 
     # -- recurring schedules ----------------------------------------------------------
 

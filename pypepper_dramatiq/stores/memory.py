@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from ..errors import CorruptRecordError, DuplicateJobError, UnknownJobError
+from ..records.activity import Activity, ActivityMark, bucketed
 from ..records.links import parents_of, required_parents
 from ..records.pauses import check_kind, held_for_pause
 from ..records.progress import PROGRESS_KEY
@@ -35,6 +36,9 @@ class MemoryJobStore(IJobStore):
         self._paused: dict[tuple[str, str], datetime] = {}
         #: The tombstones of the purged jobs: id -> when the purge deleted it.
         self._purged: dict[str, datetime] = {}
+        #: The activity rollup: (minute, channel) -> what it held; and how far it reaches.
+        self._activity: dict[tuple[datetime, str], Activity] = {}
+        self._activity_mark: ActivityMark | None = None
         self._lock = threading.RLock()
 
     def _check_key(self, record: JobRecord) -> None:
@@ -252,6 +256,48 @@ class MemoryJobStore(IJobStore):
             ]
         rows.sort(key=lambda r: (r.created, r.id))
         return rows[:limit]
+
+    # -- the activity rollup ------------------------------------------------------------
+
+    keeps_activity = True
+
+    def activity_mark(self) -> ActivityMark | None:
+        with self._lock:
+            return self._activity_mark
+
+    def add_activity(
+        self,
+        minutes: Mapping[tuple[datetime, str], Activity],
+        moved: tuple[ActivityMark | None, ActivityMark] | None = None,
+    ) -> bool:
+        with self._lock:
+            if moved is not None:
+                if self._activity_mark != moved[0]:
+                    return False
+                self._activity_mark = moved[1]
+            for (minute, channel), added in minutes.items():
+                key = (as_utc(minute), channel)
+                before = self._activity.get(key)
+                self._activity[key] = added if before is None else before.plus(added)
+            return True
+
+    def activity(
+        self, since: datetime, until: datetime, bucket_seconds: int
+    ) -> dict[tuple[int, str], Activity]:
+        with self._lock:
+            kept = dict(self._activity)
+        return bucketed(kept, as_utc(since), as_utc(until), bucket_seconds)
+
+    def forget_activity(self, before: datetime) -> int:
+        cutoff = as_utc(before)
+        with self._lock:
+            old = [key for key in self._activity if key[0] < cutoff]
+            for key in old:
+                del self._activity[key]
+            mark = self._activity_mark
+            if mark is not None and mark.first_minute < cutoff:
+                self._activity_mark = ActivityMark(min(cutoff, mark.next_minute), mark.next_minute)
+            return len(old)
 
     # -- retention ----------------------------------------------------------------------
 

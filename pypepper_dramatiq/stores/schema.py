@@ -30,6 +30,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 from ..limits import storable as limits
+from ..records.activity import TIME_BUCKETS as ACTIVITY_BUCKETS
 
 #: Alembic's bookkeeping table; ours, so we never touch a user's ``alembic_version``.
 VERSION_TABLE = "pypepper_alembic_version"
@@ -253,4 +254,31 @@ channel_slots = Table(
     Column("job_id", exact_text(limits.ID_LENGTH), primary_key=True),
     Column("seq", BigInteger, Identity(), nullable=False),
     Index("ix_scheduler_channel_slots_channel_seq", "channel", "seq"),
+)
+
+#: The activity rollup (:mod:`~pypepper_dramatiq.records.activity`): one row per minute
+#: and channel, added to by the recovery sweep's leader; a histogram is a column per
+#: bucket, so that the charts add a week up in one GROUP BY.
+activity = Table(
+    "scheduler_activity",
+    metadata,
+    Column("at_minute", UtcDateTime(), primary_key=True),
+    Column("channel_id", String(limits.CHANNEL_ID_LENGTH), primary_key=True),
+    Column("completed", Integer, nullable=False, default=0),
+    Column("failed", Integer, nullable=False, default=0),
+    Column("cancelled", Integer, nullable=False, default=0),
+    *(Column(f"wait_{i:02d}", Integer, nullable=False, default=0) for i in range(ACTIVITY_BUCKETS)),
+    *(Column(f"run_{i:02d}", Integer, nullable=False, default=0) for i in range(ACTIVITY_BUCKETS)),
+    # The deepest the channel's queue was seen in the minute; NULL: not read.
+    Column("depth", Integer, nullable=True),
+)
+
+#: How far the rollup holds every end (one row, ``id`` 1): moved by compare-and-set in
+#: the transaction that adds the ends, so that two leaders never add one end twice.
+activity_mark = Table(
+    "scheduler_activity_mark",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("first_minute", UtcDateTime(), nullable=False),
+    Column("next_minute", UtcDateTime(), nullable=False),
 )

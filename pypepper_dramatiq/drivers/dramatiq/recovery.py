@@ -25,6 +25,7 @@ other duties would fail the same way.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ from ...ops.display import printable
 from ...ops.isolation import RowGuard
 from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, OutageLog, is_outage, shared_outage
+from ...records.activity import ENDED, Activity, ActivityMark, activity_of, add_up, minute_of
 from ...records.record import JobRecord, utcnow
 from ...records.state import MARKED_ENDS, is_counted
 from ...records.workers import DutyFailure, SweepHealth
@@ -83,6 +85,12 @@ COUNT_LOOKBACK_SECONDS = 3600.0
 COUNT_LAG_SECONDS = 60.0
 #: Batches of ended rows one pass reads.
 END_BATCHES = 10
+#: How far behind the clock the activity rollup reads ends: an end committed late, or
+#: written by a host whose clock is behind, is still in its minute when it is read
+#: (the charts count the minutes after from the jobs table).
+ROLLUP_LAG_SECONDS = 60.0
+#: How long the rollup keeps its minutes: the charts' longest range, and a day.
+ROLLUP_KEEP = timedelta(days=8)
 
 
 class RecoverySweeper(threading.Thread):
@@ -451,14 +459,8 @@ class RecoverySweeper(threading.Thread):
         channels were read."""
         if not observers.observing():
             return 0
-        depths: dict[str, int] = {}
-        try:
-            for channel_id in manager.ids():
-                channel = manager.get(channel_id)
-                if channel is not None:
-                    depths[channel_id] = channel.length()
-        except Exception as exc:  # a figure for a graph: the next pass reads again
-            logger.debug("channel depths not read: %s", exc)
+        depths = _channel_depths()
+        if depths is None:
             return 0
         observers.channel_depths(depths)
         # The jobs held in the store (waiting for a time or for other jobs): one
@@ -508,6 +510,75 @@ class RecoverySweeper(threading.Thread):
             after = last
         self._ends_after[status] = after
         return counted
+
+    def roll_up_activity(self, now: datetime) -> int:
+        """Add the ends of the minutes since the rollup's mark, and the channels' depths
+        now, to the activity rollup the dashboard's charts read
+        (:mod:`~pypepper_dramatiq.records.activity`); returns how many ends it added.
+
+        Reads, per final status, the rows ended from the mark (kept in the store; a
+        first leader starts :data:`COUNT_LOOKBACK_SECONDS` back) up to the minute
+        :data:`ROLLUP_LAG_SECONDS` behind the clock, and adds them with the move of the
+        mark in one transaction, by compare-and-set: a leader that lost the lead adds
+        nothing, and no end is added twice. A pass reads at most :data:`END_BATCHES`
+        batches a status (past them it stops at the last minute read whole: the next
+        pass goes on). Minutes older than :data:`ROLLUP_KEEP` are deleted. Nothing
+        with a store that keeps no rollup.
+        """
+        store = get_job_store()
+        if not store.keeps_activity:
+            return 0
+        mark = store.activity_mark()
+        depths = _channel_depths()
+        if depths:
+            at = minute_of(now)
+            store.add_activity({(at, ch): Activity(depth=n) for ch, n in depths.items()})
+        until = minute_of(now - timedelta(seconds=ROLLUP_LAG_SECONDS))
+        start = (
+            mark.next_minute
+            if mark is not None
+            else minute_of(now - timedelta(seconds=COUNT_LOOKBACK_SECONDS))
+        )
+        if until <= start:
+            return 0
+        ends: list[JobRecord] = []
+        for status in ENDED:
+            found, until = self._ends_between(store, status, start, until)
+            ends.extend(found)
+        minutes = add_up(
+            ((minute_of(r.updated), r.channel_id), activity_of(r))
+            for r in ends
+            if r.updated < until
+        )
+        first = mark.first_minute if mark is not None else start
+        if not store.add_activity(minutes, moved=(mark, ActivityMark(first, until))):
+            logger.info(
+                "activity rollup: its mark moved meanwhile (another sweep leader); "
+                "nothing added by this pass",
+                extra={"action": "roll_up_activity"},
+            )
+            return 0
+        store.forget_activity(now - ROLLUP_KEEP)
+        return sum(sum(a.ended) for a in minutes.values())
+
+    def _ends_between(
+        self, store: Any, status: Status, start: datetime, until: datetime
+    ) -> tuple[list[JobRecord], datetime]:
+        """The readable rows that ended ``status`` from ``start`` to ``until``, and
+        ``until`` itself, moved back to the last minute read whole when there were more
+        than a pass reads."""
+        after = (start, "")  # strictly after (start, ""): every row of start's minute
+        found: list[JobRecord] = []
+        for read in itertools.count(1):
+            batch = store.ended_since(status, after, limit=self.batch)
+            found.extend(self.rows.readable("roll_up_activity", batch))
+            if len(batch) < self.batch or batch[-1].updated >= until:
+                break
+            after = (batch[-1].updated, batch[-1].id)
+            if read >= END_BATCHES and minute_of(batch[-1].updated) > start:
+                until = min(until, minute_of(batch[-1].updated))
+                break
+        return [r for r in found if r.updated < until], until
 
     def reclaim_slots(self, now: datetime) -> int:
         """Give back the channel slots of jobs that left their channel while the
@@ -695,12 +766,28 @@ DUTIES: tuple[Duty, ...] = (
     Duty("lapsed_hooks", RecoverySweeper.run_lapsed_hooks),
     Duty("depth_reports", RecoverySweeper.report_depths, full_only=True),
     Duty("count_ends", RecoverySweeper.count_ends, full_only=True),
+    Duty("roll_up_activity", RecoverySweeper.roll_up_activity, full_only=True),
 )
 
 #: The statuses of a job no longer waiting in its channel: taken by a worker, or ended.
 _LEFT_THE_CHANNEL = frozenset(
     {Status.IN_PROGRESS, Status.COMPLETED, Status.FAILED, Status.CANCELLED}
 )
+
+
+def _channel_depths() -> dict[str, int] | None:
+    """How many jobs wait in each channel this process knows (one read per channel);
+    None if they could not be read (a figure for a graph: the next pass reads again)."""
+    depths: dict[str, int] = {}
+    try:
+        for channel_id in manager.ids():
+            channel = manager.get(channel_id)
+            if channel is not None:
+                depths[channel_id] = channel.length()
+    except Exception as exc:
+        logger.debug("channel depths not read: %s", exc)
+        return None
+    return depths
 
 
 def _recorded_message(record: JobRecord) -> tuple[str, str | None]:

@@ -3,6 +3,7 @@ class a dialect (PostgreSQL's hot statements are :mod:`.postgres`'s store)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,9 @@ from .statements import (
     MYSQL_PROGRESS_MERGE,
     PG_INSERT_NEW,
     PG_PROGRESS_MERGE,
+    mysql_activity_upsert,
     mysql_worker_upsert,
+    pg_activity_upsert,
     pg_worker_upsert,
 )
 
@@ -46,6 +49,11 @@ class Dialect:
         columns ``kept`` keep the value first written."""
         return mysql_worker_upsert(values, kept)
 
+    def activity_upsert(self, rows: Sequence[dict[str, Any]]) -> Executable:
+        """One statement adding ``rows`` to the activity rollup, whether their minutes
+        are stored or not (counts summed, the deeper depth kept)."""
+        return mysql_activity_upsert(rows)
+
     def lock_migrations(self, connection: Connection) -> None:
         """Serialise concurrent migrators, where the database can (not here)."""
 
@@ -71,6 +79,9 @@ class PostgresDialect(Dialect):
 
     def worker_upsert(self, values: dict[str, Any], kept: tuple[str, ...]) -> Executable:
         return pg_worker_upsert(values, kept)
+
+    def activity_upsert(self, rows: Sequence[dict[str, Any]]) -> Executable:
+        return pg_activity_upsert(rows)
 
     def whole_seconds_since(self, column: Any, start: datetime) -> ColumnElement[Any]:
         return func.floor(func.extract("epoch", column - start))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import literal, or_, select, text, tuple_, update
+from sqlalchemy import func, literal, or_, select, text, tuple_, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql import ColumnElement, Executable, Select
@@ -18,7 +18,7 @@ from ...records.links import AFTER
 from ...rules.status import Status
 from ..base import JobRecord
 from ..claims import postgres_condition
-from ..schema import jobs, links
+from ..schema import activity, jobs, links
 from ..schema import workers as worker_rows
 from .mapping import ALLOWED, row_values
 
@@ -303,3 +303,33 @@ def mysql_worker_upsert(values: dict[str, Any], kept: tuple[str, ...]) -> Execut
     return stmt.on_duplicate_key_update(
         {name: stmt.inserted[name] for name in values if name not in kept}
     )
+
+
+#: The rollup's columns that an upsert adds to (every count); ``depth`` keeps the deeper.
+ACTIVITY_SUMS = tuple(
+    c.name for c in activity.c if c.name not in ("at_minute", "channel_id", "depth")
+)
+
+
+def _deeper(kept: Any, added: Any) -> ColumnElement[Any]:
+    """The deeper of two depths, either of which may be NULL (not read)."""
+    return func.greatest(func.coalesce(kept, added), func.coalesce(added, kept))
+
+
+def pg_activity_upsert(rows: Sequence[dict[str, Any]]) -> Executable:
+    """Rollup rows added to by PostgreSQL's ON CONFLICT DO UPDATE."""
+    stmt = pg_insert(activity).values(list(rows))
+    added: dict[str, Any] = {name: activity.c[name] + stmt.excluded[name] for name in ACTIVITY_SUMS}
+    added["depth"] = _deeper(activity.c.depth, stmt.excluded.depth)
+    return stmt.on_conflict_do_update(
+        index_elements=[activity.c.at_minute, activity.c.channel_id], set_=added
+    )
+
+
+def mysql_activity_upsert(rows: Sequence[dict[str, Any]]) -> Executable:
+    """Rollup rows added to by MySQL's and MariaDB's ON DUPLICATE KEY UPDATE (a column
+    named on the right is the stored value)."""
+    stmt = mysql_insert(activity).values(list(rows))
+    added: dict[str, Any] = {name: activity.c[name] + stmt.inserted[name] for name in ACTIVITY_SUMS}
+    added["depth"] = _deeper(activity.c.depth, stmt.inserted.depth)
+    return stmt.on_duplicate_key_update(added)

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from ...errors import ConfigError
 from ..base import IJobStore
+from .activity import ActivityRows
 from .batches import BatchRows
 from .boundary import masked
 from .engine import backend_name, create_store_engine, database_of
@@ -45,6 +46,7 @@ class SqlJobStore(
     LinkRows,
     PurgeRows,
     PauseRows,
+    ActivityRows,
 ):
     """Job records in the ``scheduler_jobs`` table of a PostgreSQL or MySQL database.
 
