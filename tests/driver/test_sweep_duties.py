@@ -37,6 +37,7 @@ from pypepper_dramatiq.channels.messages import DISPATCH_KEY, StepMessage
 from pypepper_dramatiq.drivers.dramatiq.recovery import DUTIES, RecoverySweeper
 from pypepper_dramatiq.metrics.prometheus import install_metrics, uninstall_metrics
 from pypepper_dramatiq.ops import observers
+from pypepper_dramatiq.records.activity import minute_of, percentile
 from pypepper_dramatiq.records.record import JobRecord, utcnow
 from pypepper_dramatiq.rules.cron import firing_id
 from pypepper_dramatiq.rules.waits import Waits
@@ -48,6 +49,12 @@ pytestmark = pytest.mark.redis
 CHANNEL = "sweep-duties"
 SCHEDULE = "sweep-duties-every-minute"
 LONG_AGO = timedelta(days=2)
+#: How long ago the job the activity rollup reads ended (it reads a minute behind).
+ROLLED_AGO = timedelta(minutes=5)
+
+
+def now_minute(ago: timedelta = timedelta(0)) -> datetime:
+    return minute_of(utcnow() - ago)
 
 
 @workflow_task(name="sweep-duties.noop")
@@ -163,6 +170,9 @@ class World:
         if duty == "count_ends":
             uncounted = store.get("uncounted")
             return uncounted is not None and uncounted.state.get("counted") is True
+        if duty == "roll_up_activity":
+            rolled = store.activity(now_minute(ROLLED_AGO * 2), now_minute(), 60)
+            return sum(a.count(Status.FAILED) for a in rolled.values()) == 1
         if duty == "reclaim_slots":
             _, waiting = manager.gate_of(CHANNEL).waiting_ids(0, 1000)
             return "leaked" not in waiting and "admitted" in waiting
@@ -195,6 +205,8 @@ def world(store: IJobStore, broker: RedisBroker) -> World:
     assert store.put(row("lost", created=old, updated=old, state={DISPATCH_KEY: lost}))
     assert store.put(row("old", status=Status.COMPLETED, created=old, updated=old))
     assert store.put(row("uncounted", status=Status.CANCELLED))  # by a process without metrics
+    rolled = now - ROLLED_AGO  # ended before the rollup's lag: read by it
+    assert store.put(row("rolled", status=Status.FAILED, created=rolled, updated=rolled))
     # A slot a worker could not give back (Redis unreachable as it took the job).
     assert store.put(row("leaked", status=Status.COMPLETED))
     assert manager.gate_of(CHANNEL).admit("leaked") == "ok"
@@ -226,6 +238,7 @@ BREAKS = {
     "lapsed_hooks": ("store", "pending_hooks"),
     "count_ends": ("store", "ended_since"),
     "reclaim_slots": ("transport", "channel_states"),
+    "roll_up_activity": ("store", "activity_mark"),
 }
 
 
@@ -241,6 +254,8 @@ def breaking(target: Any, method: str, error: Exception) -> None:
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         if method == "list" and not {"status", "limit"} <= set(kwargs):
+            return original(*args, **kwargs)
+        if method == "ended_since" and "limit" in kwargs:  # the rollup's reads, not count_ends'
             return original(*args, **kwargs)
         raise error
 
@@ -557,3 +572,45 @@ def test_the_heartbeat_writes_the_sweep_health_for_the_workers_page(
         ("cancel_overdue", "RuntimeError: overdue is broken")
     ]
     store.forget_worker("sweep-test")
+
+
+def test_the_rollup_adds_each_end_once_and_the_channel_depth_each_pass(
+    store: IJobStore, broker: RedisBroker
+) -> None:
+    now = utcnow()
+    ended = now - timedelta(minutes=3)
+    started = ended - timedelta(seconds=2)  # ran 2 s, after waiting 40 s
+    history = {"history": {"w.t": [{"started": started.isoformat(), "outcome": "succeeded"}]}}
+    created = started - timedelta(seconds=40)
+    for i in range(3):
+        assert store.put(row(f"done-{i}", status=Status.COMPLETED, created=created,
+                             updated=ended, state=history))  # fmt: skip
+    assert store.put(row("too-recent", status=Status.CANCELLED, updated=now))  # within the lag
+    assert manager.gate_of(CHANNEL).admit("waiting") == "ok"  # one job waits in the channel
+    assert store.put(row("waiting"))
+    sweep = sweeper(broker)
+    sweep.sweep(full=True)
+    sweep.sweep(full=True)  # the mark moved: the same ends are not added again
+    RecoverySweeper(broker, "another-leader", 30, 1).sweep(full=True)  # nor by a new leader
+    found = store.activity(
+        now_minute(timedelta(hours=1)), now_minute() + timedelta(minutes=1), 7200
+    )
+    [(key, activity)] = list(found.items())
+    assert key == (0, CHANNEL)
+    assert activity.ended == (3, 0, 0)
+    assert percentile(activity.waits, 0.5) == 60  # 40 s: the bucket up to a minute
+    assert percentile(activity.runs, 0.95) == 2.5
+    assert activity.depth == 1
+    mark = store.activity_mark()
+    assert mark is not None and mark.next_minute == minute_of(utcnow() - timedelta(minutes=1))
+
+
+def test_a_store_that_keeps_no_rollup_is_left_alone(broker: RedisBroker) -> None:
+    class NoRollup(MemoryJobStore):
+        keeps_activity = False
+
+        def activity_mark(self) -> Any:
+            raise AssertionError("a store that keeps no rollup was asked for its mark")
+
+    set_job_store(NoRollup())
+    assert sweeper(broker).roll_up_activity(utcnow()) == 0
