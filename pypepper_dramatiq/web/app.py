@@ -554,16 +554,12 @@ class Dashboard:
         name = call.request.args.get("range") or "hour"
         if name not in charts.CHART_RANGES:
             raise Refused(400, f"The range must be one of {', '.join(charts.CHART_RANGES)}.")
-        span, step = charts.CHART_RANGES[name]
-        now = utcnow()
-        # Buckets aligned on their width, the current one last.
-        end = datetime.fromtimestamp((now.timestamp() // step + 1) * step, timezone.utc)
-        since = end - timedelta(seconds=span)
-        counts = self.store.ended_counts(since, end, step)
+        found = charts.read_charts(self.store, name, utcnow())
         return self._render(
             call,
             "charts.html",
-            chart=charts.ended_chart(counts, name, since),
+            chart=found.ended,
+            charts=found,
             ranges=list(charts.CHART_RANGES),
             live=True,
         )
