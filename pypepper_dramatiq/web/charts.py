@@ -220,7 +220,7 @@ def time_chart(
     log scale; approximate to a histogram bucket (the upper bound of the one holding it)."""
     span, step = CHART_RANGES[name]
     width = CHART_WIDTH / (span // step)
-    lo = math.log10(TIME_BOUNDS[0])
+    lo = math.log10(TIME_BOUNDS[0] / 2)  # the fastest bucket above the axis
     found = {
         label: {i: value for i, h in histograms.items() if (value := percentile(h, q)) is not None}
         for q, label in TIME_LINES

@@ -108,8 +108,7 @@ def test_the_time_scale_reaches_the_slowest_line() -> None:
     labels = [label for _, label in chart.scale]
     assert labels[0] == "5 ms" and labels[-1] == "4 h"  # 5,000 s: the bucket to 4 h
     [p50] = [line for line in chart.lines if line.name == "p50"]
-    assert [p.y for p in p50.points] == [
-        220.0,
-        0.0,
-    ]  # the fastest at the bottom, the slowest on top
+    fastest, slowest = (p.y for p in p50.points)
+    # The fastest just above the axis, on its grid line; the slowest on top.
+    assert 0 < chart.scale[0][0] == fastest < 220 and slowest == 0
     assert TIME_BOUNDS[0] == 0.005

@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +23,8 @@ from process_state import clean_process_state
 from werkzeug.serving import make_server
 
 from pypepper_dramatiq import Context, Job, Task, Worker, Workflow, manager, workflow_task
+from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+from pypepper_dramatiq.records.record import utcnow
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
@@ -272,3 +275,37 @@ def test_the_charts_page_draws_the_jobs_a_worker_ended(
     page.click("text=last week")
     assert page.locator("#ended-chart rect.bar").count() >= 2
     page.screenshot(path=str(shots / "charts-week.png"), full_page=True)
+
+
+def test_the_charts_page_draws_the_times_and_depths_the_sweep_rolled_up(
+    store: IJobStore, server: str, broker: RedisBroker, page: Any, shots: Path
+) -> None:
+    failed = [failed_job() for _ in range(2)]
+    BROKEN["on"] = False
+    completed = [off_the_loop(lambda: run_job(job_of("fine"))) for _ in range(3)]
+    off_the_loop(lambda: job_of("waiting").scheduled())  # left waiting in its channel
+    # The sweep leader's duty now: the channel's depth sampled, the ends too recent (it
+    # reads them a minute behind the clock); then as it runs two minutes from now, twice
+    # (the second adds nothing).
+    sweep = RecoverySweeper(broker, "charts-test", lease_seconds=30, interval=1)
+    assert off_the_loop(lambda: sweep.roll_up_activity(utcnow())) == 0
+    later = utcnow() + timedelta(minutes=2)
+    assert off_the_loop(lambda: sweep.roll_up_activity(later)) == len(failed) + len(completed)
+    assert off_the_loop(lambda: sweep.roll_up_activity(later)) == 0
+    page.goto(f"{server}/charts")
+    assert "From the activity rollup" in page.locator("p.source").inner_text()
+    bars = page.locator("#ended-chart rect.bar")
+    said = " ".join(bars.nth(i).locator("title").text_content() for i in range(bars.count()))
+    assert sum(int(n) for n in re.findall(r": (\d+) Completed", said)) == 3
+    assert sum(int(n) for n in re.findall(r": (\d+) Failed", said)) == 2
+    for chart, what in (("#wait-chart", "waited up to"), ("#run-chart", "ran up to")):
+        lines = page.locator(f"{chart} g.series")
+        assert lines.count() == 2  # p50 and p95
+        assert what in lines.first.locator("circle title").first.text_content()
+    depth = page.locator(f"#depth-chart g.series[data-name='{CHANNEL}'] circle title")
+    assert depth.count() == 1
+    assert depth.first.text_content().endswith(f"up to 1 waiting in {CHANNEL}")
+    page.screenshot(path=str(shots / "charts-rollup-hour.png"), full_page=True)
+    page.click("text=last day")
+    assert page.locator("#wait-chart g.series").count() == 2
+    page.screenshot(path=str(shots / "charts-rollup-day.png"), full_page=True)
