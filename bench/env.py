@@ -145,6 +145,8 @@ class Stack:
             "scheduler_jobs",
             "scheduler_recurring",
             "scheduler_channel_slots",
+            "scheduler_activity",
+            "scheduler_activity_mark",
             "celery_taskmeta",
         ):
             if self.table_exists(table):

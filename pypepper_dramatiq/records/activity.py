@@ -45,8 +45,12 @@ TIME_BOUNDS: tuple[float, ...] = (
 TIME_BUCKETS = len(TIME_BOUNDS) + 1
 #: The statuses counted, in the order the rollup's columns hold them.
 ENDED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
-#: One minute, the rollup's grain.
+#: One minute, the rollup's finest grain.
 MINUTE = timedelta(minutes=1)
+#: The grains a SQL store keeps the rollup at, in minutes: each end is added to its
+#: minute, its quarter of an hour and its hour, so that a chart reads the coarsest
+#: grain that divides its buckets (a week: 168 rows a channel, not 10,080).
+GRAINS = (1, 15, 60)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -100,6 +104,28 @@ def minute_of(at: datetime) -> datetime:
     """The start of the minute ``at`` falls in (UTC)."""
     seconds = math.floor((at - _EPOCH).total_seconds() / 60) * 60
     return _EPOCH + timedelta(seconds=seconds)
+
+
+def grain_for(bucket_seconds: int, since: datetime) -> int:
+    """The coarsest of :data:`GRAINS` (minutes) whose rows fall whole in buckets of
+    ``bucket_seconds`` starting at ``since``."""
+    offset = (since - _EPOCH).total_seconds()
+    fits = [g for g in GRAINS if bucket_seconds % (g * 60) == 0 and offset % (g * 60) == 0]
+    return max(fits, default=1)
+
+
+def grained(
+    minutes: Mapping[tuple[datetime, str], Activity],
+) -> dict[tuple[int, datetime, str], Activity]:
+    """``minutes`` added up at each of :data:`GRAINS`: (grain, its start, channel)."""
+    out: dict[tuple[int, datetime, str], Activity] = {}
+    for (minute, channel), activity in minutes.items():
+        offset = int((minute - _EPOCH).total_seconds())
+        for grain in GRAINS:
+            start = minute - timedelta(seconds=offset % (grain * 60))
+            before = out.get((grain, start, channel))
+            out[grain, start, channel] = activity if before is None else before.plus(activity)
+    return out
 
 
 def bucket_of(seconds: float) -> int:

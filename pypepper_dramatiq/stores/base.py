@@ -416,7 +416,8 @@ class IJobStore(abc.ABC):
 
     def forget_activity(self, before: datetime) -> int:
         """Delete the rollup's minutes before ``before`` (the mark's first minute moves
-        up to it); returns how many rows went."""
+        up to it); returns how many rows went. ``before`` on an hour, so that a store
+        keeping quarters and hours too cuts none of them in two."""
         return 0
 
     # -- recurring schedules ----------------------------------------------------------

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -256,12 +257,16 @@ channel_slots = Table(
     Index("ix_scheduler_channel_slots_channel_seq", "channel", "seq"),
 )
 
-#: The activity rollup (:mod:`~pypepper_dramatiq.records.activity`): one row per minute
-#: and channel, added to by the recovery sweep's leader; a histogram is a column per
-#: bucket, so that the charts add a week up in one GROUP BY.
+#: The activity rollup (:mod:`~pypepper_dramatiq.records.activity`): one row per grain
+#: (a minute, a quarter of an hour, an hour), its start and channel, added to by the
+#: recovery sweep's leader; a histogram is a column per bucket, so that a chart adds its
+#: rows up in one GROUP BY.
 activity = Table(
     "scheduler_activity",
     metadata,
+    # The row's grain, in minutes (records.activity.GRAINS): the key's first column, so
+    # that a chart reads one grain's range of the key.
+    Column("span_minutes", SmallInteger, primary_key=True, autoincrement=False),
     Column("at_minute", UtcDateTime(), primary_key=True),
     Column("channel_id", String(limits.CHANNEL_ID_LENGTH), primary_key=True),
     Column("completed", Integer, nullable=False, default=0),

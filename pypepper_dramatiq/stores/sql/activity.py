@@ -9,7 +9,14 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, literal, select, update
 
-from ...records.activity import ENDED, TIME_BUCKETS, Activity, ActivityMark
+from ...records.activity import (
+    ENDED,
+    TIME_BUCKETS,
+    Activity,
+    ActivityMark,
+    grain_for,
+    grained,
+)
 from ..base import as_utc
 from ..schema import UtcDateTime, activity, activity_mark
 from .boundary import boundary
@@ -26,8 +33,13 @@ _RUN_COLUMNS = tuple(f"run_{i:02d}" for i in range(TIME_BUCKETS))
 _ROWS_PER_STATEMENT = 500
 
 
-def _values(minute: datetime, channel: str, added: Activity) -> dict[str, Any]:
-    values: dict[str, Any] = {"at_minute": minute, "channel_id": channel, "depth": added.depth}
+def _values(grain: int, start: datetime, channel: str, added: Activity) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "span_minutes": grain,
+        "at_minute": start,
+        "channel_id": channel,
+        "depth": added.depth,
+    }
     values.update(zip(_ENDED_COLUMNS, added.ended, strict=True))
     values.update(zip(_WAIT_COLUMNS, added.waits, strict=True))
     values.update(zip(_RUN_COLUMNS, added.runs, strict=True))
@@ -56,7 +68,9 @@ class ActivityRows(SqlStorePart):
         minutes: Mapping[tuple[datetime, str], Activity],
         moved: tuple[ActivityMark | None, ActivityMark] | None = None,
     ) -> bool:
-        rows = [_values(m, ch, a) for (m, ch), a in sorted(minutes.items())]
+        # Each minute's row and its quarter's and hour's, in the key's order (two
+        # leaders' upserts then lock rows in one order).
+        rows = [_values(g, at, ch, a) for (g, at, ch), a in sorted(grained(minutes).items())]
         try:
             with (
                 boundary(self._engine, "adding to the activity rollup"),
@@ -97,8 +111,10 @@ class ActivityRows(SqlStorePart):
     def activity(
         self, since: datetime, until: datetime, bucket_seconds: int
     ) -> dict[tuple[int, str], Activity]:
-        # A range of the primary key (at_minute, channel_id), added up per bucket in one
-        # GROUP BY: a week is 10,080 rows a channel, read where they lie.
+        # A range of the primary key (span_minutes, at_minute, channel_id) at the
+        # coarsest grain that fits the buckets, added up per bucket in one GROUP BY: a
+        # week is 168 hour rows a channel, a day 96 quarters, an hour 60 minutes.
+        grain = grain_for(int(bucket_seconds), since)
         bucket = self._dialect.whole_seconds_since(activity.c.at_minute, since) / int(
             bucket_seconds
         )
@@ -108,7 +124,11 @@ class ActivityRows(SqlStorePart):
         ]
         query = (
             select(bucket, activity.c.channel_id, func.max(activity.c.depth), *sums)
-            .where(activity.c.at_minute >= since, activity.c.at_minute < until)
+            .where(
+                activity.c.span_minutes == grain,
+                activity.c.at_minute >= since,
+                activity.c.at_minute < until,
+            )
             .group_by(bucket, activity.c.channel_id)
         )
         with boundary(self._engine, "reading the activity rollup"), self._engine.connect() as c:

@@ -307,7 +307,7 @@ def mysql_worker_upsert(values: dict[str, Any], kept: tuple[str, ...]) -> Execut
 
 #: The rollup's columns that an upsert adds to (every count); ``depth`` keeps the deeper.
 ACTIVITY_SUMS = tuple(
-    c.name for c in activity.c if c.name not in ("at_minute", "channel_id", "depth")
+    c.name for c in activity.c if c.name not in ("span_minutes", "at_minute", "channel_id", "depth")
 )
 
 
@@ -322,7 +322,8 @@ def pg_activity_upsert(rows: Sequence[dict[str, Any]]) -> Executable:
     added: dict[str, Any] = {name: activity.c[name] + stmt.excluded[name] for name in ACTIVITY_SUMS}
     added["depth"] = _deeper(activity.c.depth, stmt.excluded.depth)
     return stmt.on_conflict_do_update(
-        index_elements=[activity.c.at_minute, activity.c.channel_id], set_=added
+        index_elements=[activity.c.span_minutes, activity.c.at_minute, activity.c.channel_id],
+        set_=added,
     )
 
 

@@ -4,7 +4,8 @@ Revision ID: 0013_activity
 Revises: 0012
 Create Date: 2026-12-04
 
-* ``scheduler_activity``: per minute and channel, the jobs that ended by status,
+* ``scheduler_activity``: per minute, quarter of an hour and hour (``span_minutes``)
+  and channel, the jobs that ended by status,
   histograms of the time they waited and ran (a column per fixed bucket, 21 each)
   and the deepest the channel's queue was seen; added to by the recovery sweep's
   leader (duty ``roll_up_activity``), rows older than eight days deleted by it.
@@ -44,6 +45,7 @@ def upgrade() -> None:
     ]
     op.create_table(
         ACTIVITY,
+        sa.Column("span_minutes", sa.SmallInteger, primary_key=True, autoincrement=False),
         sa.Column("at_minute", timestamp, primary_key=True),
         sa.Column("channel_id", sa.String(128), primary_key=True),
         *counts,
