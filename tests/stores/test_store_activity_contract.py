@@ -124,7 +124,7 @@ def test_buckets_of_a_quarter_or_an_hour_add_up_the_same_minutes(store: IJobStor
         assert found == expected
     # A range that does not start on an hour reads minutes: the same answer still.
     expected = {}
-    for (i, channel), a in store.activity(T0 + 7 * M, T0 + 67 * M, 60).items():
+    for (_, channel), a in store.activity(T0 + 7 * M, T0 + 67 * M, 60).items():
         expected[0, channel] = a if (0, channel) not in expected else expected[0, channel].plus(a)
     assert store.activity(T0 + 7 * M, T0 + 67 * M, 3600) == expected
     assert expected[0, "a"].ended == (9, 5, 0) and expected[0, "a"].depth == 9
