@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, literal, select, update
+from sqlalchemy.exc import IntegrityError
 
 from ...records.activity import (
     ENDED,
@@ -94,9 +95,10 @@ class ActivityRows(SqlStorePart):
             taken = select(activity_mark.c.id).where(activity_mark.c.id == _MARK_ID)
             if conn.execute(taken).first() is not None:
                 return False
-            # Two first leaders racing: the loser's insert fails on the key (an error,
-            # logged by the duty once, the next pass reads the mark).
-            conn.execute(insert(activity_mark).values(id=_MARK_ID, **values))
+            try:
+                conn.execute(insert(activity_mark).values(id=_MARK_ID, **values))
+            except IntegrityError:  # two first leaders racing: this one lost
+                raise _MarkMoved from None
             return True
         stmt = (
             update(activity_mark)
