@@ -1,4 +1,4 @@
-"""Revision 0013_activity (the charts' rollup, ``scheduler_activity`` and its mark): up,
+"""Revision 0014 (the charts' rollup, ``scheduler_activity`` and its mark): up,
 down and up again, over a database that already holds ended jobs."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .test_sql_store import migrate_to
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 ACTIVITY, MARK = "scheduler_activity", "scheduler_activity_mark"
 #: This revision's id and the one before it (a plain string: renumbered at merge if need be).
-REVISION, BEFORE = "0013_activity", "0012"
+REVISION, BEFORE = "0014", "0013"
 
 
 def tables(uri: str) -> set[str]:

@@ -1,7 +1,7 @@
 """The activity rollup the dashboard's charts read.
 
-Revision ID: 0013_activity
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-04
 
 * ``scheduler_activity``: per minute, quarter of an hour and hour (``span_minutes``)
@@ -24,8 +24,8 @@ from alembic import op
 from pypepper_dramatiq.stores.schema import timestamp_type
 
 # A plain string: renumbered freely if another 0013 lands first.
-revision: str = "0013_activity"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013"
 
 ACTIVITY = "scheduler_activity"
 MARK = "scheduler_activity_mark"
