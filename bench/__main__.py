@@ -33,6 +33,7 @@ SCENARIOS = (
     "rabbitmq",
     "typed_params",
     "tracing",
+    "ceiling",
 )
 
 

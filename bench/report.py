@@ -423,6 +423,53 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 "-",
             ]
         )
+    out += _ceiling_rows(results.get("ceiling"))
+    return out
+
+
+#: Scenario 18's per-job figures, summed over the enqueue and processing phases, and
+#: whether durable / plain means something (plain Dramatiq never reaches PostgreSQL).
+CEILING_COSTS = (
+    ("rate", "jobs/s in the 10-90 % window", True),
+    ("pg_cpu_us", "PG CPU (us/job)", False),
+    ("pg_exec_us", "PG pg_stat_statements exec time (us/job)", False),
+    ("pg_calls", "PG statements/job", False),
+    ("wal_bytes", "WAL (bytes/job)", False),
+    ("redis_cpu_us", "Redis CPU (us/job)", True),
+    ("redis_commands", "Redis commands/job", True),
+    ("worker_cpu_us", "worker CPU (us/job)", True),
+    ("per_pg_core", "projected jobs/s per PG core", False),
+    ("per_redis_core", "projected jobs/s per Redis core", True),
+)
+
+
+def _ceiling_rows(ceiling: dict[str, Any] | None) -> list[list[str]]:
+    """Scenario 18: costs per job, the projection, and the cores each party kept busy."""
+    if not ceiling:
+        return []
+    out: list[list[str]] = []
+    for shape, by_name in ceiling["shapes"].items():
+        scenario = f"18. ceiling {shape}, {ceiling['jobs']:,} jobs"
+        for key, label, compared in CEILING_COSTS:
+            values = {n: v[key] for n, v in by_name.items()}
+            cells = [_fmt(values.get(n)) for n in NAMES]
+            ratio = _ratio(values.get("durable"), values.get("plain")) if compared else "-"
+            out.append([scenario, label, *cells, ratio])
+        split = {
+            n: f"{_fmt(v['pg_cpu_us_enqueue'])} + {_fmt(v['pg_cpu_us_process'])}"
+            for n, v in by_name.items()
+        }
+        busy = {
+            n: " / ".join(
+                f"{v[k]:.2f}" for k in ("pg_cores", "redis_cores", "worker_cores", "others_cores")
+            )
+            for n, v in by_name.items()
+        }
+        for label, cells in (
+            ("PG CPU (us/job): enqueue + processing", split),
+            ("cores busy: PG / Redis / workers / others", busy),
+        ):
+            out.append([scenario, label, *(cells.get(n, "-") for n in NAMES), "-"])
     return out
 
 

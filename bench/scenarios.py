@@ -52,6 +52,9 @@ class Sizes:
     metrics_jobs: int = 3_000  #: scenario 14: jobs drained each way, per run
     params_jobs: int = 3_000  #: scenario 16: jobs drained each way, per run
     tracing_jobs: int = 3_000  #: scenario 17: jobs drained each way, per run
+    ceiling_jobs: int = 4_000  #: scenario 18: jobs drained per run
+    ceiling_shapes: tuple[int, ...] = (1, 2, 3)  #: scenario 18: worker processes per run
+    ceiling_reps: int = 2  #: scenario 18: runs of each competitor and shape
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -71,6 +74,8 @@ QUICK = replace(
 QUICK = replace(QUICK, metrics_jobs=1_000)
 # Scenarios 16 and 17 at the quick size.
 QUICK = replace(QUICK, params_jobs=500, tracing_jobs=500)
+# Scenario 18 at the quick size: one shape, once (its figures are for seeing it run).
+QUICK = replace(QUICK, ceiling_jobs=1_000, ceiling_shapes=(1,), ceiling_reps=1)
 
 
 def median(values: list[float]) -> float:
@@ -1389,6 +1394,7 @@ def _environ(**values: str) -> Iterator[None]:
 
 
 def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[str, Any]:
+    from .ceiling import ceiling
     from .harness import CeleryCompetitor
 
     plain, durable, celery = Plain(stack), Durable(stack), CeleryCompetitor(stack)
@@ -1411,6 +1417,16 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("rabbitmq", lambda: rabbitmq(stack, sizes)),
         ("typed_params", lambda: typed_params(stack, plain, durable, sizes)),
         ("tracing", lambda: tracing(stack, plain, durable, sizes)),
+        (
+            "ceiling",
+            lambda: ceiling(
+                stack,
+                [plain, durable],
+                sizes.ceiling_jobs,
+                sizes.ceiling_shapes,
+                sizes.ceiling_reps,
+            ),
+        ),
     ]
     for name, step in steps:
         if only and name not in only:

@@ -32,6 +32,7 @@ SCENARIOS = (
     "rabbitmq",
     "typed_params",
     "tracing",
+    "ceiling",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
