@@ -443,6 +443,10 @@ CEILING_COSTS = (
 )
 
 
+#: Who kept the cores busy in scenario 18's window (harness: this process and the probe Redis).
+CEILING_PARTIES = ("pg", "redis", "worker", "harness", "others", "machine")
+
+
 def _ceiling_rows(ceiling: dict[str, Any] | None) -> list[list[str]]:
     """Scenario 18: costs per job, the projection, and the cores each party kept busy."""
     if not ceiling:
@@ -459,15 +463,17 @@ def _ceiling_rows(ceiling: dict[str, Any] | None) -> list[list[str]]:
             n: f"{_fmt(v['pg_cpu_us_enqueue'])} + {_fmt(v['pg_cpu_us_process'])}"
             for n, v in by_name.items()
         }
+        parts = {
+            n: f"{_fmt(v['pg_clients_us'])} / {_fmt(v['pg_exited_us'])}" for n, v in by_name.items()
+        }
         busy = {
-            n: " / ".join(
-                f"{v[k]:.2f}" for k in ("pg_cores", "redis_cores", "worker_cores", "others_cores")
-            )
+            n: " / ".join(f"{v[f'{k}_cores']:.2f}" for k in CEILING_PARTIES)
             for n, v in by_name.items()
         }
         for label, cells in (
             ("PG CPU (us/job): enqueue + processing", split),
-            ("cores busy: PG / Redis / workers / others", busy),
+            ("PG CPU (us/job): of it client backends / exited processes", parts),
+            ("cores busy: " + " / ".join(CEILING_PARTIES), busy),
         ):
             out.append([scenario, label, *(cells.get(n, "-") for n in NAMES), "-"])
     return out
