@@ -156,16 +156,24 @@ class Meter:
         self.probe_backend = int(stack.scalar("SELECT pg_backend_pid()"))
         self.this = psutil.Process()
 
-    def pg_cpu(self) -> tuple[float, float, float]:
-        """PostgreSQL's CPU seconds: in all, of its live client backends, of its reaped
-        processes. All is the postmaster's own and its reaped children's, plus every live
-        child's but the probe's backend (the harness's polling)."""
-        clients = {
+    def clients(self) -> set[int]:
+        """The process ids of PostgreSQL's client backends."""
+        return {
             int(pid)
             for (pid,) in self.stack.sql(
                 "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
             )
         }
+
+    def children(self) -> set[int]:
+        """The process ids of the postmaster's children, the unreaped included."""
+        return {child.pid for child in self.postmaster.children()}
+
+    def pg_cpu(self) -> tuple[float, float, float]:
+        """PostgreSQL's CPU seconds: in all, of its live client backends, of its reaped
+        processes. All is the postmaster's own and its reaped children's, plus every live
+        child's but the probe's backend (the harness's polling)."""
+        clients = self.clients()
         times = self.postmaster.cpu_times()
         exited = float(times.children_user + times.children_system)
         total, in_clients = _cpu(self.postmaster) + exited, 0.0
@@ -289,16 +297,22 @@ def measure(
         # The probe's backend runs it: not counted.
         stack.execute("ANALYZE scheduler_jobs")
     low, high = (int(jobs * share) for share in WINDOW)
+    ours = meter.clients()
     worker = competitor.worker(processes)
+    theirs: set[int] = set()
     try:
         wait_until(lambda: competitor.done() >= low, 300, "the window's start", worker)
         opened, statements = meter.read_at(competitor.done, worker), meter.top_statements()
         wait_until(lambda: competitor.done() >= high, 600, "the window's end", worker)
         closed, statements_after = meter.read_at(competitor.done, worker), meter.top_statements()
+        theirs = meter.clients() - ours
         wait_until(lambda: competitor.done() >= jobs, 600, "every job", worker)
         span = competitor.last_done() - competitor.first_start()
     finally:
         worker.stop()
+        # A backend of the killed worker that exits during the next run's reading moves
+        # its CPU from the live to the reaped count between two reads: wait them out.
+        wait_until(lambda: not theirs & meter.children(), 30, "the worker's backends to exit")
     window = closed - opened
     figures = job_figures(queued - start, jobs, window)
     figures["span_rate"] = jobs / span
