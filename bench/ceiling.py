@@ -76,6 +76,7 @@ class Usage:
     pg_exited: float  #: the part of processes the postmaster reaped (autovacuum workers)
     pg_calls: int  #: pg_stat_statements calls, the probe role's excluded
     pg_exec_ms: float  #: pg_stat_statements total_exec_time, the probe role's excluded
+    pg_plan_ms: float  #: pg_stat_statements total_plan_time, the probe role's excluded
     wal: int  #: pg_current_wal_lsn() as bytes
     redis_cpu: float  #: the broker Redis's CPU seconds
     redis_commands: int  #: the broker Redis's commands (INFO commandstats)
@@ -96,6 +97,7 @@ def per_job(delta: Usage, jobs: float) -> dict[str, float]:
         "pg_clients_us": delta.pg_clients / jobs * 1e6,
         "pg_exited_us": delta.pg_exited / jobs * 1e6,
         "pg_exec_us": delta.pg_exec_ms / jobs * 1e3,
+        "pg_plan_us": delta.pg_plan_ms / jobs * 1e3,
         "pg_calls": delta.pg_calls / jobs,
         "wal_bytes": delta.wal / jobs,
         "redis_cpu_us": delta.redis_cpu / jobs * 1e6,
@@ -187,23 +189,26 @@ class Meter:
                     in_clients += used
         return total, in_clients, exited
 
-    def statements(self) -> tuple[int, float]:
+    def statements(self) -> tuple[int, float, float]:
+        """Calls, execution and planning milliseconds of every statement but the probe's."""
         from .env import PROBE_ROLE
 
-        calls, exec_ms = self.stack.sql(
-            "SELECT coalesce(sum(s.calls), 0), coalesce(sum(s.total_exec_time), 0) "
+        calls, exec_ms, plan_ms = self.stack.sql(
+            "SELECT coalesce(sum(s.calls), 0), coalesce(sum(s.total_exec_time), 0), "
+            "coalesce(sum(s.total_plan_time), 0) "
             "FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid "
             "WHERE r.rolname <> %s",
             PROBE_ROLE,
         )[0]
-        return int(calls), float(exec_ms)
+        return int(calls), float(exec_ms), float(plan_ms)
 
     def top_statements(self) -> dict[str, tuple[int, float]]:
-        """Calls and execution milliseconds per statement text (the probe's left out)."""
+        """Calls and milliseconds (planning and execution) per statement text, the
+        probe's left out."""
         from .env import PROBE_ROLE
 
         rows = self.stack.sql(
-            "SELECT s.query, sum(s.calls), sum(s.total_exec_time) "
+            "SELECT s.query, sum(s.calls), sum(s.total_exec_time + s.total_plan_time) "
             "FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid "
             "WHERE r.rolname <> %s GROUP BY s.query",
             PROBE_ROLE,
@@ -211,7 +216,7 @@ class Meter:
         return {query: (int(calls), float(ms)) for query, calls, ms in rows}
 
     def read(self, done: float, worker: Worker | None) -> Usage:
-        calls, exec_ms = self.statements()
+        calls, exec_ms, plan_ms = self.statements()
         wal = lsn_bytes(str(self.stack.scalar("SELECT pg_current_wal_lsn()::text")))
         pg_cpu, pg_clients, pg_exited = self.pg_cpu()
         redis_cpu = redis_cpu_seconds(self.stack.broker.info("cpu"))
@@ -238,6 +243,7 @@ class Meter:
             pg_exited=pg_exited,
             pg_calls=calls,
             pg_exec_ms=exec_ms,
+            pg_plan_ms=plan_ms,
             wal=wal,
             redis_cpu=redis_cpu,
             redis_commands=commands,
@@ -270,10 +276,10 @@ def _top(
                 {
                     "query": " ".join(query.split())[:110],
                     "calls": (calls - was_calls) / jobs,
-                    "exec_us": (ms - was_ms) / jobs * 1e3,
+                    "plan_exec_us": (ms - was_ms) / jobs * 1e3,
                 }
             )
-    rows.sort(key=lambda r: -r["exec_us"])
+    rows.sort(key=lambda r: -r["plan_exec_us"])
     return rows[:TOP_STATEMENTS]
 
 

@@ -433,6 +433,7 @@ CEILING_COSTS = (
     ("rate", "jobs/s in the 10-90 % window", True),
     ("pg_cpu_us", "PG CPU (us/job)", False),
     ("pg_exec_us", "PG pg_stat_statements exec time (us/job)", False),
+    ("pg_plan_us", "PG pg_stat_statements planning time (us/job)", False),
     ("pg_calls", "PG statements/job", False),
     ("wal_bytes", "WAL (bytes/job)", False),
     ("redis_cpu_us", "Redis CPU (us/job)", True),

@@ -63,6 +63,7 @@ def test_a_run_s_figures_add_both_phases_and_project_from_the_sum() -> None:
         pg_cpu=0.32,
         pg_calls=640,
         pg_exec_ms=160.0,
+        pg_plan_ms=40.0,
         wal=4_000_000,
         redis_cpu=0.08,
         worker_cpu=1.6,
@@ -75,6 +76,7 @@ def test_a_run_s_figures_add_both_phases_and_project_from_the_sum() -> None:
     assert figures["pg_cpu_us"] == pytest.approx(600)
     assert figures["pg_calls"] == pytest.approx(1.8)
     assert figures["pg_exec_us"] == pytest.approx(200)
+    assert figures["pg_plan_us"] == pytest.approx(50)
     assert figures["wal_bytes"] == pytest.approx(2000 + 5000)
     assert figures["redis_cpu_us"] == pytest.approx(50 + 100)
     assert figures["rate"] == pytest.approx(400)
