@@ -5,8 +5,8 @@ PostgreSQL primary, one broker Redis). So the rate a deployment tops out at is
 about ``1 / (server CPU seconds per job)`` per server core. This module reads
 those costs from the servers the run owns: the CPU seconds of PostgreSQL's
 processes (its backends, its own background processes, and those already
-reaped) and of the broker Redis (``INFO cpu``), ``pg_stat_statements``' calls
-and execution time, and the WAL written, each per job, for the enqueue phase
+reaped) and of the broker Redis (``INFO cpu``), ``pg_stat_statements``' calls,
+execution and planning time, and the WAL written, each per job, for the enqueue phase
 (no worker running) and for the processing phase's steady state (from 10 % to
 90 % of the jobs done, so worker boot and the tail are left out). The job table
 is analyzed between the phases, as autovacuum would have done in a deployment
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 #: The share of the jobs done at which the steady-state window opens, and closes.
 WINDOW = (0.10, 0.90)
 
-#: Statements listed in the "where PostgreSQL's time goes" part, by execution time.
+#: Statements kept per shape in the results, by planning and execution time a job.
 TOP_STATEMENTS = 6
 
 
@@ -329,8 +329,8 @@ def measure(
 def ceiling(
     stack: Stack, competitors: list[Competitor], jobs: int, shapes: tuple[int, ...], reps: int
 ) -> dict[str, Any]:
-    """Durable one-task jobs and plain Dramatiq's no-op on the same servers, each drained by
-    ``jobs`` jobs with each count of worker processes (8 threads each) of ``shapes`` in turn,
+    """Durable one-task jobs and plain Dramatiq's no-op on the same servers: ``jobs`` jobs
+    of each drained by each count of worker processes (8 threads each) in ``shapes``,
     ``reps`` times (the order of the competitors rotates each repetition): the servers' cost
     per job, the projected jobs/s per server core, and the measured rates (medians)."""
     meter = Meter(stack)
