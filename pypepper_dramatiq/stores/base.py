@@ -511,7 +511,16 @@ class IJobStore(abc.ABC):
             The ids deleted (with ``dry_run``: that would be, and nothing is deleted).
 
         This default reads every row of ``status`` and deletes them one by one;
-        the stores of this package override it.
+        the stores of this package override it with a delete that checks in one
+        transaction. A child may be stored waiting for a row between the read of
+        the waiting jobs and the row's delete (:meth:`put` checks its parents, not
+        this purge's choice): so, once the rows are deleted, the waiting jobs are
+        read again and every deleted row one of them waits for is put back as it
+        was. A child stored after the delete is refused by :meth:`put`, so that
+        read sees every child that kept its parent. The window left: until it is
+        put back, such a parent is not stored (a sweep settling its child then,
+        or a crash before the put back, counts it as no longer stored: the child
+        fails or is cancelled as its ``on_parent_failure`` says).
         """
         ended = ended_status(status)
         cutoff = as_utc(older_than)
@@ -523,12 +532,17 @@ class IJobStore(abc.ABC):
         ][: max(0, limit)]
         if dry_run:
             return [row.id for row in chosen]
-        deleted: builtins.list[str] = []
+        deleted: dict[str, JobRecord] = {}
         for row in chosen:
             current = self.get(row.id)  # not atomic: a store that can, checks in the delete
             if current is not None and current.version == row.version and self.delete(row.id):
-                deleted.append(row.id)
-        return deleted
+                deleted[row.id] = current
+        if deleted:
+            for job_id in awaited(row.waits for row in _every_waiting(self)) & deleted.keys():
+                # Inserted at the version it had (an insert stores version + 1).
+                kept = deleted.pop(job_id)
+                self.put(kept.evolve(version=kept.version - 1))
+        return builtins.list(deleted)
 
     def was_purged(self, job_id: str) -> bool:
         """Whether the retention purge deleted the row of ``job_id`` (its tombstone is

@@ -7,7 +7,9 @@ inherits them), PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +20,7 @@ from pypepper_dramatiq.rules.status import TERMINAL, Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
 
-from .test_store_contract import SQL_FIXTURES, T0, job, store, stored
+from .test_store_contract import SQL_FIXTURES, T0, MinimalStore, job, store, stored
 
 __all__ = ["store"]  # the fixture: every store of the contract
 
@@ -190,9 +192,24 @@ def test_a_waiting_job_is_stored_only_while_its_parents_are(store: IJobStore) ->
 
 
 #: Old parents the purge may delete, and the children two threads schedule after them.
-RACE_PARENTS = 120
+RACE_PARENTS = 1000
 
 
+#: How often the race's threads may be switched (seconds): Python's default (5 ms)
+#: lets a whole purge batch run between two switches, which hides the race.
+RACE_SWITCH_INTERVAL = 1e-6
+
+
+@pytest.fixture
+def fine_thread_switches() -> Iterator[None]:
+    """Threads switched every :data:`RACE_SWITCH_INTERVAL` during the test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(RACE_SWITCH_INTERVAL)
+    yield
+    sys.setswitchinterval(before)
+
+
+@pytest.mark.usefixtures("fine_thread_switches")
 def test_the_purge_never_deletes_a_parent_a_child_was_stored_waiting_for(
     store: IJobStore,
 ) -> None:
@@ -239,3 +256,23 @@ def test_the_purge_never_deletes_a_parent_a_child_was_stored_waiting_for(
     # Nothing more to keep: the purge takes every parent no child waits for.
     store.purge(Status.COMPLETED, CUTOFF, RACE_PARENTS)
     assert {f"p{i}" for i in range(RACE_PARENTS)} & ids(store) == set(stored_children.values())
+
+
+class ChildStoredBeforeEachDelete(MinimalStore):
+    """A store with only the abstract methods where, just before each delete, a child
+    is stored waiting for the row: what a scheduling thread may do between the
+    default purge's read of the waiting jobs and its delete."""
+
+    def delete(self, job_id: str) -> bool:
+        waits = dict(WAIT_FOR, parents=[job_id])
+        assert self.put(job(f"child-of-{job_id}", status=Status.SCHEDULED, waits=waits))
+        return super().delete(job_id)
+
+
+def test_the_default_purge_puts_back_a_parent_a_child_was_stored_waiting_for_meanwhile() -> None:
+    store = ChildStoredBeforeEachDelete()
+    parent = put(store, "parent", Status.COMPLETED, state={"results": {"0.0": 1}})
+
+    assert store.purge(Status.COMPLETED, CUTOFF, 10) == []
+    assert stored(store, "parent") == parent  # as it was, at its version
+    assert stored(store, "child-of-parent").waits is not None
