@@ -67,7 +67,11 @@ class IJobStore(abc.ABC):
       store then holds ``record.version + 1``;
     * ``created`` of an existing row is never overwritten;
     * a status never moves back to an earlier lifecycle, and distinct
-      terminals never replace each other (:func:`~pypepper_dramatiq.rules.status.may_overwrite`).
+      terminals never replace each other (:func:`~pypepper_dramatiq.rules.status.may_overwrite`);
+    * the id of a job the retention purge deleted is never inserted again
+      while its tombstone is kept (:meth:`was_purged`), decided with the insert:
+      a late write of such a job (its producer's own Scheduled write, a worker
+      healing its row from a message that came back) would run it again.
 
     A write that would give a second job the ``unique_key`` of an active
     (Scheduled or InProgress) job raises
@@ -553,7 +557,8 @@ class IJobStore(abc.ABC):
         row from the message (store_missing_row in the step I/O). The stores of this package write a
         tombstone for each row their ``purge`` deletes, in the same transaction.
 
-        This default keeps none: False (the default ``purge`` writes none either).
+        This default keeps none: False (the default ``purge`` writes none either),
+        so a store that only inherits it may insert a purged id again.
 
         Raises:
             StoreError: the store failed (the caller treats it as any outage).

@@ -70,6 +70,8 @@ class MemoryJobStore(IJobStore):
             ):
                 self._check_key(record)
             if current is None:
+                if record.id in self._purged:
+                    return False  # never inserted again while its tombstone is kept
                 self._check_parents(record)
                 self._rows[record.id] = record.evolve(version=record.version + 1)
                 return True

@@ -10,14 +10,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from pypepper_dramatiq.rules.retention import TOMBSTONE_KEEP
 from pypepper_dramatiq.rules.status import Status
-from pypepper_dramatiq.stores.base import IJobStore, utcnow
+from pypepper_dramatiq.stores.base import IJobStore, JobRecord, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
-from pypepper_dramatiq.stores.schema import purged
+from pypepper_dramatiq.stores.schema import jobs, purged
 from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.stores.sql.mapping import row_values
 
 from .test_store_contract import T0, MinimalStore, job, store
 
@@ -50,6 +51,16 @@ def age_tombstone(store: IJobStore, job_id: str, by: timedelta) -> None:
     else:
         assert isinstance(store, MemoryJobStore)
         store._purged[job_id] = when
+
+
+def insert_by_hand(store: IJobStore, record: JobRecord) -> None:
+    """Insert ``record``'s row past ``put`` (which refuses an id with a tombstone)."""
+    if isinstance(store, SqlJobStore):
+        with store.engine.begin() as conn:
+            conn.execute(insert(jobs).values(row_values(record)))
+    else:
+        assert isinstance(store, MemoryJobStore)
+        store._rows[record.id] = record.evolve(version=record.version + 1)
 
 
 def put_ended(store: IJobStore, *job_ids: str, status: Status = Status.COMPLETED) -> None:
@@ -134,7 +145,7 @@ def test_an_id_purged_again_gets_a_fresh_tombstone(store: IJobStore) -> None:
     put_ended(store, "again")
     assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["again"]
     age_tombstone(store, "again", TOMBSTONE_KEEP - timedelta(minutes=1))
-    put_ended(store, "again")  # the same id stored again (by hand), then purged again
+    insert_by_hand(store, job("again", status=Status.COMPLETED))  # put refuses it
     assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["again"]
     assert utcnow() - tombstone_times(store)["again"] < timedelta(minutes=1)
 
@@ -146,3 +157,37 @@ def test_many_rows_purged_in_batches_each_leave_one(store: IJobStore) -> None:
     put_ended(store, *ids)
     assert len(store.purge(Status.COMPLETED, CUTOFF, 2000)) == 1200
     assert sorted(tombstone_times(store)) == ids
+
+
+def test_an_id_with_a_tombstone_is_never_inserted_again(store: IJobStore) -> None:
+    # A late write of a purged job (its producer's Scheduled save, a worker healing
+    # its row from a message that came back) would run it again: nothing is inserted.
+    put_ended(store, "gone", "parent")
+    assert store.purge(Status.COMPLETED, CUTOFF, 1) == ["gone"]
+    kept = keeps_tombstones(store)
+
+    late_writes = [
+        job("gone", status=Status.SCHEDULED),  # the producer's first save
+        job("gone", status=Status.SCHEDULED, version=4),  # a save of a row read before
+        job("gone", status=Status.CANCELLED, version=2),  # a cancel's save
+        job("gone", status=Status.SCHEDULED, payload={"retry_of": "parent"}),  # with links
+    ]
+    for record in late_writes:
+        assert store.put(record) is not kept, record
+        assert (store.get("gone") is None) is kept
+        if not kept:  # MinimalStore keeps no tombstone: its put inserts (the default's gap)
+            assert store.delete("gone")
+    assert store.was_purged("gone") is kept
+    # Other ids are inserted as ever.
+    assert store.put(job("new", status=Status.SCHEDULED))
+
+
+def test_an_id_is_inserted_again_once_its_tombstone_expired(store: IJobStore) -> None:
+    put_ended(store, "gone")
+    assert store.purge(Status.COMPLETED, CUTOFF, 1) == ["gone"]
+    if keeps_tombstones(store):
+        age_tombstone(store, "gone", TOMBSTONE_KEEP + timedelta(seconds=1))
+        put_ended(store, "other")
+        assert store.purge(Status.COMPLETED, CUTOFF, 1) == ["other"]  # expires the old ones
+    assert store.put(job("gone", status=Status.SCHEDULED))
+    assert store.get("gone") is not None

@@ -18,9 +18,8 @@ from ..rows import job_record, listed_jobs
 from ..schema import jobs, links
 from .boundary import boundary, is_duplicate_key, once_more_if_stale, refused_by_key_index
 from .links import lock_parents
-from .mapping import row_values
 from .parts import SqlStorePart
-from .statements import advance_statement, guarded_update
+from .statements import advance_statement, guarded_update, insert_unless_purged
 
 
 class JobRows(SqlStorePart):
@@ -43,7 +42,8 @@ class JobRows(SqlStorePart):
             with self._linked_write() as connection:
                 waiting = record.waiting_since is not None
                 lock_parents(connection, required_parents(found, waiting=waiting))
-                connection.execute(insert(jobs).values(row_values(record)))
+                if connection.execute(insert_unless_purged(record)).rowcount == 0:
+                    return False  # retention deleted this job: never inserted again
                 connection.execute(
                     insert(links),
                     [{"parent_id": k.parent, "child_id": k.child, "kind": k.kind} for k in found],
@@ -69,11 +69,10 @@ class JobRows(SqlStorePart):
     def _upsert(self, record: JobRecord) -> bool:
         # Insert, and on a duplicate key update under the guard (MySQL has no
         # conditional upsert that reports whether the guard held).
-        values = row_values(record)
         try:
             with self._engine.connect() as connection:
-                connection.execute(insert(jobs).values(values))
-            return True
+                # Nothing inserted: retention deleted this job (its tombstone).
+                return connection.execute(insert_unless_purged(record)).rowcount == 1
         except sa_exc.IntegrityError as exc:
             if not is_duplicate_key(exc) or refused_by_key_index(exc):
                 raise

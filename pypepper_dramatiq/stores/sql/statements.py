@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, literal, or_, select, text, tuple_, update
+from sqlalchemy import exists, func, insert, literal, or_, select, text, tuple_, update
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql import ColumnElement, Executable, Select
@@ -18,7 +18,7 @@ from ...records.links import AFTER
 from ...rules.status import Status
 from ..base import JobRecord
 from ..claims import postgres_condition
-from ..schema import activity, jobs, links
+from ..schema import activity, jobs, links, purged
 from ..schema import workers as worker_rows
 from .mapping import ALLOWED, row_values
 
@@ -91,12 +91,18 @@ COLUMNS = (
 
 #: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
 #: on every call cost more CPU than the database spent running them.
+#: An id with a tombstone is not inserted again: the tombstone is checked in the
+#: insert itself (a purge committed before it is seen; one committing while it
+#: waits on the row's lock, which it then inserts once more, is not).
 PG_UPSERT = f"""
 INSERT INTO scheduler_jobs ({COLUMNS})
-VALUES (%(id)s, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1, %(created)s,
-        %(updated)s, %(payload)s::jsonb, %(state)s::jsonb, %(error)s, %(lease_owner)s,
-        %(lease_expires)s, %(not_before)s, %(release_at)s, %(start_deadline)s,
-        %(unique_key)s, %(waits)s::jsonb, %(waiting_since)s)
+SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1,
+       %(created)s::timestamptz, %(updated)s::timestamptz, %(payload)s::jsonb,
+       %(state)s::jsonb, %(error)s, %(lease_owner)s, %(lease_expires)s::timestamptz,
+       %(not_before)s::timestamptz, %(release_at)s::timestamptz,
+       %(start_deadline)s::timestamptz, %(unique_key)s, %(waits)s::jsonb,
+       %(waiting_since)s::timestamptz
+WHERE NOT EXISTS (SELECT 1 FROM scheduler_purged WHERE job_id = %(id)s::text)
 ON CONFLICT (id) DO UPDATE SET
     channel_id = EXCLUDED.channel_id, category = EXCLUDED.category,
     status = EXCLUDED.status, version = scheduler_jobs.version + 1,
@@ -185,6 +191,17 @@ WHERE j.id = a.id AND j.version = a.version
     AND j.status = ANY(string_to_array(a.allowed, ','))
 RETURNING a.n
 """
+
+
+def insert_unless_purged(record: JobRecord) -> Any:
+    """The INSERT of ``record``'s row, which inserts nothing when its id has a
+    tombstone (the retention purge deleted it): the check is in the statement,
+    ``INSERT ... SELECT ... WHERE NOT EXISTS``. Its rowcount: 1 inserted, 0 purged."""
+    values = row_values(record)
+    row = select(*(literal(value, jobs.c[name].type) for name, value in values.items()))
+    tombstone = exists().where(purged.c.job_id == record.id)
+    stmt = insert(jobs).from_select(list(values), row.where(~tombstone))
+    return stmt.execution_options(preserve_rowcount=True)  # kept for INSERT too
 
 
 def guarded_update(record: JobRecord, *, payload: bool = False) -> Any:
