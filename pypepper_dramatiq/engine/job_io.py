@@ -467,7 +467,18 @@ class JobIO:
             try:
                 if self.save(job):
                     return True
-                durable = get_job_store().get(job.id)
+                store = get_job_store()
+                durable = store.get(job.id)
+                if durable is None and store.was_purged(job.id):
+                    # The job ran, ended and was deleted by retention before this
+                    # write (a worker stored its row from its message): the store
+                    # never inserts it again, and trying again would not either.
+                    logger.info(
+                        "job %s: not saved, retention deleted it already",
+                        job.id,
+                        extra={"action": "save_purged", "job_id": job.id},
+                    )
+                    return None
                 if durable is not None and (
                     durable.status is job.status
                     or (job.status is Status.SCHEDULED and durable.status.rank > job.status.rank)

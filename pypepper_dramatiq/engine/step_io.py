@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, overload
+from typing import Any, NoReturn, overload
 
 from ..channels.end_notices import publish_ended
 from ..channels.messages import StepMessage
@@ -179,19 +179,23 @@ def policy_of(task: dict[str, Any]) -> RetryPolicy:
     return TaskSpec.from_dict(task).policy
 
 
-def store_missing_row(store: IJobStore, scheduled: JobRecord) -> JobRecord:
+def store_missing_row(store: IJobStore, scheduled: JobRecord) -> JobRecord | None:
     """Write the Scheduled row its producer could not, and return the row as stored.
 
     ``scheduled`` is the job as its producer scheduled it (the first message's
     record, or the in-process worker's Job). If another writer stored the row
-    first, theirs is returned (it may have moved on).
+    first, theirs is returned (it may have moved on). None when retention
+    deleted the job meanwhile (it ran and ended since the caller found no
+    row): the store never inserts a purged id again, and the message is dropped.
 
     Raises:
         StoreError: the store failed, or the row cannot be read back.
     """
-    store.put(scheduled.evolve(version=0))  # False: another writer stored it first
+    inserted = store.put(scheduled.evolve(version=0))  # False: stored first, or purged
     record = store.get(scheduled.id)
     if record is None:
+        if not inserted and store.was_purged(scheduled.id):
+            return None
         raise StoreError(f"job {scheduled.id}: the healed row cannot be read back")
     return record
 
@@ -483,11 +487,12 @@ class StepIO:
         store that fails the question raises: the message waits as in any outage.
         """
         if store.was_purged(step.job_id):
-            _log("drop_purged", step.job_id, step.position, PURGED_WORDS)
-            raise StepSkipped(step.job_id, "deleted by retention: its message is dropped")
+            return self._drop_purged(step)
         if step.record is None:
             raise StepSkipped(step.job_id, "no such job in the store", dead=True)
         record = store_missing_row(store, step.record)
+        if record is None:  # purged between the question and the insert, which refused it
+            return self._drop_purged(step)
         _log(
             "heal",
             step.job_id,
@@ -496,6 +501,11 @@ class StepIO:
             "stored it as the message carries it",
         )
         return record
+
+    def _drop_purged(self, step: StepMessage) -> NoReturn:
+        """Drop the message of a job retention deleted (acknowledged unrun)."""
+        _log("drop_purged", step.job_id, step.position, PURGED_WORDS)
+        raise StepSkipped(step.job_id, "deleted by retention: its message is dropped")
 
     # -- after the attempt -------------------------------------------------------
 

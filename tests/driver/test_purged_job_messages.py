@@ -46,6 +46,7 @@ from pypepper_dramatiq.stores.base import utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
 from .conftest import CHANNEL
+from .drivers import Driver, InProcessDriver
 
 TIMEOUT = 20.0
 #: The conftest fixture that builds each SQL store.
@@ -135,6 +136,44 @@ def test_the_first_message_of_a_purged_job_does_not_run_it_again(
     [line] = [r for r in caplog.records if getattr(r, "action", None) == "drop_purged"]
     assert line.levelno == logging.INFO
     assert line.getMessage() == f"job {first.job_id} {DROPPED}"
+
+
+def test_a_purge_between_the_heals_tombstone_question_and_its_insert_is_not_undone(
+    store: IJobStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The first message finds no row and no tombstone (its producer has not stored
+    # the row yet); before the heal's insert, the producer stores it, another worker
+    # runs the job to its end and retention deletes it. The insert must not bring
+    # it back: the store refuses the purged id, and the message is dropped.
+    record = JobRecord(
+        id=uuid.uuid4().hex,
+        channel_id="steps",
+        status=Status.SCHEDULED,
+        payload={"workflows": [{"tasks": [{"name": "a", "executor_id": "x", "params": {}}]}]},
+    )
+    first = StepMessage(record.id, Position(), record)
+    asked = store.was_purged
+
+    def answer_then_run_and_purge(job_id: str) -> bool:
+        answer = asked(job_id)
+        monkeypatch.undo()  # once
+        assert store.put(record)
+        other = StepIO(lambda: store, "worker-b", 30.0)
+        other.record(other.claim(first), Outcome(True, 7))
+        assert store.purge(Status.COMPLETED, utcnow() + timedelta(seconds=1), 10) == [record.id]
+        return answer
+
+    monkeypatch.setattr(store, "was_purged", answer_then_run_and_purge)
+    book = StepIO(lambda: store, "worker-c", 30.0)
+    with (
+        caplog.at_level(logging.INFO, logger="pypepper_dramatiq"),
+        pytest.raises(StepSkipped) as info,
+    ):
+        book.claim(first)
+
+    assert not info.value.dead and info.value.retry_at is None
+    assert store.get(record.id) is None
+    assert [r.action for r in caplog.records if hasattr(r, "action")] == ["drop_purged"]
 
 
 def test_a_later_step_message_of_a_purged_job_is_dropped_not_dead_lettered() -> None:
@@ -277,3 +316,64 @@ def test_the_inprocess_driver_does_not_run_a_purged_job_that_comes_back(
     assert store.get(job.id) is None
     [line] = [r for r in caplog.records if getattr(r, "action", None) == "drop_purged"]
     assert line.levelno == logging.INFO and line.getMessage() == f"job {job.id} {DROPPED}"
+
+
+# -- the producer's own Scheduled save, landing after the job ended and was purged ------------
+
+
+class ProducerHeldStore(MemoryJobStore):
+    """A memory store whose writes from the ``producer`` thread wait, once the
+    test says so, until it lets them through: a producer whose own Scheduled
+    save is slow (a database outage, a stalled connection) while the workers,
+    faster, heal the row from the message, run the job, and retention deletes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.producer: int | None = None
+        self.held = threading.Event()
+        self.go_on = threading.Event()
+
+    def put(self, record: JobRecord) -> bool:
+        if threading.get_ident() == self.producer:
+            self.held.set()
+            assert self.go_on.wait(TIMEOUT), "the test did not let the producer's save through"
+        return super().put(record)
+
+
+def test_a_producers_save_landing_after_the_purge_does_not_bring_the_job_back(
+    driver: Driver, caplog: pytest.LogCaptureFixture
+) -> None:
+    if isinstance(driver, InProcessDriver):
+        pytest.skip(
+            "in one process the in-process worker runs the producer's own Job, whose "
+            "writes wait for the save held here (its write lock): they cannot overtake it"
+        )
+    store = set_job_store(ProducerHeldStore())
+    assert isinstance(store, ProducerHeldStore)
+    key = f"{uuid.uuid4().hex[:8]}:late-save"
+    job = counting_job(key)
+
+    def schedule() -> None:
+        store.producer = threading.get_ident()
+        job.scheduled()  # sends the message, then saves the row (held here)
+
+    producer = threading.Thread(target=schedule, name="producer")
+    with caplog.at_level(logging.INFO, logger="pypepper_dramatiq"):
+        producer.start()
+        assert store.held.wait(TIMEOUT), "the producer did not save"
+        driver.start()
+        wait_for(lambda: ended(store, job), "the worker to heal the row and run the job")
+        [healed] = driver.wait(job)  # and the broker to settle
+        assert healed.status is Status.COMPLETED and calls(key) == 1
+        purge_now(store, job)
+
+        store.go_on.set()  # the producer's save lands now
+        producer.join(TIMEOUT)
+        assert not producer.is_alive()
+
+    assert store.get(job.id) is None  # no fresh Scheduled row for the sweep to send
+    assert calls(key) == 1
+    saved = [r for r in caplog.records if getattr(r, "action", None) == "save_purged"]
+    assert [r.getMessage() for r in saved] == [
+        f"job {job.id}: not saved, retention deleted it already"
+    ]

@@ -484,15 +484,17 @@ class Worker:
         store = get_job_store()
         try:
             durable = store.get(job.id)
-            if durable is None and store.was_purged(job.id):
-                # Retention deleted the job (it had ended) while this copy was away
-                # from the channel: it is not run again (the Dramatiq driver's drop).
-                _log(job, "drop_purged")
-                return False
-            if durable is None:
+            if durable is None and not store.was_purged(job.id):
                 # The Dramatiq driver's heal (pypepper.scheduler's rule: persist Scheduled first).
                 durable = step_io.store_missing_row(store, job.to_record())
-                _log(job, "heal")
+                if durable is not None:
+                    _log(job, "heal")
+            if durable is None:
+                # Retention deleted the job (it had ended) while this copy was away
+                # from the channel, before or during the heal (the store refuses a
+                # purged id): it is not run again (the Dramatiq driver's drop).
+                _log(job, "drop_purged")
+                return False
             if durable.status is not Status.SCHEDULED:
                 _log(job, "follow_durable", durable.status)
                 job.adopt(durable)
