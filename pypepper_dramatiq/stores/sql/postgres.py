@@ -42,7 +42,8 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
     """:class:`SqlJobStore` on PostgreSQL: the hot statements in PostgreSQL's SQL.
 
     ``put``, ``advance``, ``get`` and ``claim_step`` are fixed statements
-    (``INSERT ... ON CONFLICT DO UPDATE ... WHERE``, guarded ``UPDATE ...
+    (``INSERT ... SELECT ... WHERE NOT EXISTS`` a tombstone ``... ON CONFLICT DO
+    UPDATE ... WHERE``, guarded ``UPDATE ...
     RETURNING``) sent as prepared statements on the pooled psycopg connection:
     building them with SQLAlchemy Core per call cost more CPU than the database
     spent on them. Renewals and recovery use ``RETURNING`` in one statement.
