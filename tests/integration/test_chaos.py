@@ -3,15 +3,32 @@
 Jobs of several kinds (one task, chains passing results, tasks that fail then
 succeed, a task that fails for good, an optional task that fails, jobs
 cancelled while running or queued) are submitted in waves while, at seeded
-random moments, a worker's process group is SIGKILLed (and replaced), Redis is
-stopped and started again (SIGTERM: its append-only file is flushed), and
-PostgreSQL is stopped ("fast") and started again. Then every accepted job must
-end with its expected status and results, no task whose success was recorded
-may have run again, nothing may be left Scheduled or InProgress, and the
-channel's waiting set must be empty (the slots a worker logged it could not give
-back, Redis being unreachable as it took the job, included: the recovery sweep's
-``reclaim_slots`` duty gives them back; they are reported as
-``slots_given_back_by_sweep``).
+random moments, a worker's process group is SIGKILLed (and replaced), the broker
+is stopped and started again, and PostgreSQL is stopped ("fast") and started
+again. Then every accepted job must end with its expected status and results, no
+task whose success was recorded may have run again, nothing may be left
+Scheduled or InProgress, and the channel's waiting jobs must drain (the slots a
+worker logged it could not give back, the coordination server being unreachable
+as it took the job, included: the recovery sweep's ``reclaim_slots`` duty gives
+them back; they are reported as ``slots_given_back_by_sweep``).
+
+It runs on each broker (issue 25), the same scenario and checks:
+
+* ``[redis]``: Redis is the broker, the coordination server and the store of the
+  probes' traces; it is stopped with SIGTERM (its append-only file is flushed).
+  The channel's waiting jobs are a Redis set.
+* ``[rabbitmq]``: a RabbitMQ node of the test's own is the broker, stopped with
+  ``rabbitmqctl stop`` (durable queues, persistent messages); coordination (channel
+  slots, cancel and end notices, the sweep leader) is PostgreSQL's, so its restart
+  also cuts those. The channel's waiting jobs are its ``scheduler_channel_slots``
+  rows. The traces go to the session's Redis, never restarted. What differs by
+  design: a job submitted while PostgreSQL is down is refused with
+  ``BrokerUnavailableError`` (admission is a PostgreSQL statement), where Redis
+  queues it rowless; one submitted while RabbitMQ is down is refused on both
+  (its slot given back, no row). Every seed-002 part runs on RabbitMQ too: they
+  live in the store and the sweep, which do not change with the broker; only
+  their coordination does (the sweep leader's advisory lock, the slots of
+  released jobs, the end notices).
 
 The same run exercises the seed-002 capabilities (issue 22: recurring schedules,
 racing unique keys, ``after=`` children, ``on_final_failure`` hooks,
@@ -36,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from services import PostgresServer, RedisServer
+from services import PostgresServer, RabbitMQServer, RedisServer
 
 from pypepper_dramatiq import Job, Status, Task, Workflow, get_job_store
 from pypepper_dramatiq.errors import (
@@ -49,7 +66,8 @@ from pypepper_dramatiq.stores.base import JobRecord
 
 from .chaos_plan import Planned, report
 from .chaos_seed002 import RETENTION, RETENTION_SECONDS, Seed002, wait_for_a_purge
-from .harness import READY_LINE, Cluster, WorkerProcess
+from .conftest import BOTH_BROKERS, flush_redis
+from .harness import READY_LINE, Cluster, WorkerProcess, raw
 from .worker_app import CHANNEL, ENV, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
@@ -93,6 +111,11 @@ OUTAGE_WAVE = 3
 
 #: The Redis set of the jobs admitted to the channel and not yet taken by a worker.
 WAITING_KEY = f"pypepper:channel:{CHANNEL}:waiting"
+#: The same on RabbitMQ: the channel's slot rows in PostgreSQL (read as psql would).
+WAITING_ROWS = "SELECT job_id FROM scheduler_channel_slots WHERE channel = :channel"
+
+#: The broker server a run restarts.
+BrokerServer = RedisServer | RabbitMQServer
 
 
 def build(kind: str, i: int, rng: random.Random) -> tuple[list[Task], dict[str, Any]]:
@@ -160,6 +183,8 @@ class Chaos:
 
     cluster: Cluster
     rng: random.Random
+    #: "redis" or "rabbitmq": the broker restarted, and the name of its outage.
+    broker: str = "redis"
     accepted: list[Planned] = field(default_factory=list)
     #: Jobs whose ``scheduled()`` raised BrokerUnavailableError: they must never run.
     refused: list[Planned] = field(default_factory=list)
@@ -251,7 +276,7 @@ class Chaos:
                 try:
                     if self.cluster.stamp("running", planned.job, "poll") is None:
                         continue
-                except Exception:  # Redis is down: look again later
+                except Exception:  # Redis is down (the broker's): look again later
                     continue
             self.try_cancel(planned)
 
@@ -304,40 +329,54 @@ def plan_faults(rng: random.Random) -> list[tuple[float, str]]:
     # The two outages at random moments that do not overlap (easier to read a failure).
     span = SIZE.chaos_seconds - SIZE.outage_seconds - 1.0
     while True:
-        redis_at, postgres_at = rng.uniform(1.0, span), rng.uniform(1.0, span)
-        if abs(redis_at - postgres_at) > SIZE.outage_seconds + 2.0:
+        broker_at, postgres_at = rng.uniform(1.0, span), rng.uniform(1.0, span)
+        if abs(broker_at - postgres_at) > SIZE.outage_seconds + 2.0:
             break
-    for at, server in ((redis_at, "redis"), (postgres_at, "postgres")):
+    for at, server in ((broker_at, "broker"), (postgres_at, "postgres")):
         events += [(at, f"{server}_down"), (at + SIZE.outage_seconds, f"{server}_up")]
         # A few submissions while the server is down: refused (Redis), or queued rowless.
         events.append((at + SIZE.outage_seconds / 2, "outage_wave"))
     return sorted(events)
 
 
+def restarted_broker(request: pytest.FixtureRequest, broker_kind: str) -> tuple[BrokerServer, str]:
+    """The broker server of the run's own, and the URL of the Redis the probes trace
+    to: on Redis that same server; on RabbitMQ the session's Redis, emptied."""
+    if broker_kind == "redis":
+        own_redis: RedisServer = request.getfixturevalue("own_redis")
+        return own_redis, own_redis.url
+    own_rabbitmq: RabbitMQServer = request.getfixturevalue("own_rabbitmq")
+    redis_url = str(request.getfixturevalue("redis_url"))
+    flush_redis(redis_url)
+    return own_rabbitmq, redis_url
+
+
 @pytest.mark.timeout(1800 if LONG else 400)
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS)
 def test_chaos_every_job_ends_as_expected_and_no_finished_task_reruns(
-    own_redis: RedisServer, own_postgres: PostgresServer, tmp_path: Path
+    broker_kind: str, own_postgres: PostgresServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     seed = int(os.environ.get("PYPEPPER_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
     print(
-        f"\n[chaos] seed={seed} (replay: PYPEPPER_CHAOS_SEED={seed}"
+        f"\n[chaos] broker={broker_kind} seed={seed} (replay: PYPEPPER_CHAOS_SEED={seed}"
         f"{' PYPEPPER_CHAOS_LONG=1' if LONG else ''}), size={SIZE}"
     )
     rng = random.Random(seed)
     began = time.time()
-    cluster = Cluster(own_redis.url, own_postgres.uri, tmp_path)
-    chaos = Chaos(cluster, rng)
+    broker, traces_url = restarted_broker(request, broker_kind)
+    cluster = Cluster(traces_url, own_postgres.uri, tmp_path, broker.url)
+    chaos = Chaos(cluster, rng, broker_kind)
     chaos.seed002 = Seed002(cluster, random.Random(seed + 2), tmp_path / "hook-calls.txt")
     try:
         chaos.seed002.start(chaos)
-        run_chaos(chaos, own_redis, own_postgres)
+        run_chaos(chaos, broker, own_postgres)
         check_outcomes(chaos, seed, began)
     finally:
         chaos.seed002.close()
         cluster.close()
 
 
-def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer) -> None:
+def run_chaos(chaos: Chaos, broker: BrokerServer, own_postgres: PostgresServer) -> None:
     cluster = chaos.cluster
     for _ in range(SIZE.workers):
         chaos.worker()
@@ -345,7 +384,7 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
         worker.wait_ready()
     per_wave = [SIZE.jobs // SIZE.waves + (w < SIZE.jobs % SIZE.waves) for w in range(SIZE.waves)]
     events = plan_faults(chaos.rng)
-    postgres_up = redis_up = True
+    postgres_up = broker_up = True
     assert chaos.seed002 is not None
     down_at: dict[str, float] = {}
     start, wall_start = time.monotonic(), time.time()
@@ -356,7 +395,7 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
         while time.monotonic() - start < at:
             chaos.cancels_due()
             chaos.replace(postgres_up)
-            chaos.seed002.tick(chaos, servers_up=postgres_up and redis_up)
+            chaos.seed002.tick(chaos, servers_up=postgres_up and broker_up)
             time.sleep(0.1)
         if action == "wave":
             chaos.submit(per_wave.pop(0))
@@ -365,15 +404,18 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
             chaos.submit(OUTAGE_WAVE)
         elif action == "kill":
             chaos.kill_one()
-        elif action == "redis_down":
-            down_at["redis"] = time.time()
-            redis_up = False
-            cluster.redis.close()
-            own_redis.stop()  # SIGTERM: Redis flushes its append-only file and exits
-        elif action == "redis_up":
-            own_redis.start()
-            redis_up = True
-            chaos.outages["redis"] = (down_at["redis"], time.time())
+        elif action == "broker_down":
+            down_at["broker"] = time.time()
+            broker_up = False
+            if isinstance(broker, RedisServer):
+                cluster.redis.close()
+            # SIGTERM: Redis flushes its append-only file and exits; RabbitMQ's
+            # `rabbitmqctl stop` keeps its durable queues' persistent messages.
+            broker.stop()
+        elif action == "broker_up":
+            broker.start()
+            broker_up = True
+            chaos.outages[chaos.broker] = (down_at["broker"], time.time())
         elif action == "postgres_down":
             down_at["postgres"] = time.time()
             # "fast" cuts every connection but keeps what was committed.
@@ -384,18 +426,31 @@ def run_chaos(chaos: Chaos, own_redis: RedisServer, own_postgres: PostgresServer
             postgres_up = True
             chaos.outages["postgres"] = (down_at["postgres"], time.time())
         chaos.replace(postgres_up)
-        chaos.seed002.tick(chaos, servers_up=postgres_up and redis_up)
+        chaos.seed002.tick(chaos, servers_up=postgres_up and broker_up)
     chaos.replace(postgres_up)
     assert not per_wave and len(chaos.outages) == 2
 
 
-#: What a worker logs when it could not give a job's channel slot back (Redis unreachable).
+#: What a worker logs when it could not give a job's channel slot back (the coordination
+#: server unreachable: Redis, or PostgreSQL on RabbitMQ).
 NOT_GIVEN_BACK = re.compile(r"slot of job ([\w-]+) not given back")
+#: What a worker logs when a job's next step could not be sent (the broker unreachable):
+#: its row is marked due, and the recovery sweep sends it.
+NOT_ENQUEUED = re.compile(r"job ([\w-]+): next step \S+ not enqueued")
 
 
-def slots_not_given_back(cluster: Cluster) -> set[str]:
-    """The jobs whose channel slot a worker logged it could not give back."""
-    return {m[1] for w in cluster.workers for m in NOT_GIVEN_BACK.finditer(w.log())}
+def jobs_logged(cluster: Cluster, line: re.Pattern[str]) -> set[str]:
+    """The jobs a worker named in a ``line`` of its log (how a fault's path is seen taken)."""
+    return {m[1] for w in cluster.workers for m in line.finditer(w.log())}
+
+
+def waiting_jobs(chaos: Chaos) -> set[str]:
+    """The jobs admitted to the channel and not yet taken: Redis's set, or (RabbitMQ)
+    the channel's slot rows in PostgreSQL."""
+    if chaos.broker == "redis":
+        members = chaos.cluster.redis.smembers(WAITING_KEY)
+        return {m.decode() if isinstance(m, bytes) else m for m in members}
+    return {row[0] for row in raw(chaos.cluster.store_uri, WAITING_ROWS, channel=CHANNEL)}
 
 
 def wait_for_ends(chaos: Chaos, timeout: float) -> dict[str, JobRecord]:
@@ -445,28 +500,28 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
                 f"{(record.status.value, record.state.get('cursor'), record.lease_owner, record.lease_expires) if record else 'no row'}"  # noqa: E501
             )
 
-    # 4. every job left the channel's waiting set (a cancelled job's first message may
+    # 4. every job left the channel's waiting jobs (a cancelled job's first message may
     # still be queued when its row is already Cancelled: give the workers a moment)
-    waiting: set[bytes] = set()
+    waiting: set[str] = set()
     deadline = time.monotonic() + LEASE + DISPATCH + HEARTBEAT_MS / 1000 + 10
     while time.monotonic() < deadline:
-        # A worker that could not reach Redis as it took a job logs that the job's slot
-        # was not given back: the sweep's reclaim_slots duty gives it back meanwhile.
-        waiting = cluster.redis.smembers(WAITING_KEY)
+        # A worker that could not reach the coordination server as it took a job logs that
+        # the job's slot was not given back: the sweep's reclaim_slots duty gives it back.
+        waiting = waiting_jobs(chaos)
         if not waiting:
             break
         time.sleep(0.3)
     if waiting:
         by_id = {p.job.id: p for p in chaos.accepted}
         left = {
-            w.decode(): (
-                by_id[w.decode()].kind if w.decode() in by_id else "not a job of the run",
-                records[w.decode()].status.value if w.decode() in records else None,
+            w: (
+                by_id[w].kind if w in by_id else "not a job of the run",
+                records[w].status.value if w in records else None,
             )
             for w in waiting
         }
         problems.append(f"channel waiting set not empty: {left}")
-    reclaimed_slots = sorted(slots_not_given_back(cluster))
+    reclaimed_slots = sorted(jobs_logged(cluster, NOT_GIVEN_BACK))
 
     # 1. expected status and results
     statuses: dict[str, int] = {}
@@ -568,11 +623,13 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     figures["resurrected_after_purge"] = sorted(resurrected)
     figures["purged_messages_dropped"] = chaos.seed002.dropped_after_purge(chaos)
     figures["slots_given_back_by_sweep"] = reclaimed_slots
+    figures["next_steps_sent_by_sweep"] = len(jobs_logged(cluster, NOT_ENQUEUED))
 
     outages = {k: f"{up - down:.1f}s" for k, (down, up) in chaos.outages.items()}
     report("chaos seed-002", **figures)
     report(
         "chaos",
+        broker=chaos.broker,
         seed=seed,
         jobs_accepted=len(chaos.accepted),
         jobs_refused=len(chaos.refused),
@@ -591,7 +648,8 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         problems=len(problems),
     )
     assert not problems, (
-        f"chaos seed {seed} (PYPEPPER_CHAOS_SEED={seed}): {len(problems)} problem(s):\n"
+        f"chaos on {chaos.broker}, seed {seed} (PYPEPPER_CHAOS_SEED={seed}): "
+        f"{len(problems)} problem(s):\n"
         + "\n".join(problems[:40])
         + f"\nkills at {[round(k[0] - began, 1) for k in chaos.kills]} s, outages "
         + f"{ {k: (round(d - began, 1), round(u - began, 1)) for k, (d, u) in chaos.outages.items()} }"  # noqa: E501
