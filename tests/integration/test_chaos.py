@@ -42,11 +42,14 @@ runs the long one (a few minutes). ``PYPEPPER_CHAOS_SEED=<n>`` replays a seed
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -184,7 +187,7 @@ class Chaos:
     cluster: Cluster
     rng: random.Random
     #: "redis" or "rabbitmq": the broker restarted, and the name of its outage.
-    broker: str = "redis"
+    broker_kind: str = "redis"
     accepted: list[Planned] = field(default_factory=list)
     #: Jobs whose ``scheduled()`` raised BrokerUnavailableError: they must never run.
     refused: list[Planned] = field(default_factory=list)
@@ -276,7 +279,7 @@ class Chaos:
                 try:
                     if self.cluster.stamp("running", planned.job, "poll") is None:
                         continue
-                except Exception:  # Redis is down (the broker's): look again later
+                except Exception:  # the traces' Redis is down: look again later
                     continue
             self.try_cancel(planned)
 
@@ -334,7 +337,8 @@ def plan_faults(rng: random.Random) -> list[tuple[float, str]]:
             break
     for at, server in ((broker_at, "broker"), (postgres_at, "postgres")):
         events += [(at, f"{server}_down"), (at + SIZE.outage_seconds, f"{server}_up")]
-        # A few submissions while the server is down: refused (Redis), or queued rowless.
+        # A few submissions while the server is down: refused, or queued rowless (on
+        # Redis, with PostgreSQL down).
         events.append((at + SIZE.outage_seconds / 2, "outage_wave"))
     return sorted(events)
 
@@ -384,8 +388,27 @@ def run_chaos(chaos: Chaos, broker: BrokerServer, own_postgres: PostgresServer) 
         worker.wait_ready()
     per_wave = [SIZE.jobs // SIZE.waves + (w < SIZE.jobs % SIZE.waves) for w in range(SIZE.waves)]
     events = plan_faults(chaos.rng)
-    postgres_up = broker_up = True
+    up = {"broker": True, "postgres": True}
     assert chaos.seed002 is not None
+    seed002 = chaos.seed002
+
+    def idle() -> None:
+        """What goes on between two events: cancels due, replacements, waves due."""
+        chaos.cancels_due()
+        chaos.replace(up["postgres"])
+        seed002.tick(chaos, servers_up=all(up.values()))
+        time.sleep(0.1)
+
+    def meanwhile(call: Callable[[], object]) -> None:
+        """``call()`` (a server stopping or starting) in a thread while :func:`idle` goes
+        on: a RabbitMQ node takes seconds to stop or boot (50 s seen on a busy machine),
+        longer than a job to cancel while running runs by itself."""
+        with ThreadPoolExecutor(1) as pool:
+            done = pool.submit(call)
+            while not done.done():
+                idle()
+            done.result()
+
     down_at: dict[str, float] = {}
     start, wall_start = time.monotonic(), time.time()
     for at, action in events:
@@ -393,10 +416,7 @@ def run_chaos(chaos: Chaos, broker: BrokerServer, own_postgres: PostgresServer) 
             server = action.removesuffix("_up")
             at = max(at, down_at[server] - wall_start + SIZE.outage_seconds)
         while time.monotonic() - start < at:
-            chaos.cancels_due()
-            chaos.replace(postgres_up)
-            chaos.seed002.tick(chaos, servers_up=postgres_up and broker_up)
-            time.sleep(0.1)
+            idle()
         if action == "wave":
             chaos.submit(per_wave.pop(0))
             chaos.seed002.waves_due += 1  # run by tick() once both servers are up
@@ -406,28 +426,28 @@ def run_chaos(chaos: Chaos, broker: BrokerServer, own_postgres: PostgresServer) 
             chaos.kill_one()
         elif action == "broker_down":
             down_at["broker"] = time.time()
-            broker_up = False
+            up["broker"] = False
             if isinstance(broker, RedisServer):
                 cluster.redis.close()
             # SIGTERM: Redis flushes its append-only file and exits; RabbitMQ's
             # `rabbitmqctl stop` keeps its durable queues' persistent messages.
-            broker.stop()
+            meanwhile(broker.stop)
         elif action == "broker_up":
-            broker.start()
-            broker_up = True
-            chaos.outages[chaos.broker] = (down_at["broker"], time.time())
+            meanwhile(broker.start)
+            up["broker"] = True
+            chaos.outages[chaos.broker_kind] = (down_at["broker"], time.time())
         elif action == "postgres_down":
             down_at["postgres"] = time.time()
+            up["postgres"] = False
             # "fast" cuts every connection but keeps what was committed.
-            own_postgres.stop(mode="fast")
-            postgres_up = False
+            meanwhile(functools.partial(own_postgres.stop, mode="fast"))
         elif action == "postgres_up":
-            own_postgres.start()
-            postgres_up = True
+            meanwhile(own_postgres.start)
+            up["postgres"] = True
             chaos.outages["postgres"] = (down_at["postgres"], time.time())
-        chaos.replace(postgres_up)
-        chaos.seed002.tick(chaos, servers_up=postgres_up and broker_up)
-    chaos.replace(postgres_up)
+        chaos.replace(up["postgres"])
+        seed002.tick(chaos, servers_up=all(up.values()))
+    chaos.replace(up["postgres"])
     assert not per_wave and len(chaos.outages) == 2
 
 
@@ -447,7 +467,7 @@ def jobs_logged(cluster: Cluster, line: re.Pattern[str]) -> set[str]:
 def waiting_jobs(chaos: Chaos) -> set[str]:
     """The jobs admitted to the channel and not yet taken: Redis's set, or (RabbitMQ)
     the channel's slot rows in PostgreSQL."""
-    if chaos.broker == "redis":
+    if chaos.broker_kind == "redis":
         members = chaos.cluster.redis.smembers(WAITING_KEY)
         return {m.decode() if isinstance(m, bytes) else m for m in members}
     return {row[0] for row in raw(chaos.cluster.store_uri, WAITING_ROWS, channel=CHANNEL)}
@@ -520,7 +540,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
             )
             for w in waiting
         }
-        problems.append(f"channel waiting set not empty: {left}")
+        problems.append(f"channel waiting jobs not drained: {left}")
     reclaimed_slots = sorted(jobs_logged(cluster, NOT_GIVEN_BACK))
 
     # 1. expected status and results
@@ -629,7 +649,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     report("chaos seed-002", **figures)
     report(
         "chaos",
-        broker=chaos.broker,
+        broker=chaos.broker_kind,
         seed=seed,
         jobs_accepted=len(chaos.accepted),
         jobs_refused=len(chaos.refused),
@@ -648,7 +668,7 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
         problems=len(problems),
     )
     assert not problems, (
-        f"chaos on {chaos.broker}, seed {seed} (PYPEPPER_CHAOS_SEED={seed}): "
+        f"chaos on {chaos.broker_kind}, seed {seed} (PYPEPPER_CHAOS_SEED={seed}): "
         f"{len(problems)} problem(s):\n"
         + "\n".join(problems[:40])
         + f"\nkills at {[round(k[0] - began, 1) for k in chaos.kills]} s, outages "
