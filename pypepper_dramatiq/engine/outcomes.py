@@ -29,7 +29,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import ResultNotStorableError, StoreDataError, cancels_job, describe
-from ..limits.storable import storable_text
+from ..limits.storable import storable_error
 from ..records import history
 from ..records.record import JobRecord, utcnow
 from ..records.results import check_storable
@@ -89,10 +89,10 @@ class Outcome:
         # The error is the task's text (an exception's message): made storable
         # here, the one place every attempt's error passes, so that the write
         # recording the attempt (the row's errors, the job's error, what the
-        # hook is given) never fails on a NUL or a lone surrogate in it. The
+        # hook is given) never fails on a NUL, a lone surrogate or its length. The
         # history entry's text is made storable by history.entry.
         if self.error is not None:
-            object.__setattr__(self, "error", storable_text(self.error))
+            object.__setattr__(self, "error", storable_error(self.error))
 
     @classmethod
     def failure(
@@ -383,12 +383,14 @@ def outcome_write(
         notice = Notice.ENDED
     elif step.action is rules.Action.CANCEL:
         changes["status"] = transition(row.status, CANCEL)
-        changes["error"] = f"task {attempt.task_name} cancelled the job: {outcome.error}"
+        changes["error"] = storable_error(
+            f"task {attempt.task_name} cancelled the job: {outcome.error}"
+        )
         state.counted = state.counted or writer.observes  # the shell tells them
         notice = Notice.CANCELLED_BY_TASK
     else:
         changes["status"] = transition(row.status, FAIL)
-        changes["error"] = f"task {attempt.task_name} failed: {outcome.error}"
+        changes["error"] = storable_error(f"task {attempt.task_name} failed: {outcome.error}")
         state.counted = state.counted or writer.observes  # the shell tells them
         notice = Notice.ENDED
     retried = (

@@ -76,6 +76,28 @@ def storable_text(text: str) -> str:
     return text if _UNSTORABLE.search(text) is None else _UNSTORABLE.sub(_escaped, text)
 
 
+#: The characters of error text the engine stores in a row's ``error``: 16,000
+#: characters of utf8mb4 are 64,000 bytes at most, within MySQL's TEXT (65,535 bytes);
+#: PostgreSQL's text has no limit, but an error that long is read by no one whole.
+ERROR_LENGTH = 16_000
+
+
+def clipped(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` in at most ``limit`` characters: its start (or with ``keep_end`` its
+    end, where a traceback names the raising frame), ``...`` marking the cut."""
+    if len(text) <= limit:
+        return text
+    if keep_end:
+        return "..." + text[-(limit - 3) :]
+    return text[: limit - 3] + "..."
+
+
+def storable_error(text: str) -> str:
+    """``text`` (an error the engine stores in a row) made storable: escaped as by
+    :func:`storable_text`, and :func:`clipped` to :data:`ERROR_LENGTH` characters."""
+    return clipped(storable_text(text), ERROR_LENGTH)
+
+
 def check_text(field: str, value: str, limit: int | None = None) -> str:
     """``value`` if a row can hold it as ``field``; else ``ValueError`` naming the field.
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import TaskCancelledError, TaskTimeoutError, cancels_job
-from ..limits.storable import storable_text
+from ..limits.storable import clipped, storable_text
 from .state import JobState
 
 #: Entries kept per task: the first attempt and the latest ``HISTORY_LIMIT - 1``.
@@ -37,18 +37,10 @@ def kind_of(exc: BaseException) -> str:
     return FAILED
 
 
-def _clip(text: str, limit: int, *, keep_end: bool = False) -> str:
-    if len(text) <= limit:
-        return text
-    if keep_end:
-        return "..." + text[-(limit - 3) :]
-    return text[: limit - 3] + "..."
-
-
 def traceback_text(exc: BaseException) -> str:
     """The formatted traceback of ``exc``, clipped to :data:`TRACEBACK_LIMIT`."""
     text = "".join(traceback_module.format_exception(type(exc), exc, exc.__traceback__))
-    return _clip(text, TRACEBACK_LIMIT, keep_end=True)
+    return clipped(text, TRACEBACK_LIMIT, keep_end=True)
 
 
 def entry(
@@ -79,9 +71,9 @@ def entry(
     if error_type is not None:
         item["error_type"] = storable_text(error_type)
     if message is not None:
-        item["message"] = _clip(storable_text(message), MESSAGE_LIMIT)
+        item["message"] = clipped(storable_text(message), MESSAGE_LIMIT)
     if traceback is not None:
-        item["traceback"] = _clip(storable_text(traceback), TRACEBACK_LIMIT, keep_end=True)
+        item["traceback"] = clipped(storable_text(traceback), TRACEBACK_LIMIT, keep_end=True)
     return item
 
 

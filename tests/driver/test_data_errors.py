@@ -40,6 +40,7 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.step_io import StepIO
 from pypepper_dramatiq.errors import StoreDataError
+from pypepper_dramatiq.limits.storable import ERROR_LENGTH
 from pypepper_dramatiq.rules.steps import Position
 from pypepper_dramatiq.stores.base import StepClaim, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
@@ -70,6 +71,18 @@ def poison_text(task: Task, context: Context, *, in_note: bool = False) -> None:
         context.progress(1, 2, note="half\x00way \udc80")
         raise RuntimeError("planned failure")
     raise RuntimeError("bad\x00byte, lone \udc80")
+
+
+#: An error text of 70,000 characters of two bytes each: 140,000 bytes, more than
+#: MySQL's TEXT column holds (65,535 bytes).
+LONG_ERROR = "é" * 70_000
+
+
+@workflow_task(name="data-errors.long-error", retry_count=ATTEMPTS - 1)
+def long_error(task: Task, context: Context) -> None:
+    """Fails every attempt with an error far longer than a row's error column holds."""
+    _ran(context)
+    raise RuntimeError(LONG_ERROR)
 
 
 def poison_hook(task: Task, context: Context, error: str) -> None:
@@ -150,6 +163,23 @@ def test_poison_text_is_stored_escaped_and_the_job_ends_after_its_retries(
         assert "bad\\x00byte" in entries[-1]["traceback"]
     else:
         assert record.progress["0.0"]["note"] == "half\\x00way \\udc80"
+
+
+def test_an_error_longer_than_the_column_is_stored_clipped_and_the_job_ends(
+    store: IJobStore, driver: Driver
+) -> None:
+    # MySQL refused the 140,000-byte error ("Data too long for column 'error'"), and
+    # the in-process worker tried the write again until its test timed out.
+    job = make_job([long_error.task(name="long")])
+
+    [record] = run(driver, job)
+
+    assert record.status is Status.FAILED
+    assert RUNS[job.id] == ATTEMPTS
+    assert record.error is not None and len(record.error) == ERROR_LENGTH
+    assert record.error.startswith("task long failed: RuntimeError: ééé")
+    assert record.error.endswith("é...")
+    assert record.state["history"]["0.0"][-1]["message"].startswith("ééé")
 
 
 def test_a_hook_error_with_a_nul_is_stored_escaped(store: IJobStore, driver: Driver) -> None:

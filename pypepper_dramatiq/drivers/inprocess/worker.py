@@ -33,7 +33,7 @@ from ...errors import (
     is_retriable,
     retry_may_cure,
 )
-from ...limits.storable import storable_text
+from ...limits.storable import storable_error
 from ...model.context import POSITION_KEY, PROGRESS_REPORTER_KEY
 from ...model.job import SAVE_ATTEMPTS, Job
 from ...model.task import Task
@@ -557,7 +557,7 @@ class Worker:
         job.apply_event(FAIL)
         # The database's words, not its URL.
         reason = str(exc) if refused is None else refused.reason
-        job.error = storable_text(f"the job store refused the job's row: {reason}")
+        job.error = storable_error(f"the job store refused the job's row: {reason}")
         _mark_end(job)
         if refused is not None and job.persist():
             _observe_end(job)
@@ -605,7 +605,7 @@ class Worker:
             try:
                 job.apply_event(FAIL if error else COMPLETE)
                 # The job's error column: an exception's text (a bug's), made storable.
-                job.error = None if error is None else storable_text(error)
+                job.error = None if error is None else storable_error(error)
             except InvalidTransitionError:
                 if not _cancelled(job):
                     raise
