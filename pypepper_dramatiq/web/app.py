@@ -453,8 +453,9 @@ class Dashboard:
             source, rows = views.channel_rows(
                 broker, [c for c in map(manager.get, manager.ids()) if c is not None]
             )
-        except Exception as exc:  # Redis down: the page says so rather than failing
-            source, rows, problem = "Redis", [], f"Redis cannot be read: {exc}"
+        except Exception as exc:  # the server down: the page says so rather than failing
+            source = transport_of(broker).where
+            rows, problem = [], f"{source} cannot be read: {exc}"
         paused = self.store.paused()
         channels = {name for kind, name in paused if kind == CHANNEL}
         rows = [replace(row, paused=row.name in channels) for row in rows]

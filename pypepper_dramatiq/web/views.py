@@ -760,13 +760,15 @@ class ChannelRow:
 
 
 def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRow]]:
-    """Where the channels were read ("Redis" or "this process") and their rows.
+    """Where the channels were read ("Redis", "PostgreSQL" or "this process") and their
+    rows.
 
-    With a Redis broker, every channel with a key in Redis (as ``pypepper-dramatiq
-    channels`` lists them); otherwise the channels of this process (``local``).
+    Every channel the broker's transport shares with other processes (as
+    ``pypepper-dramatiq channels`` lists them); with no shared transport, the channels
+    of this process (``local``).
 
     Raises:
-        redis.RedisError: Redis could not be read.
+        Exception: the transport's server could not be read (its own errors).
     """
     transport = transport_of(broker)
     states = transport.channel_states()
