@@ -34,6 +34,7 @@ SCENARIOS = (
     "typed_params",
     "tracing",
     "ceiling",
+    "rate_limit",
 )
 
 

@@ -55,6 +55,7 @@ class Sizes:
     ceiling_jobs: int = 4_000  #: scenario 18: jobs drained per run
     ceiling_shapes: tuple[int, ...] = (1, 2, 3)  #: scenario 18: worker processes per run
     ceiling_reps: int = 2  #: scenario 18: runs of each competitor and shape
+    rate_seconds: float = 30.0  #: scenario 19: how long the rate-limited backlog lasts
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -76,6 +77,8 @@ QUICK = replace(QUICK, metrics_jobs=1_000)
 QUICK = replace(QUICK, params_jobs=500, tracing_jobs=500)
 # Scenario 18 at the quick size: one shape, once (its figures are for seeing it run).
 QUICK = replace(QUICK, ceiling_jobs=1_000, ceiling_shapes=(1,), ceiling_reps=1)
+# Scenario 19 at the quick size.
+QUICK = replace(QUICK, rate_seconds=6.0)
 
 
 def median(values: list[float]) -> float:
@@ -1376,6 +1379,54 @@ def tracing(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> dict[
     return out
 
 
+# -- 19. a global rate limit ------------------------------------------------------------------
+
+#: The limit of scenario 19, per second, over two worker processes.
+RATE_PER_SECOND = 50
+
+
+def rate_limit(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """A channel limited to 50/s, two worker processes, a backlog of 50/s times
+    ``rate_seconds`` jobs queued at once: the rate reached over the run, and the most
+    starts in any one-second window (never above 50), from the tasks' start times.
+    The workers move delayed messages every 100 ms (``dramatiq_worker_timeout``)."""
+    jobs = int(RATE_PER_SECOND * sizes.rate_seconds)
+    stack.reset()
+    keys = [f"rate-{n}" for n in range(jobs)]
+    for key in keys:
+        durable.send(key)
+    with _environ(BENCH_RATE_LIMIT=f"{RATE_PER_SECOND}/s", dramatiq_worker_timeout="100"):
+        worker = durable.workers_apart(2, "durable-rate")
+    try:
+        wait_until(lambda: durable.done() >= jobs, sizes.rate_seconds * 10 + 120, "jobs", worker)
+        worker.check()
+    finally:
+        worker.stop()
+    starts = sorted(durable.start_times().values())
+    window_max, j = 0, 0
+    for i, start in enumerate(starts):  # the most starts in [start, start + 1 s)
+        j = max(j, i)
+        while j < len(starts) and starts[j] < start + 1.0:
+            j += 1
+        window_max = max(window_max, j - i)
+    span = starts[-1] - starts[0]
+    out = {
+        "limit_per_second": RATE_PER_SECOND,
+        "jobs": jobs,
+        "processes": 2,
+        "seconds": span,
+        "rate": (len(starts) - 1) / span if span > 0 else float("nan"),
+        "max_starts_in_a_second": window_max,
+    }
+    print(
+        f"  rate limit {RATE_PER_SECOND}/s, 2 processes, {jobs} jobs: "
+        f"{out['rate']:.1f}/s over {span:.1f}s ({out['rate'] / RATE_PER_SECOND:.0%} of the "
+        f"limit), at most {window_max} starts in any second",
+        flush=True,
+    )
+    return out
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables (inherited by the workers started meanwhile)."""
@@ -1427,6 +1478,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
                 sizes.ceiling_reps,
             ),
         ),
+        ("rate_limit", lambda: rate_limit(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

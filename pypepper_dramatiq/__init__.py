@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         ConfigError,
         DuplicateJobError,
         ExecutorError,
+        InvalidRateLimitError,
         InvalidTransitionError,
         JobCancellationError,
         JobNotRetriableError,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         WaitInsideJobError,
         WaitTimeoutError,
     )
+    from .limits.rates import Rate
     from .model.context import CANCEL_EVENT_KEY, Context
     from .model.executor import CallableExecutor, IExecutor, executor_registry
     from .model.job import IJobIO, Job, chain
@@ -148,6 +150,8 @@ _HOMES: dict[str, str] = {
     "TaskCancelledError": ".errors",
     "TaskTimeoutError": ".errors",
     "UnknownChannelError": ".errors",
+    "InvalidRateLimitError": ".errors",
+    "Rate": ".limits.rates",
     "UnknownExecutorError": ".errors",
     "UnknownJobError": ".errors",
     "UnknownScheduleError": ".errors",
@@ -301,6 +305,8 @@ __all__ = [
     "TaskCancelledError",
     "TaskTimeoutError",
     "UnknownChannelError",
+    "InvalidRateLimitError",
+    "Rate",
     "UnknownExecutorError",
     "UnknownJobError",
     "UnknownScheduleError",

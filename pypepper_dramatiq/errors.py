@@ -291,6 +291,15 @@ class ConfigError(PypepperError, ValueError):
     """The configuration is invalid."""
 
 
+class InvalidRateLimitError(ConfigError):
+    """A rate limit is not ``"<count>/<s|m|h>"`` with a whole count of at least 1."""
+
+    def __init__(self, where: str, value: object, why: str) -> None:
+        super().__init__(f'{where}: {value!r} is no rate limit ({why}); write e.g. "100/m"')
+        self.where = where
+        self.value = value
+
+
 class StoreError(PypepperError):
     """The job store failed."""
 

@@ -60,7 +60,8 @@ if TRACING:
 broker = setup(
     os.environ.get("BENCH_BROKER_URL") or os.environ["BENCH_REDIS_URL"],
     os.environ["BENCH_STORE_URI"],
-    channels=[CHANNEL],
+    # Scenario 18 (rate_limit) starts workers with the channel limited (``"50/s"``).
+    channels={CHANNEL: {"maxsize": None, "rate_limit": os.environ.get("BENCH_RATE_LIMIT") or None}},
     migrate=True,
     # Scenario 9 (purge) starts a worker with retention; the others keep every job.
     retention=json.loads(os.environ.get("BENCH_RETENTION") or "null"),

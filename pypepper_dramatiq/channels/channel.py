@@ -32,6 +32,7 @@ from dramatiq.middleware import Middleware
 
 from ..config import count
 from ..errors import BrokerUnavailableError, MessageError, StoreError
+from ..limits.rates import Rate, parse_rate
 from ..model.job import Job
 from ..ops import observers
 from ..ops.logs import get_logger
@@ -67,12 +68,18 @@ class Channel:
         broker: the Dramatiq broker; the package's broker by default.
         gate: admission state; shared through Redis when the broker is Redis,
             process-local otherwise.
+        rate_limit: at most this many step starts per period on the channel, for
+            every worker together (``"100/m"``, ``"50/s"``, ``"3/h"``): a start over
+            it waits for its turn (:mod:`~pypepper_dramatiq.engine.rate_limits`).
+            None: no limit, and no call to the limiter. Each process applies the one
+            it declared; the turns are counted on the transport, shared.
 
     Creating a channel does not talk to Redis (a process starts while Redis is
     down); its first admission, release or read does, or :meth:`connect`.
 
     Raises:
         ConfigError: ``maxsize`` is not a whole number >= 0.
+        InvalidRateLimitError: ``rate_limit`` is malformed (a ``ConfigError``).
     """
 
     def __init__(
@@ -83,9 +90,12 @@ class Channel:
         gate: Gate | None = None,
         *,
         declare: bool = True,
+        rate_limit: str | Rate | None = None,
     ) -> None:
         if maxsize is not None:
             maxsize = count("maxsize", maxsize)
+        #: The channel's rate limit (None: none).
+        self.rate_limit: Rate | None = _rate_of(channel_id, rate_limit)
         self.id = channel_id
         self.broker = broker or get_broker()
         self.transport = transport_of(self.broker)
@@ -397,6 +407,11 @@ class Channel:
         return f"Channel({self.id!r}, maxsize={maxsize})"
 
 
+def _rate_of(channel_id: str, rate_limit: str | Rate | None) -> Rate | None:
+    """``rate_limit`` of channel ``channel_id`` parsed (None: none); InvalidRateLimitError."""
+    return None if rate_limit is None else parse_rate(rate_limit, f"rate_limit of {channel_id!r}")
+
+
 def _fail_stored(record: JobRecord, error: str) -> None:
     """Store ``record``'s job as Failed with ``error``, unless it already moved on."""
     store = get_job_store()
@@ -445,20 +460,42 @@ class ChannelManager:
         self._channels: dict[str, Channel] = {}
         self._lock = threading.Lock()
 
-    def new(self, channel_id: str, maxsize: int | None = None) -> Channel:
+    def new(
+        self,
+        channel_id: str,
+        maxsize: int | None = None,
+        *,
+        rate_limit: str | Rate | None = None,
+    ) -> Channel:
         """The channel ``channel_id``, created with ``maxsize`` if this process has none yet.
 
         Creating it with an explicit ``maxsize`` sets the bound (with Redis,
         replacing the one stored there for every process); ``maxsize=None``
         keeps the stored bound (unbounded when there is none). Once this
         process holds the channel, a later ``maxsize`` is ignored and the same
-        object is returned: change the bound with :meth:`resize`.
+        object is returned: change the bound with :meth:`resize`. A given
+        ``rate_limit`` (``"100/m"``: see :class:`Channel`) applies to the channel
+        either way, from this process's next step start on.
+
+        Raises:
+            ConfigError: ``maxsize`` is not a whole number >= 0.
+            InvalidRateLimitError: ``rate_limit`` is malformed; nothing was declared.
         """
+        rate = (
+            None if rate_limit is None else parse_rate(rate_limit, f"rate_limit of {channel_id!r}")
+        )
         with self._lock:
             channel = self._channels.get(channel_id)
             if channel is None:
-                channel = self._channels[channel_id] = Channel(channel_id, maxsize)
+                channel = self._channels[channel_id] = Channel(channel_id, maxsize, rate_limit=rate)
+            elif rate is not None:
+                channel.rate_limit = rate
             return channel
+
+    def rate_limit(self, channel_id: str) -> Rate | None:
+        """The rate limit this process declared for ``channel_id`` (None: none)."""
+        channel = self._channels.get(channel_id)
+        return None if channel is None else channel.rate_limit
 
     def available(self, channel_id: str, maxsize: int | None = None) -> Channel:
         """Same as :meth:`new`: get the channel, creating it on first use.

@@ -41,6 +41,9 @@ class StepMessage:
     #: When a worker first found the step's task unknown (epoch seconds), while
     #: the step waits for a worker that knows it (``unknown_task_grace``).
     unknown_since: float | None = None
+    #: The job's rate limit key (``scheduled(rate_key=)``), on every message of its
+    #: steps: a worker asks its limit before the claim, without reading the row.
+    rate_key: str | None = None
 
     def to_message(
         self, queue_name: str, options: dict[str, Any] | None = None
@@ -52,6 +55,8 @@ class StepMessage:
             data["record"] = self.record.to_dict()
         if self.unknown_since is not None:
             data["unknown_since"] = self.unknown_since
+        if self.rate_key is not None:
+            data["rk"] = self.rate_key
         return dramatiq.Message(
             queue_name=queue_name,
             actor_name=STEP_ACTOR,
@@ -74,6 +79,7 @@ class StepMessage:
                 position=Position.from_list(data.get("pos") or [0, 0, 0, 0]),
                 record=JobRecord.from_dict(record) if record is not None else None,
                 unknown_since=None if unknown_since is None else float(unknown_since),
+                rate_key=str(data["rk"]) if data.get("rk") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MessageError(

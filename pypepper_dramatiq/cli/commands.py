@@ -1019,6 +1019,7 @@ def _list_channels(transport: Transport, *, as_json: bool) -> int:
             "waiting": state.waiting,
             "maxsize": state.maxsize,
             "stopped": state.stopped,
+            "rate_limit": state.rate_limit,
         }
         for state in transport.channel_states() or []
     ]
@@ -1027,13 +1028,14 @@ def _list_channels(transport: Transport, *, as_json: bool) -> int:
             print(json.dumps(row))
     elif rows:
         _print_table(
-            ("CHANNEL", "WAITING", "BOUND", "STOPPED"),
+            ("CHANNEL", "WAITING", "BOUND", "STOPPED", "RATE LIMIT"),
             [
                 (
                     str(r["channel"]),
                     str(r["waiting"]),
                     str(r["maxsize"] or "unbounded"),
                     "yes" if r["stopped"] else "no",
+                    str(r["rate_limit"] or "-"),
                 )
                 for r in rows
             ],

@@ -47,6 +47,12 @@ CHOICE_LENGTH = 8
 #: A paused channel's name or task's executor id (``scheduler_paused.name``): 191
 #: characters of utf8mb4 fit MySQL's index with the kind.
 PAUSED_NAME_LENGTH = 191
+#: A rate limit's key (``scheduler_rate_turns.key``): ``channel:`` and a channel's name.
+RATE_KEY_LENGTH = 160
+#: A job's rate limit key (``scheduled(rate_key=)``, in its payload).
+RATE_KEY_TEXT_LENGTH = 128
+#: A rate limit as written (``scheduler_rate_turns.rate_limit``): ``10000/h``.
+RATE_TEXT_LENGTH = 16
 #: A worker's host name (``scheduler_workers.host``).
 HOST_LENGTH = 255
 #: The Dramatiq version a worker runs (``scheduler_workers.dramatiq_version``).

@@ -19,6 +19,8 @@ from ..errors import (
     UnknownExecutorError,
     UnknownJobError,
 )
+from ..limits.rates import RATE_KEY_KEY
+from ..limits.storable import RATE_KEY_TEXT_LENGTH, check_text
 from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord, check_job_id, utcnow
 from ..records.state import BY_API
@@ -222,6 +224,9 @@ class Job:
         #: The unique key the job holds, and what it waits for: set by ``scheduled()``.
         self.unique_key: str | None = None
         self.waits: dict[str, Any] | None = None
+        #: The key whose rate limit every step start of the job counts against
+        #: (``scheduled(rate_key=)``), stored in ``payload["rate_key"]``; None: none.
+        self.rate_key: str | None = None
         #: The id of the job this one retries (``Job.retry_saved``), stored in
         #: ``payload["retry_of"]``; None for a job that retries none.
         self.retry_of: str | None = None
@@ -283,6 +288,7 @@ class Job:
         on_parent_failure: str = "propagate",
         max_start_delay: float | timedelta | None = None,
         connection: object | None = None,
+        rate_key: str | None = None,
     ) -> str:
         """INIT, SCHEDULE, send to the channel, persist Scheduled; returns the id of the
         job left in charge of the work (this one's, or the key holder's on a skip).
@@ -316,6 +322,10 @@ class Job:
                 ``Session`` commits); a rollback leaves no trace. The channel's
                 stop flag and bound are checked now (the errors below), and the
                 job takes its slot when it is sent.
+            rate_key: a key (``"tenant-42"``) whose rate limit, declared with
+                ``setup(rate_limits={"tenant-*": "10/s"})``, every step start of the
+                job counts against, for every worker together (besides its channel's
+                own). A key no pattern matches is not limited. At most 128 characters.
 
         Raises:
             ChannelFullError, ChannelStoppedError: nothing was queued; the
@@ -336,6 +346,8 @@ class Job:
                 store (the in-memory store refuses what PostgreSQL and MySQL cannot
                 keep).
         """
+        if rate_key is not None:
+            self.rate_key = check_text("rate_key", rate_key, RATE_KEY_TEXT_LENGTH)
         options = ScheduleOptions(
             delay=delay,
             eta=eta,
@@ -621,6 +633,8 @@ class Job:
         }
         if self.retry_of is not None:
             payload[RETRY_OF_KEY] = self.retry_of
+        if self.rate_key is not None:
+            payload[RATE_KEY_KEY] = self.rate_key
         return payload
 
     @classmethod
@@ -652,6 +666,8 @@ class Job:
         job.unique_key, job.waits = record.unique_key, record.waits
         retry_of = record.payload.get(RETRY_OF_KEY)
         job.retry_of = retry_of if isinstance(retry_of, str) else None
+        rate_key = record.payload.get(RATE_KEY_KEY)
+        job.rate_key = rate_key if isinstance(rate_key, str) else None
         return job
 
     def __repr__(self) -> str:

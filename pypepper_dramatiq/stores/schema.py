@@ -287,3 +287,18 @@ activity_mark = Table(
     Column("first_minute", UtcDateTime(), nullable=False),
     Column("next_minute", UtcDateTime(), nullable=False),
 )
+
+#: The rate limits' next turns where PostgreSQL coordinates the processes (created on
+#: PostgreSQL only: migration 0015): one row per rate limit key, ``starts`` the
+#: starts it granted within its last period (oldest first), ``tail_at`` the last retry
+#: time it told a refused start, in epoch seconds of the server's clock
+#: (:meth:`~pypepper_dramatiq.transport.postgres.PostgresTransport.ask_start`).
+rate_turns = Table(
+    "scheduler_rate_turns",
+    metadata,
+    Column("key", exact_text(limits.RATE_KEY_LENGTH), primary_key=True),
+    Column("starts", postgresql.ARRAY(Double()), nullable=False),
+    Column("tail_at", Double(), nullable=False),
+    # The limit as written ("5/s"), for people: the channels list shows it.
+    Column("rate_limit", String(limits.RATE_TEXT_LENGTH), nullable=False),
+)

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 import dramatiq
 
+from ..limits.rates import Rate
 from ..ops.logs import get_logger
 
 SendResult = Literal["ok", "full", "stopped"]
@@ -156,6 +157,14 @@ class ChannelState:
     waiting: int
     maxsize: int
     stopped: bool
+    #: The rate limit a worker last applied to the channel's starts (``"5/s"``); None:
+    #: none asked yet.
+    rate_limit: str | None = None
+
+
+def channel_rate_key(channel_id: str) -> str:
+    """The rate limit key of a channel's step starts (:meth:`Transport.ask_start`)."""
+    return f"channel:{channel_id}"
 
 
 class Topic(enum.Enum):
@@ -265,6 +274,26 @@ class Transport(abc.ABC):
 
         Raises:
             Exception: the server could not be read.
+        """
+
+    # -- rate limits ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def ask_start(self, key: str, rate: Rate) -> float:
+        """Ask to start now under rate limit ``key`` (``rate`` written down with it, for
+        people), counted for every process:
+        0.0 when granted (counted), else the seconds after which to ask again (nothing
+        counted).
+
+        A start is granted while fewer than ``rate.count`` were granted within the last
+        ``rate.period`` (a sliding window, on the server's clock): at most N starts in
+        any window of one period, measured when they ask. The starts refused are each
+        told a time of their own, no earlier than when the oldest start leaves the
+        window and one ``rate.interval`` after the last one told, so that they come
+        back one by one rather than all at once. One round trip, atomic on the server.
+
+        Raises:
+            BrokerUnavailableError: the server could not be reached (nothing counted).
         """
 
     # -- notices -------------------------------------------------------------------------

@@ -7,9 +7,12 @@ process (its own waiters are woken directly), and this process sweeps alone.
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from ..limits.rates import Rate
 from .base import ChannelState, Gate, SendResult, Subscription, Topic, Transport, log_bound_change
 
 
@@ -113,6 +116,26 @@ class LocalTransport(Transport):
 
     def channel_states(self) -> list[ChannelState] | None:
         return None
+
+    def __init__(self) -> None:
+        #: Rate limit key -> the starts granted within its last period, oldest first,
+        #: and the last retry time told (``time.monotonic()``).
+        self._starts: dict[str, deque[float]] = {}
+        self._tails: dict[str, float] = {}
+        self._starts_lock = threading.Lock()
+
+    def ask_start(self, key: str, rate: Rate) -> float:
+        with self._starts_lock:
+            now = time.monotonic()
+            starts = self._starts.setdefault(key, deque())
+            while starts and starts[0] <= now - rate.period:
+                starts.popleft()
+            if len(starts) < rate.count:
+                starts.append(now)
+                return 0.0
+            slot = max(self._tails.get(key, 0.0), starts[0] + rate.period)
+            self._tails[key] = slot + rate.interval
+            return slot - now
 
     def publish(self, topic: Topic, text: str) -> int | None:
         return None

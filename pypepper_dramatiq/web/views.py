@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..channels.broker import transport_of
+from ..channels.channel import manager
 from ..errors import ConfigError
 from ..ops.display import printable
 from ..records.links import AFTER, RETRY, Link
@@ -757,6 +758,9 @@ class ChannelRow:
     #: Paused in the job store (:mod:`~pypepper_dramatiq.engine.pausing`): jobs taken,
     #: none started.
     paused: bool = False
+    #: The channel's rate limit ("50/s"): the one the workers last applied (shared
+    #: transports), else the one this process declared; None: none.
+    rate_limit: str | None = None
 
 
 def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRow]]:
@@ -774,11 +778,32 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
     states = transport.channel_states()
     if states is None:
         return transport.where, [
-            ChannelRow(channel.id, channel.length(), channel.maxsize, channel.stop)
+            ChannelRow(
+                channel.id,
+                channel.length(),
+                channel.maxsize,
+                channel.stop,
+                rate_limit=_declared_rate(channel.id),
+            )
             for channel in local
         ]
-    rows = [ChannelRow(state.name, state.waiting, state.maxsize, state.stopped) for state in states]
+    rows = [
+        ChannelRow(
+            state.name,
+            state.waiting,
+            state.maxsize,
+            state.stopped,
+            rate_limit=state.rate_limit or _declared_rate(state.name),
+        )
+        for state in states
+    ]
     return transport.where, rows
+
+
+def _declared_rate(channel_id: str) -> str | None:
+    """The rate limit this process declared for ``channel_id``, as written (None: none)."""
+    rate = manager.rate_limit(channel_id)
+    return None if rate is None else str(rate)
 
 
 # -- workers -----------------------------------------------------------------------------------

@@ -13,6 +13,10 @@ from pypepper_dramatiq.cli.commands import BROKER_ENV, main
 from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.transport.postgres.gate import PostgresGate
 from pypepper_dramatiq.transport.redis import RedisGate
+from pypepper_dramatiq.limits.rates import Rate
+from pypepper_dramatiq.transport.base import channel_rate_key
+from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport
+from pypepper_dramatiq.transport.redis.layout import RATE_KEY_PREFIX
 
 pytestmark = pytest.mark.redis
 
@@ -43,7 +47,7 @@ def listed(redis_url: str, capsys: pytest.CaptureFixture[str]) -> dict[str, dict
     return {str(row.pop("channel")): row for row in rows}
 
 
-def test_list_shows_waiting_bound_and_stop_of_every_channel(
+def test_list_shows_waiting_bound_stop_and_rate_limit_of_every_channel(
     redis_url: str, client: redis.Redis, names: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     bounded, stopped, untouched = names
@@ -51,22 +55,27 @@ def test_list_shows_waiting_bound_and_stop_of_every_channel(
     assert gate.admit("a") == gate.admit("b") == "ok"
     RedisGate(client, stopped).request_stop()
     RedisGate(client, untouched).waiting()  # used by a producer only: no bound ever given
+    rate_key = RATE_KEY_PREFIX + channel_rate_key(bounded)
+    RedisTransport(client).ask_start(channel_rate_key(bounded), Rate(50, 1.0))  # a worker's
 
-    rows = listed(redis_url, capsys)
+    try:
+        rows = listed(redis_url, capsys)
+    finally:
+        client.delete(rate_key)
 
-    assert rows[bounded] == {"waiting": 2, "maxsize": 3, "stopped": False}
-    assert rows[stopped] == {"waiting": 0, "maxsize": 0, "stopped": True}
-    assert rows[untouched] == {"waiting": 0, "maxsize": 0, "stopped": False}
+    assert rows[bounded] == {"waiting": 2, "maxsize": 3, "stopped": False, "rate_limit": "50/s"}
+    assert rows[stopped] == {"waiting": 0, "maxsize": 0, "stopped": True, "rate_limit": None}
+    assert rows[untouched] == {"waiting": 0, "maxsize": 0, "stopped": False, "rate_limit": None}
     assert not any(name.endswith(":waiting") for name in rows)  # sets are not channels
 
     assert main(["channels", "list", "--broker-url", redis_url]) == 0  # the table
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["CHANNEL", "WAITING", "BOUND", "STOPPED"]
+    assert lines[0].split() == ["CHANNEL", "WAITING", "BOUND", "STOPPED", "RATE", "LIMIT"]
     assert [line.split() for line in lines if line.startswith(bounded)] == [
-        [bounded, "2", "3", "no"]
+        [bounded, "2", "3", "no", "-"]
     ]
     assert [line.split() for line in lines if line.startswith(stopped)] == [
-        [stopped, "0", "unbounded", "yes"]
+        [stopped, "0", "unbounded", "yes", "-"]
     ]
 
 
@@ -87,7 +96,12 @@ def test_stop_resume_and_resize_change_what_every_process_admits(
     assert main(["channels", "resize", name, "5", "--broker-url", redis_url]) == 0
     assert capsys.readouterr().out == f"channel {name}: bound 2 -> 5\n"
     assert [gate.admit(j) for j in ("c", "d", "e", "f")] == ["ok", "ok", "ok", "full"]
-    assert listed(redis_url, capsys)[name] == {"waiting": 5, "maxsize": 5, "stopped": False}
+    assert listed(redis_url, capsys)[name] == {
+        "waiting": 5,
+        "maxsize": 5,
+        "stopped": False,
+        "rate_limit": None,
+    }
 
     assert main(["channels", "resize", name, "0", "--broker-url", redis_url]) == 0
     assert "bound 5 -> 0 (unbounded)" in capsys.readouterr().out

@@ -81,6 +81,8 @@ ENV = {
     "trace_dir": "PYPEPPER_IT_TRACE_DIR",
     #: ``setup(defaults=...)`` as JSON (option -> value); unset: no defaults.
     "defaults": "PYPEPPER_IT_DEFAULTS",
+    #: the rate limit of every channel this worker serves (``"5/s"``); unset: none.
+    "rate_limit": "PYPEPPER_IT_RATE_LIMIT",
 }
 
 #: The channel every test job goes to.
@@ -149,7 +151,10 @@ if REDIS_URL and BROKER_URL and STORE_URI:
     broker = setup(
         BROKER_URL,
         STORE_URI,
-        channels={c: 0 for c in os.environ.get(ENV["channels"], CHANNEL).split(",")},
+        channels={
+            c: {"maxsize": 0, "rate_limit": os.environ.get(ENV["rate_limit"]) or None}
+            for c in os.environ.get(ENV["channels"], CHANNEL).split(",")
+        },
         migrate=True,
         lease_seconds=float(os.environ.get(ENV["lease_seconds"], "5")),
         sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),

@@ -27,6 +27,7 @@ from services import PostgresServer
 from sqlalchemy import create_engine, text
 
 from pypepper_dramatiq.errors import BrokerUnavailableError, StoreError
+from pypepper_dramatiq.limits.rates import Rate
 from pypepper_dramatiq.ops.outage import broker_unreachable, is_outage
 from pypepper_dramatiq.stores.sql.store import SqlJobStore
 from pypepper_dramatiq.transport import (
@@ -38,6 +39,7 @@ from pypepper_dramatiq.transport import (
     Topic,
     Transport,
 )
+from pypepper_dramatiq.transport.base import channel_rate_key
 from pypepper_dramatiq.transport.postgres import PostgresTransport
 from pypepper_dramatiq.transport.redis import RedisTransport
 from pypepper_dramatiq.transport.redis.layout import LEADER_KEY
@@ -239,10 +241,60 @@ def test_the_channels_states_name_each_channel(shared: Processes) -> None:
     states = {state.name: state for state in shared.other.channel_states() or []}
     state = states[one.channel_id]
     assert (state.waiting, state.maxsize, state.stopped) == (1, 4, True)
+    assert state.rate_limit is None  # no start asked under a limit yet
     assert other.known()
 
 
+def test_the_channels_states_show_the_rate_limit_last_applied(shared: Processes) -> None:
+    one, _ = shared.gates()
+    one.admit("a")
+    shared.one.ask_start(channel_rate_key(one.channel_id), Rate(50, 1.0))
+    states = {state.name: state for state in shared.other.channel_states() or []}
+    assert states[one.channel_id].rate_limit == "50/s"
+
+
 # -- notices -----------------------------------------------------------------------------
+
+
+# -- rate limits -------------------------------------------------------------------------
+
+
+def test_of_many_starts_asking_at_once_the_limit_is_granted_and_the_rest_told_apart(
+    processes: Processes,
+) -> None:
+    # 20 starts ask at once from both "processes" under 6 a minute: 6 are granted
+    # (0.0; a process counting alone would grant 6 of its own); each other one is told
+    # a retry time of its own, once the window frees, 10 s (60 s / 6) apart.
+    key = f"channel:contract-{uuid.uuid4().hex[:8]}"
+    transports = [processes.one, processes.other] * 10
+    begun = time.monotonic()
+
+    def ask(transport: Transport) -> float:
+        wait = transport.ask_start(key, Rate(6, 60.0))
+        return wait and wait + time.monotonic() - begun
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = sorted(pool.map(ask, transports))
+    assert answers[:6] == [0.0] * 6
+    assert [round((a - 60.0) / 10.0) for a in answers[6:]] == list(range(14))
+
+
+def test_a_start_asking_again_at_its_time_is_granted(processes: Processes) -> None:
+    key = f"channel:contract-{uuid.uuid4().hex[:8]}"
+    assert processes.one.ask_start(key, Rate(1, 1.0)) == 0.0
+    wait = processes.other.ask_start(key, Rate(1, 1.0))
+    assert wait > 0.0  # refused: nothing counted
+    time.sleep(wait)
+    assert processes.other.ask_start(key, Rate(1, 1.0)) == 0.0
+    assert processes.one.ask_start(key, Rate(2, 60.0)) == 0.0  # room for one more
+    assert processes.one.ask_start(key, Rate(2, 60.0)) > 0.0
+
+
+def test_rate_limit_keys_count_apart(processes: Processes) -> None:
+    name = uuid.uuid4().hex[:8]
+    assert processes.one.ask_start(f"channel:a-{name}", Rate(1, 60.0)) == 0.0
+    assert processes.other.ask_start(f"channel:b-{name}", Rate(1, 60.0)) == 0.0
+    assert processes.other.ask_start(f"channel:a-{name}", Rate(1, 60.0)) > 50.0
 
 
 def next_event(subscription: Subscription, kind: type, timeout: float = 10.0) -> Any:

@@ -418,10 +418,15 @@ def test_the_channels_page_shows_this_processs_channels(store: IJobStore) -> Non
     manager.new("bounded <ch>", maxsize=5)
     stopped = manager.new("stopped-ch")
     stopped.request_stop()
+    manager.new("limited-ch", rate_limit="50/s")
     page = text(Client(make_app()).get("/channels"))
     assert "As kept in this process." in page
     assert "bounded &lt;ch&gt;" in page and "<td>5</td>" in page
     assert "stopped-ch" in page and ">stopped<" in page and "unbounded" in page
+    row = page.split(">limited-ch</a>", 1)[1].split("</tr>", 1)[0]
+    assert "<td>50/s</td>" in row
+    row = page.split(">stopped-ch</a>", 1)[1].split("</tr>", 1)[0]
+    assert "<td>-</td>" in row  # no rate limit
 
 
 def test_counts_by_status_of_each_store(store: IJobStore) -> None:

@@ -11,7 +11,11 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from werkzeug.test import Client
 
+from pypepper_dramatiq.channels.broker import transport_of
+from pypepper_dramatiq.limits.rates import Rate
+from pypepper_dramatiq.transport.base import channel_rate_key
 from pypepper_dramatiq.transport.redis import RedisGate
+from pypepper_dramatiq.transport.redis.layout import RATE_KEY_PREFIX
 from pypepper_dramatiq.web import make_app
 
 pytestmark = pytest.mark.redis
@@ -32,15 +36,19 @@ def test_the_channels_page_reads_redis(broker: RedisBroker) -> None:
         gates[0].connect()
         assert gates[0].admit("job-1") == "ok"
         gates[1].request_stop()
+        # A worker elsewhere applied a limit to the bounded channel's starts.
+        transport_of(broker).ask_start(channel_rate_key(bounded), Rate(20, 60.0))
         page = Client(make_app(broker=broker)).get("/channels").get_data(as_text=True)
         assert "As kept in Redis." in page
         row = page.split(f">{bounded}</a>", 1)[1].split("</tr>", 1)[0]
         assert "<td>1</td>" in row and "<td>3</td>" in row and ">no<" in row
+        assert "<td>20/m</td>" in row
         row = page.split(f">{stopped}</a>", 1)[1].split("</tr>", 1)[0]
         assert "unbounded" in row and ">stopped<" in row
     finally:
         for gate in gates:
             gate.reset()
+        client.delete(*(f"{RATE_KEY_PREFIX}channel:{bounded}{end}" for end in ("", ":starts")))
 
 
 def test_a_redis_that_cannot_be_reached_is_said_on_the_page() -> None:

@@ -35,9 +35,11 @@ from dramatiq.middleware import Interrupt, Middleware, Shutdown
 from ...channels.broker import transport_of
 from ...channels.channel import ChannelConnector, manager
 from ...channels.messages import STEP_ACTOR, StepMessage
+from ...engine import rate_limits
 from ...engine.running import running_here
 from ...engine.step_io import Claim, Outcome, StepIO, StepSkipped
-from ...errors import MessageError, StoreError, retry_may_cure
+from ...errors import BrokerUnavailableError, MessageError, StoreError, retry_may_cure
+from ...limits.rates import rate_key_of
 from ...ops import observers
 from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, shared_outage
@@ -215,6 +217,10 @@ class WorkflowMiddleware(Middleware):
         if self._stopping.is_set():
             self._pass_on(broker, step, message)
             return
+        if rate_limits.limited(message.queue_name, _step_rate_key(step)) and (
+            self._held_for_its_turn(broker, step, message)
+        ):
+            return
         claim = self._claim(broker, step, message)
         if claim is None:
             return
@@ -292,6 +298,38 @@ class WorkflowMiddleware(Middleware):
                 return None
             self._store_outage.ok()
             return claim
+
+    def _held_for_its_turn(self, broker: Broker, step: StepMessage, message: Any) -> bool:
+        """Whether the step may not start yet under its channel's rate limit: then its
+        message is sent again, due when the limiter said to ask again, and this one is
+        acknowledged unrun, no attempt counted. A transport that cannot be reached
+        holds it ``defer_seconds``."""
+        try:
+            wait = rate_limits.start_or_wait(message.queue_name, _step_rate_key(step))
+        except BrokerUnavailableError as exc:
+            self.logger.warning(
+                "job %s: its channel's rate limit could not be asked (%s); held %.1fs",
+                step.job_id,
+                exc,
+                self.defer_seconds,
+            )
+            wait = self.defer_seconds
+        if wait <= 0.0:
+            return False
+        self.logger.debug(
+            "job %s: held %.3fs by channel %s's rate limit",
+            step.job_id,
+            wait,
+            message.queue_name,
+            extra={"action": "rate_hold", "job_id": step.job_id},
+        )
+        if not self._enqueue(broker, step.to_message(message.queue_name), delay=wait):
+            self.logger.warning(
+                "job %s: message held by a rate limit not put back; the recovery sweep "
+                "sends it again",
+                step.job_id,
+            )
+        return True
 
     def _left_channel(self, message: Any, step: StepMessage) -> None:
         """The job no longer waits in its channel (its first step was taken or dropped).
@@ -391,7 +429,11 @@ class WorkflowMiddleware(Middleware):
         """
         self.inflight.remove(claim.record.id)
         if outcome is step_actor.HANDED_BACK:
-            self._hand_back(broker, claim, StepMessage(claim.record.id, claim.position))
+            self._hand_back(
+                broker,
+                claim,
+                StepMessage(claim.record.id, claim.position, rate_key=_rate_key(claim)),
+            )
             return None
         if outcome.unknown_task:
             waiting = self._wait_for_a_worker_that_knows(broker, claim, unknown_since, outcome)
@@ -406,9 +448,12 @@ class WorkflowMiddleware(Middleware):
             )
             # A step of a paused channel or task goes as a message: its claim holds it.
             paused = step.position is not None and self._paused(claim, step.position)
+            # A step of a rate-limited channel goes as a message: it takes its turn.
+            limited = rate_limits.limited(claim.record.channel_id, _rate_key(claim))
             return (
                 not late
                 and not paused
+                and not limited
                 and may_continue(
                     step,
                     continued=continued,
@@ -438,7 +483,9 @@ class WorkflowMiddleware(Middleware):
         assert decision.position is not None
         if recorded.record.lease_owner == self.owner:  # claimed by the write: run it here
             return Claim(recorded.record, decision.position, claim.tasks)
-        next_message = StepMessage(claim.record.id, decision.position).to_message(queue_name)
+        next_message = StepMessage(
+            claim.record.id, decision.position, rate_key=_rate_key(claim)
+        ).to_message(queue_name)
         if not self._enqueue(broker, next_message, delay=decision.delay):
             self.logger.warning(
                 "job %s: next step %s not enqueued; recovery sends it when it is due",
@@ -498,7 +545,9 @@ class WorkflowMiddleware(Middleware):
         self._hand_back(
             broker,
             claim,
-            StepMessage(claim.record.id, claim.position, unknown_since=since),
+            StepMessage(
+                claim.record.id, claim.position, unknown_since=since, rate_key=_rate_key(claim)
+            ),
             delay=delay,
         )
         return True
@@ -540,3 +589,16 @@ UNKNOWN_TASK_RETRY_SECONDS = 1.0
 
 def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _rate_key(claim: Claim) -> str | None:
+    """The rate limit key of ``claim``'s job (carried by its next messages)."""
+    return rate_key_of(claim.record.payload)
+
+
+def _step_rate_key(step: StepMessage) -> str | None:
+    """The rate limit key a step message names, or its job's record does (a first
+    message carries the record)."""
+    if step.rate_key is not None or step.record is None:
+        return step.rate_key
+    return rate_key_of(step.record.payload)

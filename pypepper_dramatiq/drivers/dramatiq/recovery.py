@@ -45,6 +45,7 @@ from ...engine.job_io import release_held, send_step
 from ...engine.step_io import StepIO, cursor_of
 from ...engine.waiting import Settled, settle
 from ...errors import StoreError, describe
+from ...limits.rates import rate_key_of
 from ...ops import observers
 from ...ops.display import printable
 from ...ops.isolation import RowGuard
@@ -318,7 +319,8 @@ class RecoverySweeper(threading.Thread):
         for record in self.rows.readable("recover_leases", recovered):
             position = cursor_of(record) or Position()
             try:
-                self._send(StepMessage(record.id, position), record.channel_id)
+                step = StepMessage(record.id, position, rate_key=rate_key_of(record.payload))
+                self._send(step, record.channel_id)
             except Exception as exc:
                 if is_outage(exc):
                     failed = failed or exc  # the others are tried all the same

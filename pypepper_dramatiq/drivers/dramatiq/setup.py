@@ -18,6 +18,7 @@ from ...config import config, count, section
 from ...defaults import installed_defaults
 from ...engine.job_io import JOB_IO
 from ...errors import ConfigError
+from ...limits.rates import KeyLimits, Rate, key_limits, parse_rate
 from ...metrics.prometheus import install_metrics
 from ...metrics.tracing import install_tracing
 from ...model.job import runtime
@@ -34,7 +35,7 @@ _RABBITMQ_SCHEMES = ("amqp://", "amqps://")
 
 
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
-_SCHEDULER_KEYS = ("broker", "channels", "jobStore", *YAML_KEYS.values())
+_SCHEDULER_KEYS = ("broker", "channels", "jobStore", "rateLimits", *YAML_KEYS.values())
 
 
 def _refuse_unknown(
@@ -132,7 +133,8 @@ def setup(
     *,
     config_path: str | Path | None = None,
     broker: Broker | None = None,
-    channels: dict[str, int] | list[str] | None = None,
+    channels: dict[str, int | dict[str, Any] | None] | list[str] | None = None,
+    rate_limits: Mapping[str, str] | None = None,
     migrate: bool = False,
     lease_seconds: float | None = None,
     sweep_interval: float | None = None,
@@ -168,11 +170,22 @@ def setup(
         store_uri: ``postgresql+psycopg://...`` or ``mysql+pymysql://...``;
             without it the YAML's ``scheduler.jobStore`` (if any) or memory.
         config_path: a YAML file; ``scheduler.broker.url``, ``scheduler.jobStore``
-            and ``scheduler.channels`` (id -> maxsize) are read from it.
+            and ``scheduler.channels`` (id -> maxsize, or id -> ``{maxsize: 0,
+            rateLimit: "50/s"}``) are read from it.
         broker: a broker you built yourself (our middleware is added to it); a
             ``RabbitmqBroker`` needs the PostgreSQL job store, as ``amqp://`` does.
-        channels: channel ids (or id -> maxsize) to declare now, so that a
-            ``dramatiq`` worker importing this module consumes them.
+        channels: channel ids (or id -> maxsize, or id -> ``{"maxsize": 0,
+            "rate_limit": "50/s"}``) to declare now, so that a ``dramatiq`` worker
+            importing this module consumes them. ``rate_limit`` bounds the step
+            starts of the channel per second, minute or hour for every worker
+            together (docs/howto/rate-limits.md); a malformed one is an
+            ``InvalidRateLimitError`` (a ``ConfigError``) naming the channel.
+        rate_limits: the rate limits of job keys, by shell-style pattern
+            (``{"tenant-*": "10/s"}``; YAML ``scheduler.rateLimits``, winning key by
+            key): every step start of a job scheduled with a ``rate_key`` the
+            pattern matches counts against that key's own limit, for every worker
+            together (the first pattern that matches, in order). A malformed rate
+            is an ``InvalidRateLimitError`` naming the pattern, raised here.
         migrate: upgrade the database schema first.
         lease_seconds: one of the timing settings, as are ``sweep_interval``,
             ``cancel_grace``, ``dispatch_seconds``, ``shutdown_grace``,
@@ -230,13 +243,22 @@ def setup(
     # id -> bound; None = "no bound given" (list form, YAML null): with Redis the
     # stored bound is kept, while a given one replaces it (see RedisGate).
     declared: dict[str, int | None] = {}
-    for source in (section(yml, "scheduler", "channels"), channels or {}):
+    rates: dict[str, Rate] = {}
+    yaml_channels = section(yml, "scheduler", "channels")
+    for source, rate_key in ((yaml_channels, "rateLimit"), (channels or {}, "rate_limit")):
         items = source.items() if isinstance(source, dict) else ((c, None) for c in source)
-        for channel_id, maxsize in items:
+        for channel_id, spec in items:
+            maxsize, rate = _channel_spec(str(channel_id), spec, rate_key)
             if maxsize is not None:
-                declared[str(channel_id)] = count(f"maxsize of channel {channel_id!r}", maxsize)
+                declared[str(channel_id)] = maxsize
             else:  # naming a channel again without a bound keeps the one the YAML gave
                 declared.setdefault(str(channel_id), None)
+            if rate is not None:
+                rates[str(channel_id)] = rate
+
+    key_rates = {**(rate_limits or {}), **section(yml, "scheduler", "rateLimits")}
+    parsed_key_rates = KeyLimits()
+    parsed_key_rates.configure(key_rates)  # refused here, before anything is installed
 
     settings = Settings.of(
         scheduler,
@@ -292,8 +314,35 @@ def setup(
     installed_defaults.install(settings.defaults)  # the tasks and jobs built from now on
     declare_step_actor(broker)
     guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
+    key_limits.configure(key_rates)
     manager.clear()
     for channel_id, maxsize in declared.items():
-        manager.new(channel_id, maxsize)  # no Redis I/O: the bound waits for a first call
+        # No Redis I/O: the bound waits for a first call.
+        manager.new(channel_id, maxsize, rate_limit=rates.get(channel_id))
 
     return broker
+
+
+def _channel_spec(channel_id: str, spec: Any, rate_key: str) -> tuple[int | None, Rate | None]:
+    """A channel's bound and rate limit as ``setup(channels=...)`` or the YAML gives them:
+    a bound (or None), or a mapping of ``maxsize`` and ``rate_key`` (``rate_limit`` in
+    code, ``rateLimit`` in YAML).
+
+    Raises:
+        ConfigError: an unknown key, a bound that is no whole number >= 0, or a
+            malformed rate limit (``InvalidRateLimitError``), naming the channel.
+    """
+    if not isinstance(spec, dict):
+        return (None if spec is None else count(f"maxsize of channel {channel_id!r}", spec)), None
+    unknown = sorted(set(map(str, spec)) - {"maxsize", rate_key})
+    if unknown:
+        raise ConfigError(
+            f"channel {channel_id!r}: unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"expected 'maxsize' and {rate_key!r}"
+        )
+    maxsize = spec.get("maxsize")
+    rate = spec.get(rate_key)
+    return (
+        None if maxsize is None else count(f"maxsize of channel {channel_id!r}", maxsize),
+        None if rate is None else parse_rate(rate, f"{rate_key} of channel {channel_id!r}"),
+    )

@@ -14,15 +14,16 @@ import socket
 import threading
 import time
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
-from ...engine import step_io, waiting
+from ...engine import rate_limits, step_io, waiting
 from ...engine.job_io import JOB_IO
 from ...engine.pausing import paused_here, why_held
 from ...engine.running import running_here
 from ...errors import (
+    BrokerUnavailableError,
     CorruptRecordError,
     InvalidTransitionError,
     JobRedeliveryError,
@@ -56,6 +57,9 @@ logger = get_logger(__name__)
 PARK_POLL_SECONDS = 0.05
 #: How often a worker waiting for a job's planned start looks whether it was cancelled.
 PLANNED_START_POLL_SECONDS = 0.05
+#: How long a start waits before asking its channel's rate limit again, when the
+#: transport could not be reached (seconds).
+RATE_RETRY_SECONDS = 1.0
 #: How often a started job whose next task is paused looks whether it was resumed or
 #: cancelled (the paused set itself is read at most once a second).
 PAUSED_POLL_SECONDS = 0.05
@@ -181,6 +185,16 @@ class Worker:
         if job.start_deadline is not None and job.start_deadline < utcnow():
             self._cancel_overdue(job)
             return True
+        if rate_limits.limited(job.channel_id, job.rate_key):
+            # Its turn under the channel's rate limit, awaited without a thread.
+            try:
+                await _turn(job)
+            except asyncio.CancelledError:
+                self._put_back(job)
+                raise
+            if _cancelled(job):
+                self._settle_cancelled(job)
+                return True
         if not self._start(job):
             return True
         _log(job, "start")
@@ -267,6 +281,7 @@ class Worker:
         assert step.position is not None
         job.context.results.update(step_io.Claim(record, step.position, tasks).results_by_name())
         book = step_io.StepIO(get_job_store, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE, holds_steps=True)
+        first = True  # the first attempt's start was granted before the job started
         while True:
             position = step.position
             assert position is not None
@@ -276,6 +291,9 @@ class Worker:
                 return None
             if not self._unpaused(job, tasks[position.workflow][position.task]):
                 return None
+            if not first and not _turn_came(job):
+                return None
+            first = False
             workflow = job.workflows[position.workflow]
             task = workflow.get_tasks()[position.task]
             now = utcnow()
@@ -687,6 +705,46 @@ async def _until(when: datetime, cancel: threading.Event) -> None:
         if left <= 0:
             return
         await asyncio.sleep(min(left, PLANNED_START_POLL_SECONDS))
+
+
+async def _turn(job: Job) -> None:
+    """Wait, no thread held, until the job's first attempt may start under its channel's
+    rate limit (asking again when the limiter says; every :data:`RATE_RETRY_SECONDS`
+    while the transport is out of reach); returns early when the job is cancelled."""
+    told = False
+    while not job.is_cancelled:
+        wait = _start_or_wait(job)
+        if wait <= 0:
+            return
+        if not told:
+            _log(job, "rate_hold", f"{wait:.3f}s")
+            told = True
+        await _until(utcnow() + timedelta(seconds=wait), job.cancel_event)
+
+
+def _turn_came(job: Job) -> bool:
+    """In the job's thread: wait until its next attempt may start under its channel's
+    rate limit; True once it may, False if the job was cancelled meanwhile."""
+    told = False
+    while rate_limits.limited(job.channel_id, job.rate_key) and not job.is_cancelled:
+        wait = _start_or_wait(job)
+        if wait <= 0:
+            break
+        if not told:
+            _log(job, "rate_hold", f"{wait:.3f}s")
+            told = True
+        job.cancel_event.wait(wait)
+    return not job.is_cancelled
+
+
+def _start_or_wait(job: Job) -> float:
+    """:func:`rate_limits.start_or_wait` for the job's channel; a transport out of
+    reach (logged) waits :data:`RATE_RETRY_SECONDS`."""
+    try:
+        return rate_limits.start_or_wait(job.channel_id, job.rate_key)
+    except BrokerUnavailableError as exc:
+        logger.warning("job %s: its channel's rate limit could not be asked: %s", job.id, exc)
+        return RATE_RETRY_SECONDS
 
 
 def _attempt(

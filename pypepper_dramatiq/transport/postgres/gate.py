@@ -63,9 +63,11 @@ _WAITING_IDS = text(
 _RESET = text("DELETE FROM scheduler_channels WHERE name = :channel")
 _KNOWN = text("SELECT EXISTS (SELECT 1 FROM scheduler_channels WHERE name = :channel)")
 _STATES = text(
-    "SELECT c.name, count(s.job_id), c.maxsize, c.stopped FROM scheduler_channels c"
+    "SELECT c.name, count(s.job_id), c.maxsize, c.stopped, t.rate_limit"
+    " FROM scheduler_channels c"
     " LEFT JOIN scheduler_channel_slots s ON s.channel = c.name"
-    " GROUP BY c.name, c.maxsize, c.stopped ORDER BY c.name"
+    " LEFT JOIN scheduler_rate_turns t ON t.key = 'channel:' || c.name"
+    " GROUP BY c.name, c.maxsize, c.stopped, t.rate_limit ORDER BY c.name"
 )
 
 
@@ -220,6 +222,6 @@ def channel_states(engine: Engine) -> list[ChannelState]:
     """Every channel with a row, by name (one statement)."""
     rows = run(engine, "the channels", _STATES)
     return [
-        ChannelState(str(name), int(waiting), int(maxsize), bool(stopped))
-        for name, waiting, maxsize, stopped in rows
+        ChannelState(str(name), int(waiting), int(maxsize), bool(stopped), rate_limit)
+        for name, waiting, maxsize, stopped, rate_limit in rows
     ]

@@ -10,6 +10,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine, text
 
+from ...limits.rates import Rate
+from ...limits.storable import RATE_KEY_LENGTH, check_text
 from ..base import ChannelState, Gate, Subscription, Topic, Transport
 from . import batch
 from .connections import dedicated
@@ -19,6 +21,9 @@ from .notices import CHANNELS, PostgresSubscription, check_payload
 from .outage import run
 
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+#: Asks for a start under a rate limit (``Transport.ask_start``): one call of the
+#: function of migration 0015, which locks the key's row, then reads the clock.
+_ASK_START = text("SELECT pypepper_rate_ask(:key, :count, :period, :limit)")
 
 
 class PostgresTransport(Transport):
@@ -63,6 +68,21 @@ class PostgresTransport(Transport):
 
     def channel_states(self) -> list[ChannelState] | None:
         return channel_states(self.engine)
+
+    # -- rate limits ---------------------------------------------------------------------
+
+    def ask_start(self, key: str, rate: Rate) -> float:
+        check_text("rate limit key", key, RATE_KEY_LENGTH)
+        rows = run(
+            self.engine,
+            f"rate limit {key}",
+            _ASK_START,
+            key=key,
+            count=rate.count,
+            period=rate.period,
+            limit=str(rate),
+        )
+        return max(0.0, float(rows[0][0]))
 
     # -- notices -------------------------------------------------------------------------
 

@@ -19,9 +19,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 from ...errors import BrokerUnavailableError
-from ..base import Admission, ChannelState, Gate, SendResult, log_bound_change
+from ..base import (
+    Admission,
+    ChannelState,
+    Gate,
+    SendResult,
+    channel_rate_key,
+    log_bound_change,
+)
 from . import batch
-from .layout import CHANNEL_KEY_PREFIX, WAITING_SUFFIX, messages_key, queue_key
+from .layout import CHANNEL_KEY_PREFIX, RATE_KEY_PREFIX, WAITING_SUFFIX, messages_key, queue_key
 from .scripts import scripts_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -300,9 +307,18 @@ def channel_states(client: Any) -> list[ChannelState]:
     for name in ordered:
         pipe.scard(f"{CHANNEL_KEY_PREFIX}{name}{WAITING_SUFFIX}")
         pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped")
+        pipe.hget(RATE_KEY_PREFIX + channel_rate_key(name), "limit")
     answers = pipe.execute()
     states = []
     for i, name in enumerate(ordered):
-        waiting, (maxsize, stopped) = answers[2 * i], answers[2 * i + 1]
-        states.append(ChannelState(name, int(waiting), int(maxsize or 0), stopped in (b"1", "1")))
+        waiting, (maxsize, stopped), rate = answers[3 * i : 3 * i + 3]
+        states.append(
+            ChannelState(
+                name,
+                int(waiting),
+                int(maxsize or 0),
+                stopped in (b"1", "1"),
+                None if rate is None else _text(rate),
+            )
+        )
     return states

@@ -45,6 +45,10 @@ ENDED_CHANNEL = f"{KEY_PREFIX}:ended"
 #: (its ended listener subscribed): worker processes that stopped publishing ends,
 #: because nobody listened, publish them again.
 LISTENING_CHANNEL = f"{KEY_PREFIX}:listening"
+#: Prefix of a rate limit's hash (its last retry time told, its limit as written):
+#: ``<prefix><key>``; ``<prefix><key>:starts`` is the sorted set of its starts granted
+#: within the last period (seconds of Redis's clock).
+RATE_KEY_PREFIX = f"{KEY_PREFIX}:rate:"
 #: The lock the recovery sweeper's leader holds.
 LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
 

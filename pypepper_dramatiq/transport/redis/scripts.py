@@ -15,7 +15,7 @@ from typing import Any
 from ..per_client import PerClient
 
 #: The scripts, by the name of their file (without ``.lua``).
-NAMES = ("admit", "check", "admit_released", "admit_and_enqueue", "set_bound")
+NAMES = ("admit", "check", "admit_released", "admit_and_enqueue", "set_bound", "ask_start")
 
 
 @cache
@@ -33,6 +33,7 @@ class Scripts:
     admit_released: Any
     admit_and_enqueue: Any
     set_bound: Any
+    ask_start: Any
 
 
 def _register(client: Any) -> Scripts:

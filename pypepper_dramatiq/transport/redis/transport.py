@@ -10,6 +10,8 @@ from typing import Any
 
 from dramatiq.common import dq_name
 
+from ...errors import BrokerUnavailableError
+from ...limits.rates import Rate
 from ..base import (
     Admission,
     ChannelState,
@@ -22,7 +24,8 @@ from ..base import (
     Transport,
 )
 from . import batch, layout
-from .gate import RedisGate, admit_and_enqueue, channel_states
+from .gate import RedisGate, admit_and_enqueue, channel_states, is_redis_error
+from .scripts import scripts_of
 
 #: The pub/sub channel of each topic.
 CHANNELS = {
@@ -121,6 +124,20 @@ class RedisTransport(Transport):
 
     def channel_states(self) -> list[ChannelState] | None:
         return channel_states(self.client)
+
+    # -- rate limits ---------------------------------------------------------------------
+
+    def ask_start(self, key: str, rate: Rate) -> float:
+        try:
+            answer = scripts_of(self.client).ask_start(
+                keys=[layout.RATE_KEY_PREFIX + key, layout.RATE_KEY_PREFIX + key + ":starts"],
+                args=[rate.count, repr(rate.period), str(rate)],
+            )
+        except Exception as exc:
+            if not is_redis_error(exc):
+                raise
+            raise BrokerUnavailableError(f"Redis unreachable for rate limit {key}: {exc}") from exc
+        return max(0.0, float(answer))
 
     # -- notices -------------------------------------------------------------------------
 

@@ -1,0 +1,109 @@
+"""Rate limits as people write them: ``"100/m"`` (also ``/s``, ``/h``), parsed once at
+the boundary (``manager.new(..., rate_limit=)``, ``setup(channels=...)``, YAML) into a
+:class:`Rate`, so that nothing malformed reaches a transport.
+
+A rate of N per period is a sliding window: at most N starts are granted in any
+window of one period, on the transport's clock; the starts refused come back spread
+``period / N`` apart.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRateLimitError
+
+#: The periods a rate may name, in seconds.
+PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+#: The most starts a rate may allow per period: the transport keeps the starts of the
+#: last period (a sorted set in Redis, an array in PostgreSQL's row).
+MAX_COUNT = 10_000
+#: Where a job's rate limit key is kept in its payload (``scheduled(rate_key=)``).
+RATE_KEY_KEY = "rate_key"
+#: ``<count>/<period>``, spaces around the parts allowed.
+_FORM = re.compile(r"\s*(-?\d+)\s*/\s*([a-zA-Z]+)\s*")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``count`` starts per ``period`` seconds."""
+
+    count: int
+    period: float
+
+    @property
+    def interval(self) -> float:
+        """The seconds between two starts the limiter grants."""
+        return self.period / self.count
+
+    def __str__(self) -> str:
+        for unit, seconds in PERIODS.items():
+            if seconds == self.period:
+                return f"{self.count}/{unit}"
+        return f"{self.count}/{self.period:g}s"
+
+
+def parse_rate(value: object, where: str = "rate_limit") -> Rate:
+    """``value`` (``"100/m"``, or a :class:`Rate`) as a :class:`Rate`.
+
+    Raises:
+        InvalidRateLimitError: naming ``where`` and ``value``: not a text of the form
+            ``<count>/<s|m|h>``, or a count below 1 or above :data:`MAX_COUNT`.
+    """
+    if isinstance(value, Rate):
+        return value
+    if not isinstance(value, str):
+        raise InvalidRateLimitError(where, value, 'a text such as "100/m" is expected')
+    match = _FORM.fullmatch(value)
+    if match is None:
+        raise InvalidRateLimitError(where, value, "the form is <count>/<s|m|h>")
+    count, unit = int(match.group(1)), match.group(2).lower()
+    if unit not in PERIODS:
+        raise InvalidRateLimitError(where, value, f"the period {unit!r} is not s, m or h")
+    if not 1 <= count <= MAX_COUNT:
+        raise InvalidRateLimitError(where, value, f"the count must be 1 to {MAX_COUNT}")
+    return Rate(count, PERIODS[unit])
+
+
+def rate_key_of(payload: Mapping[str, Any] | None) -> str | None:
+    """The rate limit key a job's payload names (None: none)."""
+    key = (payload or {}).get(RATE_KEY_KEY)
+    return key if isinstance(key, str) else None
+
+
+class KeyLimits:
+    """The rate limits of job keys, by pattern (``{"tenant-*": "10/s"}``, shell-style
+    patterns; the first that matches a key in the order given applies)."""
+
+    def __init__(self) -> None:
+        self._limits: tuple[tuple[str, Rate], ...] = ()
+
+    def configure(self, limits: Mapping[str, object] | None) -> None:
+        """Replace the limits by ``limits`` (None: none), all parsed before any applies.
+
+        Raises:
+            InvalidRateLimitError: naming the pattern of a malformed rate; the limits
+                in force are kept.
+        """
+        parsed = tuple(
+            (str(pattern), parse_rate(rate, f"rate_limits[{str(pattern)!r}]"))
+            for pattern, rate in (limits or {}).items()
+        )
+        self._limits = parsed
+
+    def of(self, key: str | None) -> Rate | None:
+        """The rate limit of job key ``key`` (None: no pattern matches, or no key)."""
+        if key is None or not self._limits:
+            return None
+        for pattern, rate in self._limits:
+            if fnmatch.fnmatchcase(key, pattern):
+                return rate
+        return None
+
+
+#: The job keys' rate limits of this process (``setup(rate_limits=...)``).
+key_limits = KeyLimits()
