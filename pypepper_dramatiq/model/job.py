@@ -78,6 +78,8 @@ class ScheduleOptions:
     on_parent_failure: str = "propagate"
     max_start_delay: float | timedelta | None = None
     connection: object | None = None
+    #: The key whose rate limit the job's starts count against (checked).
+    rate_key: str | None = None
     #: The checked time options (seconds); :meth:`StartOptions.times` plans them.
     start: StartOptions = field(init=False, repr=False, compare=False)
     #: The checked unique key.
@@ -94,6 +96,8 @@ class ScheduleOptions:
         )
         key = check_unique_key(self.unique_key)
         check_choice("on_conflict", self.on_conflict, ON_CONFLICT)
+        if self.rate_key is not None:
+            check_text("rate_key", self.rate_key, RATE_KEY_TEXT_LENGTH)
         waits = Waits(parent_ids(self.after), self.on_parent_failure)
         object.__setattr__(self, "after", waits.parents)
         object.__setattr__(self, "start", start)
@@ -346,8 +350,6 @@ class Job:
                 store (the in-memory store refuses what PostgreSQL and MySQL cannot
                 keep).
         """
-        if rate_key is not None:
-            self.rate_key = check_text("rate_key", rate_key, RATE_KEY_TEXT_LENGTH)
         options = ScheduleOptions(
             delay=delay,
             eta=eta,
@@ -361,7 +363,10 @@ class Job:
                 else max_start_delay
             ),
             connection=connection,
+            rate_key=rate_key,
         )
+        if options.rate_key is not None:
+            self.rate_key = options.rate_key
         return runtime.job_io.schedule(self, options)
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:

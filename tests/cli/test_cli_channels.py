@@ -10,11 +10,10 @@ import pytest
 import redis
 
 from pypepper_dramatiq.cli.commands import BROKER_ENV, main
-from pypepper_dramatiq.stores.sql import SqlJobStore
-from pypepper_dramatiq.transport.postgres.gate import PostgresGate
-from pypepper_dramatiq.transport.redis import RedisGate
 from pypepper_dramatiq.limits.rates import Rate
+from pypepper_dramatiq.stores.sql import SqlJobStore
 from pypepper_dramatiq.transport.base import channel_rate_key
+from pypepper_dramatiq.transport.postgres.gate import PostgresGate
 from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport
 from pypepper_dramatiq.transport.redis.layout import RATE_KEY_PREFIX
 
@@ -208,7 +207,7 @@ def test_with_an_amqp_url_the_channels_are_read_and_changed_in_the_postgresql_st
     rows = {
         row.pop("channel"): row for row in map(json.loads, capsys.readouterr().out.splitlines())
     }
-    assert rows[name] == {"waiting": 1, "maxsize": 2, "stopped": False}
+    assert rows[name] == {"waiting": 1, "maxsize": 2, "stopped": False, "rate_limit": None}
 
     assert main(["channels", "stop", name, *base]) == 0
     assert PostgresGate(pg_store.engine, name).admit("job-b") == "stopped"
