@@ -9,7 +9,7 @@ task resolves to is stored with its job, so the process that builds a job decide
 a worker's defaults apply to the jobs it builds, not to jobs stored by another process.
 
 The order, first found wins: the job's own value (its channel, ``scheduled()``'s
-``max_start_delay``), the task's own (``Task(...)``, ``@workflow_task(...)``,
+``max_start_delay``, ``priority``), the task's own (``Task(...)``, ``@workflow_task(...)``,
 ``executor_task(...)``), the handler class's attribute, these defaults, the
 built-in default.
 """
@@ -23,7 +23,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .config import count, duration
-from .errors import ConfigError
+from .errors import ConfigError, InvalidPriorityError
+from .rules.priorities import check_priority
 from .rules.start_times import max_start_delay_seconds
 
 #: The YAML key (under ``scheduler.defaults``) of each default, by its Python name.
@@ -36,6 +37,7 @@ YAML_DEFAULT_KEYS = {
     "retry_delay_max": "retryDelayMax",
     "round_timeout": "roundTimeout",
     "max_start_delay": "maxStartDelay",
+    "priority": "priority",
 }
 
 #: The defaults that are a task's options (the rest are a job's).
@@ -66,6 +68,8 @@ class Defaults:
         round_timeout: seconds one attempt may take (built-in 0: no limit); a duration.
         max_start_delay: a job not started this long after its planned start ends
             Cancelled (built-in: no deadline); a duration, 0 allowed.
+        priority: a job's priority when neither ``scheduled()`` nor the job says
+            (built-in 0, the lowest); a whole number from 0 to 9.
 
     A duration is seconds, a ``timedelta``, or ``"90s"``, ``"15m"``, ``"2h"`` (see
     :func:`~pypepper_dramatiq.config.duration`); it is held as seconds.
@@ -82,6 +86,7 @@ class Defaults:
     retry_delay_max: float | None = None
     round_timeout: float | None = None
     max_start_delay: float | None = None
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -158,6 +163,11 @@ def _checked(name: str, value: object, label: str) -> Any:
         return value
     if name == "retry_count":
         return count(label, value)
+    if name == "priority":
+        try:
+            return check_priority(value, label)
+        except InvalidPriorityError as exc:
+            raise ConfigError(str(exc)) from None
     if name == "retry_jitter":
         if not isinstance(value, bool):
             raise ConfigError(f"{label} must be true or false, got {value!r}")

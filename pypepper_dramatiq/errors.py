@@ -160,6 +160,16 @@ class UnknownChannelError(PypepperError, LookupError):
         self.name = name
 
 
+class InvalidPriorityError(PypepperError, ValueError, TypeError):
+    """A job's priority is not a whole number from 0 to 9 (a ``ValueError`` when out of
+    range, a ``TypeError`` when not an int: both, so either ``except`` catches it)."""
+
+    def __init__(self, value: object, label: str = "priority") -> None:
+        super().__init__(f"{label} must be a whole number from 0 to 9, got {value!r}")
+        #: The value refused.
+        self.value = value
+
+
 class PausingUnsupportedError(PypepperError, NotImplementedError):
     """The job store keeps no paused channels or tasks (a store of a third party that
     did not implement :meth:`~pypepper_dramatiq.stores.base.IJobStore.pause`)."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
+from typing import Any
 
 import dramatiq
 from dramatiq.broker import Broker
 from dramatiq.brokers.stub import StubBroker
 
+from ..rules.priorities import priority_in, queue_name
 from ..stores.registry import installed_job_store
 from ..transport import Transport, transport_for
 
@@ -75,6 +78,31 @@ def transport_of(broker: Broker | None) -> Transport:
         if found is None:
             found = _current.others[broker] = _made_for(broker)
         return found
+
+
+def queue_for(
+    channel_id: str, state: Mapping[str, Any] | None, broker: Broker | None = None
+) -> str:
+    """The queue a step of the job whose state is ``state`` goes to on ``channel_id``:
+    the band of its priority where the transport keeps one per priority (Redis), else
+    the channel's queue."""
+    if not transport_of(broker).priority_queues:
+        return channel_id
+    return queue_name(channel_id, priority_in(state))
+
+
+def priority_options(
+    state: Mapping[str, Any] | None, broker: Broker | None = None
+) -> dict[str, Any] | None:
+    """The message options that carry a job's priority to a broker that orders its
+    queues by it: RabbitMQ's ``broker_priority`` when its broker was built with
+    ``max_priority`` (its queues declared with ``x-max-priority``); None elsewhere and
+    for priority 0, so a plain job's messages are the bytes they were."""
+    priority = priority_in(state)
+    most = getattr(broker or get_broker(), "max_priority", None)
+    if not priority or not isinstance(most, int) or most <= 0:
+        return None
+    return {"broker_priority": min(priority, most)}
 
 
 def set_broker(broker: Broker | None, transport: Transport | None = None) -> None:

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -41,13 +44,14 @@ from ..records.record import JobRecord, utcnow
 from ..records.state import counting
 from ..records.storable_job import check_job_record
 from ..rules.events import FAIL, transition
+from ..rules.priorities import queue_names
 from ..rules.status import Status
 from ..rules.steps import Position
 from ..stores.registry import get_job_store
 from ..transport import Admission, Gate, SendResult
-from .broker import get_broker, transport_of
+from .broker import get_broker, priority_options, queue_for, transport_of
 from .end_notices import publish_ended
-from .messages import DISPATCH_KEY, StepMessage, dispatch_of
+from .messages import DISPATCH_KEY, StepMessage, dispatch_of, priority_of
 
 logger = get_logger(__name__)
 
@@ -104,6 +108,9 @@ class Channel:
         # process is consumed by it: a sender that does not serve the channel
         # leaves it undeclared. Other brokers need the queue declared.
         if declare or not self.transport.takes_undeclared_queues:
+            # Where each priority has a queue of its own, the worker consumes them all.
+            for queue in queue_names(channel_id) if self.transport.priority_queues else []:
+                self.broker.declare_queue(queue)
             self.broker.declare_queue(channel_id)
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
@@ -116,6 +123,16 @@ class Channel:
         self._sent: weakref.WeakValueDictionary[str, Job] = weakref.WeakValueDictionary()
         self._holds_sent = not self.transport.shared
         self._consumer: Consumer | None = None
+        # Where each priority has a queue (Redis): their consumers, highest first, and
+        # when to look at them again once all were empty (monotonic seconds): a channel
+        # whose jobs name no priority pays a look at most every POLL_INTERVAL, not per job.
+        self._band_consumers: list[Consumer] = []
+        self._bands_due = 0.0
+        # A queue only this process takes from (the in-memory broker) is read whole
+        # into this heap, highest priority first, then submit order; a shared one is
+        # ordered by its broker (one queue per priority on Redis, RabbitMQ's own).
+        self._ready: list[tuple[int, int, Any]] = []
+        self._arrivals = itertools.count()
 
     @property
     def maxsize(self) -> int:
@@ -206,7 +223,8 @@ class Channel:
         delay_ms = int(delay * 1000) or None
         step = StepMessage(job.id, Position(), record or job.to_record())
         # Built with the broker's options at once: one message, not a copy of one.
-        message = step.to_message(*self.transport.message_options(self.id, delay_ms))
+        queue = queue_for(self.id, step.record.state if step.record else None, self.broker)
+        message = step.to_message(*self.transport.message_options(queue, delay_ms))
         if hooks:
             self.broker.emit_before("enqueue", message, delay_ms)
         return Admission(self.gate, job.id, message, message.encode()), message
@@ -281,7 +299,10 @@ class Channel:
     def _dispatch(self, job: Job, delay: float, *, release_on_failure: bool) -> None:
         self._remember(job)
         try:
-            message = StepMessage(job.id, Position(), job.to_record()).to_message(self.id)
+            record = job.to_record()
+            queue = queue_for(self.id, record.state, self.broker)
+            options = priority_options(record.state, self.broker)
+            message = StepMessage(job.id, Position(), record).to_message(queue, options)
             sent = self.broker.enqueue(message, delay=int(delay * 1000) or None)
         except BaseException as exc:
             self._recall(job.id)
@@ -360,16 +381,36 @@ class Channel:
         with self._lock:
             if self._consumer is None:
                 self._consumer = self.broker.consume(self.id, prefetch=1 << 30, timeout=0)
+                if self.transport.priority_queues:
+                    self._band_consumers = [
+                        self.broker.consume(queue, prefetch=1 << 30, timeout=0)
+                        for queue in queue_names(self.id)
+                        if queue != self.id
+                    ]
                 # Taking from the channel here: jobs sent from now on are held
                 # until they come back, and those the caller still holds, too.
                 self._holds_sent = True
                 self._local.update(self._sent)
                 self._sent.clear()
             consumer = self._consumer
-        message = next(consumer)
-        if message is not None:
-            consumer.ack(message)
-        return message
+        if self.transport.shared:
+            if self._band_consumers and time.monotonic() >= self._bands_due:
+                for band in self._band_consumers:  # highest priority first
+                    message = next(band)
+                    if message is not None:
+                        band.ack(message)
+                        return message
+                self._bands_due = time.monotonic() + POLL_INTERVAL
+            message = next(consumer)
+            if message is not None:
+                consumer.ack(message)
+            return message
+        with self._lock:
+            while (message := next(consumer)) is not None:
+                consumer.ack(message)
+                order = (-priority_of(message), next(self._arrivals))
+                heapq.heappush(self._ready, (*order, message))
+            return heapq.heappop(self._ready)[2] if self._ready else None
 
     def _decode(self, message: Any) -> Job | None:
         try:

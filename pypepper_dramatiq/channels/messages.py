@@ -6,13 +6,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
+from dramatiq.broker import MessageProxy
 
 from ..errors import MessageError
 from ..records.record import JobRecord
 from ..records.state import DISPATCH_KEY
+from ..rules.priorities import priority_in
 from ..rules.steps import Position
 
-__all__ = ["DISPATCH_KEY", "OPTION_KEY", "STEP_ACTOR", "StepMessage", "dispatch_of"]
+__all__ = [
+    "DISPATCH_KEY",
+    "OPTION_KEY",
+    "STEP_ACTOR",
+    "StepMessage",
+    "dispatch_of",
+    "priority_of",
+]
 
 #: Actor that runs job steps on Dramatiq workers.
 STEP_ACTOR = "pypepper_dramatiq.step"
@@ -28,6 +37,14 @@ def dispatch_of(message: dramatiq.Message[Any]) -> dict[str, Any]:
         "queue": message.queue_name,
         "message_id": message.options.get("redis_message_id"),
     }
+
+
+def priority_of(message: dramatiq.Message[Any] | MessageProxy) -> int:
+    """The priority of the job a message carries, read from the record it holds without
+    decoding it (a message without one, or damaged: the default, decoded later)."""
+    data = message.options.get(OPTION_KEY)
+    record = data.get("record") if isinstance(data, dict) else None
+    return priority_in(record.get("state") if isinstance(record, dict) else None)
 
 
 @dataclass(frozen=True)

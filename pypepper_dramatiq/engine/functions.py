@@ -24,6 +24,7 @@ from ..model.executor import FinalFailureHook, IExecutor, executor_registry
 from ..model.task import Task
 from ..records.payloads import ParamsDecoder, decoder_for
 from ..records.spec import POLICY_KEYS
+from ..rules.priorities import check_priority
 
 R = TypeVar("R")
 
@@ -111,10 +112,13 @@ class WorkflowTask(Generic[R]):
         executor_id: str,
         policy: dict[str, Any],
         on_final_failure: FinalFailureHook | None = None,
+        priority: int | None = None,
     ) -> None:
         self.fn = fn
         self.executor_id = executor_id
         self.policy = policy
+        #: The priority of a job whose first task this is, unless the job says.
+        self.priority = priority
         #: Registered with the function, so that any worker finds it by executor id.
         self.on_final_failure = on_final_failure
         executor_registry.register(executor_id, FunctionExecutor(fn, on_final_failure))
@@ -129,7 +133,7 @@ class WorkflowTask(Generic[R]):
         """A task running this function with ``params`` (JSON-able) as keyword arguments;
         on the channel of the job it is added to unless ``channel_id`` names another."""
         doc = inspect.getdoc(self.fn) or ""
-        return Task(
+        made = Task(
             channel_id=channel_id,
             dag_id="",
             fingerprint=self.executor_id,
@@ -143,6 +147,8 @@ class WorkflowTask(Generic[R]):
             on_final_failure=self.on_final_failure,
             **self.policy,
         )
+        made.priority = self.priority
+        return made
 
     def options(self, **policy: Any) -> WorkflowTask[R]:
         """The same function with other retry settings (its hook goes with the
@@ -154,6 +160,7 @@ class WorkflowTask(Generic[R]):
         clone: WorkflowTask[R] = object.__new__(WorkflowTask)
         clone.fn, clone.executor_id = self.fn, self.executor_id
         clone.on_final_failure = self.on_final_failure
+        clone.priority = self.priority
         clone.policy = {**self.policy, **policy}
         functools.update_wrapper(clone, self.fn)
         return clone
@@ -164,6 +171,7 @@ def workflow_task(
     *,
     name: str | None = None,
     on_final_failure: FinalFailureHook | None = None,
+    priority: int | None = None,
     **policy: Any,
 ) -> Any:
     """Make ``fn(task, context, **params)`` a workflow task.
@@ -175,6 +183,10 @@ def workflow_task(
     :class:`~pypepper_dramatiq.model.task.Task`).
     ``name`` is the registry id (default ``module.qualname``); it must be the
     same in the process that schedules and the one that runs.
+
+    ``priority`` (0 to 9) is the priority of a job whose first task this is, when
+    the job names none itself (``Job(priority=)``, ``scheduled(priority=)``); it wins
+    over the application's default. A bad one is an ``InvalidPriorityError``.
 
     ``on_final_failure(task, context, error)`` is called once per job when the
     task has failed for good (see :class:`~pypepper_dramatiq.model.task.Task`); it is
@@ -189,6 +201,8 @@ def workflow_task(
         raise TypeError(f"workflow_task got unknown options: {', '.join(sorted(unknown))}")
     if on_final_failure is not None and not callable(on_final_failure):
         raise TypeError(f"on_final_failure must be callable, got {on_final_failure!r}")
+    if priority is not None:
+        check_priority(priority)
 
     def decorate(func: Callable[..., R]) -> WorkflowTask[R]:
         if inspect.isclass(func):  # it would be instantiated as the task's body
@@ -198,7 +212,7 @@ def workflow_task(
                 "executor_registry.register(id, instance)"
             )
         executor_id = name or f"{_module_name(func)}.{func.__qualname__}"
-        return WorkflowTask(func, executor_id, dict(policy), on_final_failure)
+        return WorkflowTask(func, executor_id, dict(policy), on_final_failure, priority)
 
     return decorate(fn) if fn is not None else decorate
 

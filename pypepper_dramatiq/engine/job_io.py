@@ -23,7 +23,13 @@ from typing import Any, Literal
 
 from dramatiq.broker import Broker
 
-from ..channels.broker import get_broker, get_transport, transport_of
+from ..channels.broker import (
+    get_broker,
+    get_transport,
+    priority_options,
+    queue_for,
+    transport_of,
+)
 from ..channels.channel import Channel, hooks_enqueue, manager
 from ..channels.end_notices import publish_ended, wait_for, wait_for_async, wake
 from ..channels.messages import DISPATCH_KEY, StepMessage, dispatch_of
@@ -46,6 +52,7 @@ from ..records.record import JobRecord, utcnow
 from ..records.state import BY_API, TRACE_KEY, cancelled_state, counting
 from ..records.storable_job import check_job_record, could_be_stored
 from ..rules.events import CANCEL, INIT, SCHEDULE, transition
+from ..rules.priorities import priority_in
 from ..rules.start_times import SHORT_DELAY_SECONDS, StartTimes
 from ..rules.status import Status, may_overwrite
 from ..rules.steps import Position
@@ -709,6 +716,7 @@ def release_held(
     """Send the first message of held jobs now due (the rows of ``batch``); returns
     how many were sent.
 
+    Jobs of a higher priority go first, equal ones in the order of ``batch``.
     Each job takes its channel slot now (one admission call per channel; the
     bound applies, not the stop flag: the job was accepted before any stop).
     One refused by a full channel stays held, due again in ``tick`` seconds,
@@ -721,6 +729,10 @@ def release_held(
         BrokerUnavailableError, StoreError: the rows not sent stay due.
     """
     broker = broker or get_broker()
+    # Priority first, then the store's order (due first: submit order, or a resume's);
+    # the sort is stable. A full channel admits the highest, and where one queue
+    # carries every priority the messages go in that order.
+    batch = sorted(batch, key=lambda record: -priority_in(record.state))
     admitted: set[str] = set()
     by_channel: dict[str, list[str]] = {}
     for record in batch:
@@ -780,7 +792,9 @@ def send_step(broker: Broker, step: StepMessage, channel_id: str, delay: float =
         and channel_id not in broker.get_declared_queues()
     ):
         broker.declare_queue(channel_id)
-    return broker.enqueue(step.to_message(channel_id), delay=int(delay * 1000) or None)
+    state = step.record.state if step.record else None
+    message = step.to_message(queue_for(channel_id, state, broker), priority_options(state, broker))
+    return broker.enqueue(message, delay=int(delay * 1000) or None)
 
 
 def _transactional_store(store: IJobStore, connection: object) -> IJobStore:
@@ -889,6 +903,7 @@ def _checked_batch(jobs: Iterable[Job]) -> list[Job]:
                 f"schedule_many(): job {job.id} was stored before; schedule it with "
                 "job.scheduled(), which checks its stored row"
             )
+        job.settle_priority()  # its own, else its first task's, else the default
         check_job_record(job.to_record())  # before any row or message of the batch
         seen.add(job.id)
     return batch

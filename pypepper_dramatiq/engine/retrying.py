@@ -35,6 +35,7 @@ from ..errors import (
 from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord
 from ..records.state import JobState
+from ..rules.priorities import priority_in, with_priority
 from ..rules.status import Status
 from ..rules.steps import Position
 
@@ -110,13 +111,14 @@ def initial_state(record: JobRecord, start: Position) -> dict[str, Any]:
     }
     old = JobState.from_dict(record.state)
     skipped = [key for key in old.skipped if key in before]
-    return JobState(
+    state = JobState(
         cursor=start,
         results={key: value for key, value in old.results.items() if key in before},
         errors={key: old.errors[key] for key in skipped if key in old.errors},
         skipped=skipped,
         parent_results=old.parent_results,
     ).to_dict()
+    return with_priority(state, priority_in(record.state))  # a retry keeps the priority
 
 
 def retry_record(

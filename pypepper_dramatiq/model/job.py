@@ -25,6 +25,7 @@ from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord, check_job_id, utcnow
 from ..records.state import BY_API
 from ..rules.events import Event, SchedulerFSM, build_scheduler_fsm
+from ..rules.priorities import check_priority, priority_in, with_priority
 from ..rules.start_times import StartOptions, check_start_options
 from ..rules.status import Status
 from ..rules.waits import ON_CONFLICT, Waits, check_unique_key, parent_ids
@@ -54,10 +55,10 @@ CANCEL_ATTEMPTS = 20
 # -- the options of scheduled() --------------------------------------------------------
 #
 # ScheduleOptions has one field per keyword of ``Job.scheduled()``; making one checks
-# every option, in the order ``scheduled()`` always checked them (the times, the unique
-# key, ``on_conflict``, ``after``, ``on_parent_failure``): a bad one is a ValueError or
-# TypeError naming it, before anything is queued or stored. Scheduling then reads the
-# checked forms (``start``, ``key``, ``waits``), never the raw values again.
+# every option, in the order ``scheduled()`` always checked them (the priority, then the
+# times, the unique key, ``on_conflict``, ``after``, ``on_parent_failure``): a bad one is
+# a ValueError or TypeError naming it, before anything is queued or stored. Scheduling
+# then reads the checked forms (``start``, ``key``, ``waits``), never the raw values again.
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class ScheduleOptions:
     connection: object | None = None
     #: The key whose rate limit the job's starts count against (checked).
     rate_key: str | None = None
+    #: None: the job's own, else its first task's, else the default (``settle_priority``).
+    priority: int | None = None
     #: The checked time options (seconds); :meth:`StartOptions.times` plans them.
     start: StartOptions = field(init=False, repr=False, compare=False)
     #: The checked unique key.
@@ -88,6 +91,8 @@ class ScheduleOptions:
     waits: Waits = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.priority is not None:
+            check_priority(self.priority)
         start = check_start_options(
             datetime.now(timezone.utc),
             delay=self.delay,
@@ -194,11 +199,16 @@ class Job:
             application's default channel (``setup(defaults={"channel_id": ...})``),
             else ``"default"``, read now.
         id: the job id (a new UUID by default), 1 to 64 characters.
+        priority: 0 (the lowest) to 9: within its channel, a waiting job of a higher
+            priority starts first; None: the application's default
+            (``setup(defaults={"priority": ...})``), else 0. ``scheduled(priority=)``
+            overrides it.
 
     Raises:
         ValueError: an id that is not 1 to 64 characters or holds a NUL or a lone
             surrogate, or an empty channel_id. (The rest of what the job row must
             hold is checked when the job is scheduled or saved.)
+        InvalidPriorityError: ``priority`` is not a whole number from 0 to 9.
     """
 
     def __init__(
@@ -207,8 +217,15 @@ class Job:
         channel_id: str | None = None,
         *,
         id: str | None = None,
+        priority: int | None = None,
     ) -> None:
         self.id = uuid.uuid4().hex if id is None else check_job_id(id)
+        # Whether the job says its priority itself (else its first task may, at scheduling).
+        self._own_priority = priority is not None
+        if priority is None:
+            priority = installed_defaults.current.priority
+        if priority is not None:
+            priority = check_priority(priority)
         if channel_id is None:
             channel_id = default_channel()
         if not isinstance(channel_id, str) or not channel_id:
@@ -234,7 +251,7 @@ class Job:
         #: The id of the job this one retries (``Job.retry_saved``), stored in
         #: ``payload["retry_of"]``; None for a job that retries none.
         self.retry_of: str | None = None
-        self.state: dict[str, Any] = {}
+        self.state: dict[str, Any] = {} if not priority else with_priority({}, priority)
         self.context = Context(
             {CANCEL_EVENT_KEY: threading.Event(), JOB_ID_KEY: self.id, RESULTS_KEY: {}}
         )
@@ -259,6 +276,26 @@ class Job:
     def restore_status(self, status: Status) -> None:
         """Roll the state machine back to ``status`` (no event, no store write)."""
         self._fsm.restore(status)
+
+    @property
+    def priority(self) -> int:
+        """0 (the lowest, a job's unless it says) to 9; kept in the job's state."""
+        return priority_in(self.state)
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        self.state = with_priority(self.state, check_priority(value))
+        self._own_priority = True
+
+    def settle_priority(self) -> int:
+        """The priority the job is scheduled with, recorded in its state: its own
+        (``Job(priority=)``, ``job.priority``), else its first task's
+        (``@workflow_task(priority=)``), else the application's default, else 0."""
+        if not self._own_priority:
+            tasks = [task for workflow in self.workflows for task in workflow.get_tasks()]
+            if tasks and tasks[0].priority is not None:
+                self.state = with_priority(self.state, tasks[0].priority)
+        return self.priority
 
     @property
     def cancel_event(self) -> threading.Event:
@@ -293,6 +330,7 @@ class Job:
         max_start_delay: float | timedelta | None = None,
         connection: object | None = None,
         rate_key: str | None = None,
+        priority: int | None = None,
     ) -> str:
         """INIT, SCHEDULE, send to the channel, persist Scheduled; returns the id of the
         job left in charge of the work (this one's, or the key holder's on a skip).
@@ -330,6 +368,12 @@ class Job:
                 ``setup(rate_limits={"tenant-*": "10/s"})``, every step start of the
                 job counts against, for every worker together (besides its channel's
                 own). A key no pattern matches is not limited. At most 128 characters.
+            priority: 0 (the lowest) to 9: within the channel, a waiting job of a
+                higher priority starts before lower ones, on every worker; equal
+                priorities keep their submit order. None: the job's own
+                (``Job(priority=)``), else its first task's
+                (``@workflow_task(priority=)``), else the application's default,
+                else 0.
 
         Raises:
             ChannelFullError, ChannelStoppedError: nothing was queued; the
@@ -349,6 +393,8 @@ class Job:
                 named with its limit; nothing was queued or stored, whatever the
                 store (the in-memory store refuses what PostgreSQL and MySQL cannot
                 keep).
+            InvalidPriorityError: ``priority`` is not a whole number from 0 to 9
+                (both a ValueError and a TypeError); nothing was queued or stored.
         """
         options = ScheduleOptions(
             delay=delay,
@@ -364,9 +410,14 @@ class Job:
             ),
             connection=connection,
             rate_key=rate_key,
+            priority=priority,
         )
         if options.rate_key is not None:
             self.rate_key = options.rate_key
+        if options.priority is not None:
+            self.priority = options.priority
+        else:
+            self.settle_priority()
         return runtime.job_io.schedule(self, options)
 
     async def scheduled_async(self, *args: Any, **kwargs: Any) -> str:
@@ -665,6 +716,7 @@ class Job:
         job.version = record.version
         job.created, job.updated = record.created, record.updated
         job.state = dict(record.state)
+        job._own_priority = True  # the stored priority was settled when it was scheduled
         job.error = record.error
         job.not_before, job.start_deadline = record.not_before, record.start_deadline
         job.release_at = record.release_at

@@ -98,6 +98,12 @@ class Task:
             parameter).
     """
 
+    #: The priority its ``@workflow_task(priority=...)`` gives the job it is the first
+    #: task of, when the job names none (see :meth:`Job.scheduled
+    #: <pypepper_dramatiq.model.job.Job.scheduled>`); None: no say. Not stored: the
+    #: job's resolved priority is.
+    priority: int | None = None
+
     def __init__(
         self,
         channel_id: str | None,

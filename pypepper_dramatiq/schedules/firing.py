@@ -29,6 +29,7 @@ from ..records.record import JobRecord, utcnow
 from ..records.recurring import RecurringSchedule
 from ..records.storable_job import check_job_record
 from ..rules.cron import CATCH_UP, OVERLAP, CronSchedule, check_name, due_slots, firing_id
+from ..rules.priorities import DEFAULT, check_priority, priority_in, with_priority
 from ..rules.start_times import max_start_delay_seconds
 from ..rules.waits import check_choice
 from ..stores.base import IJobStore
@@ -62,6 +63,7 @@ def recurring(
     max_start_delay: float | timedelta | None = None,
     overlap: str = "skip",
     catch_up: str = "latest",
+    priority: int | None = None,
 ) -> RecurringSchedule:
     """Store (or replace, by ``name``) a schedule that fires a copy of ``job`` at each slot.
 
@@ -83,6 +85,9 @@ def recurring(
             Scheduled or InProgress; ``"allow"`` fires regardless.
         catch_up: after downtime, ``"latest"`` fires the most recent missed
             slot, ``"none"`` none, ``"all"`` each (at most 100, the most recent).
+        priority: each firing's priority, 0 to 9 (see ``Job.scheduled``); None:
+            ``job``'s own (``Job(priority=)``), else its first task's
+            (``@workflow_task(priority=)``), else the application's default.
 
     Raises:
         ConfigError: a cron expression croniter cannot read, an unknown time
@@ -90,15 +95,19 @@ def recurring(
         ValueError: a bad name, overlap, catch_up or max_start_delay (named),
             or a value of ``job`` its firings' rows could not hold (named, as
             ``scheduled()`` names it); nothing is stored.
+        InvalidPriorityError: ``priority`` is not a whole number from 0 to 9.
         UnknownExecutorError: a task of ``job`` has no registered executor.
     """
     check_name(name)
+    priority = job.settle_priority() if priority is None else check_priority(priority)
     schedule = CronSchedule(cron, timezone)
     check_choice("overlap", overlap, OVERLAP)
     check_choice("catch_up", catch_up, CATCH_UP)
     delay_seconds = None if max_start_delay is None else max_start_delay_seconds(max_start_delay)
     now = utcnow()
     template = _template(job)
+    if priority != DEFAULT:  # a schedule of no priority keeps the template it had
+        template["priority"] = priority
     store = get_job_store()
     current = store.get_recurring(name)
     keep = current is not None and (current.cron, current.timezone) == (cron, timezone)
@@ -239,6 +248,7 @@ def _fire(schedule: RecurringSchedule, slot: datetime) -> tuple[str, bool]:
             channel_id=template["channel_id"],
             category=template.get("category"),
             payload=template["payload"],
+            state=with_priority({}, priority_in(template)),
         )
     )
     key = OVERLAP_KEY.format(name=schedule.name) if schedule.overlap == "skip" else None

@@ -235,6 +235,12 @@ class Transport(abc.ABC):
     #: (declaring one in a worker process makes it consume that queue).
     takes_undeclared_queues: ClassVar[bool]
 
+    #: Whether a job of a priority above the lowest goes to a queue of its own
+    #: (``<channel>.p<priority>``, :func:`~pypepper_dramatiq.rules.priorities.queue_name`):
+    #: a broker that pops each queue in order (Redis) would otherwise keep it behind
+    #: the backlog. False: the broker orders the messages (or this process does).
+    priority_queues: ClassVar[bool] = False
+
     # -- admission -----------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -24,6 +24,7 @@ from ..records.spec import TaskSpec
 from ..records.state import CANCELLED_BY_KEY, HOOKS_DONE_KEY
 from ..records.workers import LIVE, ListedWorker, WorkerInfo, listing, sweep_leader
 from ..rules.cron import CronSchedule, firing_id
+from ..rules.priorities import priority_in
 from ..rules.status import Status
 from ..rules.waits import Waits
 from ..stores.base import IJobStore
@@ -120,6 +121,8 @@ class JobRow:
     duration: str = "-"
     #: The jobs that retry it (``Job.retry_saved``), oldest first.
     retried_as: tuple[str, ...] = ()
+    #: 0 (the lowest, a job's that names none) to 9.
+    priority: int = 0
 
 
 def task_names(record: JobRecord) -> list[str]:
@@ -165,6 +168,7 @@ def job_row(record: JobRecord, retried_as: Sequence[str] = ()) -> JobRow:
         tasks=tasks_text(task_names(record)) if readable else "-",
         duration=job_duration(record) if readable else "-",
         retried_as=tuple(retried_as),
+        priority=priority_in(record.state) if readable else 0,
     )
 
 
@@ -622,6 +626,7 @@ def job_view(record: JobRecord, store: IJobStore) -> JobView:
     tasks = [task for workflow in workflows for task in workflow.tasks]
     facts = [
         ("Channel", record.channel_id),
+        ("Priority", str(priority_in(record.state))),
         ("Category", record.category or "-"),
         ("Created", when(record.created)),
         ("Updated", when(record.updated)),

@@ -20,6 +20,7 @@ from pypepper_dramatiq import (
     CallableExecutor,
     ConfigError,
     Context,
+    InvalidPriorityError,
     Job,
     Status,
     Task,
@@ -102,6 +103,8 @@ def test_a_schedule_is_stored_listed_replaced_and_removed() -> None:
         (("bad", "* * * * *"), {"max_start_delay": -1}, ValueError, "max_start_delay"),
         (("bad", "* * * * *"), {"max_start_delay": 0.0005}, ValueError, "max_start_delay"),
         (("", "* * * * *"), {}, ValueError, "name"),
+        (("bad", "* * * * *"), {"priority": 10}, InvalidPriorityError, "priority"),
+        (("bad", "* * * * *"), {"priority": "9"}, InvalidPriorityError, "priority"),
     ],
 )
 def test_bad_schedules_are_named_and_store_nothing(
@@ -205,6 +208,17 @@ def test_a_firing_s_deadline_counts_from_its_slot() -> None:
     record = get_job_store().get(job_id)
     assert record is not None
     assert record.start_deadline == at(2026, 1, 1, 3, 1)
+
+
+def test_each_firing_takes_the_schedule_s_priority_else_the_template_s() -> None:
+    recurring("urgent", "0 0 1 1 *", template(), priority=8)
+    own = template()
+    own.priority = 3
+    recurring("own", "0 0 1 1 *", own)
+    recurring("plain", "0 0 1 1 *", template())
+    fired = [trigger_recurring(name, at(2026, 1, 1, 12)) for name in ("urgent", "own", "plain")]
+    records = [get_job_store().get(job_id) for job_id in fired]
+    assert [Job.from_record(r).priority for r in records if r is not None] == [8, 3, 0]
 
 
 def test_trigger_fires_now_and_unknown_names_are_refused() -> None:

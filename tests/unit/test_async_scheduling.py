@@ -146,13 +146,13 @@ def test_other_errors_of_scheduled_propagate_unchanged(tmp_path: Path) -> None:
 
 
 def test_arguments_are_passed_on_to_scheduled() -> None:
-    """Options ``scheduled()`` takes reach it; today it takes none, so any is refused there."""
+    """Options reach ``scheduled()`` as given: a bad one is refused there, alike."""
     manager.new("plain")
     job = plain_job()
     with pytest.raises(TypeError) as sync_error:
-        job.scheduled(priority=1)  # type: ignore[call-arg]
+        job.scheduled(priority="1")  # type: ignore[arg-type]
     with pytest.raises(TypeError) as async_error:
-        asyncio.run(job.scheduled_async(priority=1))
+        asyncio.run(job.scheduled_async(priority="1"))
     assert str(async_error.value) == str(sync_error.value)
     assert job.status is Status.UNKNOWN
 

@@ -81,6 +81,8 @@ def yaml_file(tmp_path: Path, body: str) -> Path:
         ({"max_start_delay": 0.0001}, r"defaults\.max_start_delay: .*whole number of milli"),
         ({"retry_delay": "999999w"}, r"defaults\.retry_delay must be at most"),
         ({"channel_id": ""}, r"defaults\.channel_id must be a non-empty channel id"),
+        ({"priority": 10}, r"defaults\.priority must be a whole number from 0 to 9, got 10"),
+        ({"priority": "high"}, r"defaults\.priority must be a whole number from 0 to 9"),
         ({"retry_delay": 10, "retry_delay_max": 5}, r"retry_delay_max \(5.0\) must not be below"),
         (["retry_count"], r"defaults must be a mapping"),
     ],
@@ -103,6 +105,7 @@ def test_bad_defaults_are_a_config_error_naming_the_key_at_setup(given: Any, ref
         ("    retryJitter: maybe\n", r"scheduler\.defaults\.retryJitter must be true or false"),
         ("    roundTimeout: 5 parsecs\n", r"scheduler\.defaults\.roundTimeout must be a duration"),
         ("    - retryCount\n", r"scheduler\.defaults must be a mapping"),
+        ("    priority: -1\n", r"scheduler\.defaults\.priority must be a whole number from 0"),
     ],
     ids=repr,
 )
@@ -224,3 +227,20 @@ def test_scheduled_takes_the_default_max_start_delay_unless_given_its_own() -> N
         record = get_job_store().get(job.id)
         assert record is not None and record.not_before and record.start_deadline
         assert (record.start_deadline - record.not_before).total_seconds() == window
+
+
+def test_a_job_takes_the_default_priority_unless_it_or_scheduled_says() -> None:
+    assert Job().priority == 0  # the built-in priority, the lowest
+    executor_registry.register(NOOP_ID, CallableExecutor(noop))
+    setup(broker=StubBroker(), channels=["c"], defaults={"priority": 4})
+    assert installed_defaults.current.priority == 4
+    by_default, own, at_schedule = (
+        Job(channel_id="c"),
+        Job(channel_id="c", priority=0),
+        Job(channel_id="c"),
+    )
+    for job in (by_default, own, at_schedule):
+        job.workflows.append(Workflow([task_of(executor_id=NOOP_ID)]))
+        job.scheduled(**({"priority": 8} if job is at_schedule else {}))
+    stored = [get_job_store().get(job.id) for job in (by_default, own, at_schedule)]
+    assert [Job.from_record(r).priority for r in stored if r is not None] == [4, 0, 8]

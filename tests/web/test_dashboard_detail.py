@@ -135,3 +135,14 @@ def test_the_timeline_tells_the_jobs_story_from_its_row(store: IJobStore) -> Non
         "load: attempt 1 succeeded",
     ]
     assert "ValueError: first try fails: &lt;b&gt;not bold&lt;/b&gt;" in timeline
+
+
+def test_a_job_page_shows_its_priority(store: IJobStore) -> None:
+    put(store, "urgent", 0, status=Status.SCHEDULED, state={"priority": 7})
+    put(store, "plain", 0, status=Status.SCHEDULED)
+    client = Client(make_app())
+    assert "<dt>Priority</dt><dd>7</dd>" in text(client.get("/jobs/urgent"))
+    assert "<dt>Priority</dt><dd>0</dd>" in text(client.get("/jobs/plain"))
+    listing = text(client.get("/"))
+    assert re.search(r'href="/jobs/urgent">.*?<td class="priority">7</td>', listing, re.S)
+    assert re.search(r'href="/jobs/plain">.*?<td class="priority">0</td>', listing, re.S)

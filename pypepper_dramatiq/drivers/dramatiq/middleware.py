@@ -32,7 +32,7 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.middleware import Interrupt, Middleware, Shutdown
 
-from ...channels.broker import transport_of
+from ...channels.broker import priority_options, queue_for, transport_of
 from ...channels.channel import ChannelConnector, manager
 from ...channels.messages import STEP_ACTOR, StepMessage
 from ...engine import rate_limits
@@ -246,7 +246,11 @@ class WorkflowMiddleware(Middleware):
                 if exc.retry_at is not None:
                     # Early (the job is planned later): the message comes back when due.
                     wait = max(0.0, (exc.retry_at - utcnow()).total_seconds())
-                    if not self._enqueue(broker, step.to_message(message.queue_name), delay=wait):
+                    if not self._enqueue(
+                        broker,
+                        step.to_message(message.queue_name, _same_priority(message)),
+                        delay=wait,
+                    ):
                         self.logger.warning(
                             "job %s: early message not put back; the recovery sweep sends it again",
                             step.job_id,
@@ -280,7 +284,10 @@ class WorkflowMiddleware(Middleware):
                 # be written either): it is acknowledged only once a copy is back
                 # in the broker, or once the store takes the claim.
                 if self._enqueue(
-                    broker, step.to_message(message.queue_name), delay=self.defer_seconds, tries=1
+                    broker,
+                    step.to_message(message.queue_name, _same_priority(message)),
+                    delay=self.defer_seconds,
+                    tries=1,
                 ):
                     self.logger.debug(
                         "message %s deferred %.1fs: %s", message.message_id, self.defer_seconds, exc
@@ -337,8 +344,8 @@ class WorkflowMiddleware(Middleware):
         Only a job's first message (the one carrying its record) counts in the
         channel; later steps were never admitted, so they cost no release.
         """
-        if step.record is not None:
-            manager.release_slot(message.queue_name, step.job_id)
+        if step.record is not None:  # its queue may be a priority's: the record names the channel
+            manager.release_slot(step.record.channel_id, step.job_id)
 
     def _pass_on(self, broker: Broker, step: StepMessage, message: Any) -> None:
         """Give an unclaimed step to another worker.
@@ -347,7 +354,9 @@ class WorkflowMiddleware(Middleware):
         the broker is down this thread keeps trying, and if the process ends
         first, the unacknowledged message returns with the dead worker's.
         """
-        self._enqueue(broker, step.to_message(message.queue_name), tries=None)
+        self._enqueue(
+            broker, step.to_message(message.queue_name, _same_priority(message)), tries=None
+        )
         self.logger.debug("job %s: worker stopping, step passed on", step.job_id)
 
     def _enqueue(
@@ -485,7 +494,7 @@ class WorkflowMiddleware(Middleware):
             return Claim(recorded.record, decision.position, claim.tasks)
         next_message = StepMessage(
             claim.record.id, decision.position, rate_key=_rate_key(claim)
-        ).to_message(queue_name)
+        ).to_message(queue_name, priority_options(claim.record.state, broker))
         if not self._enqueue(broker, next_message, delay=decision.delay):
             self.logger.warning(
                 "job %s: next step %s not enqueued; recovery sends it when it is due",
@@ -574,11 +583,19 @@ class WorkflowMiddleware(Middleware):
             return
         if not released:
             return  # cancelled or taken over meanwhile: nothing to hand back
-        if not self._enqueue(broker, step.to_message(claim.record.channel_id), delay=delay):
+        queue = queue_for(claim.record.channel_id, claim.record.state, broker)
+        options = priority_options(claim.record.state, broker)
+        if not self._enqueue(broker, step.to_message(queue, options), delay=delay):
             self.logger.warning(
                 "job %s: handed-back step not enqueued; recovery sends it", claim.record.id
             )
             self.book.due_now(claim.record.id, claim.position, delay)
+
+
+def _same_priority(message: Any) -> dict[str, Any] | None:
+    """The options that keep ``message``'s broker priority on a copy of it (RabbitMQ)."""
+    priority = message.options.get("broker_priority")
+    return None if priority is None else {"broker_priority": priority}
 
 
 #: Longest wait between two tries of a thread holding a message it cannot place yet.

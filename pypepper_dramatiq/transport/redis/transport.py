@@ -77,6 +77,7 @@ class RedisTransport(Transport):
     where = "Redis"
     shared = True
     takes_undeclared_queues = True
+    priority_queues = True
     message_id_option = "redis_message_id"
 
     def __init__(self, client: Any, broker: Any = None) -> None:

@@ -1,0 +1,67 @@
+"""Priorities on Redis: one queue per priority of a channel (``<channel>.p<n>``).
+
+A job of a priority above 0 is sent to its priority's queue, which a process serving
+the channel declares (so a ``dramatiq`` worker consumes it); the in-process Worker
+on Redis takes from those queues first. A plain job goes to the channel's own queue,
+as before. Real workers: ``tests/integration/test_priority_processes.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from process_state import redis_channel_setup
+
+from pypepper_dramatiq import Context, Job, Task, Workflow, get_job_store, manager, workflow_task
+from pypepper_dramatiq.channels.broker import get_broker
+from pypepper_dramatiq.rules.priorities import queue_names
+
+pytestmark = pytest.mark.redis
+
+CHANNEL = "prio-queues"
+
+
+@workflow_task(name="prio-queues.noop")
+def noop(task: Task, context: Context) -> None:
+    return None
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[object]:
+    with redis_channel_setup(redis_url, CHANNEL) as made:
+        yield made
+
+
+def job_of(priority: int) -> Job:
+    made = Job(channel_id=CHANNEL, priority=priority)
+    made.workflows.append(Workflow([noop.task(name="noop")]))
+    return made
+
+
+def test_each_priority_has_a_queue_declared_and_a_job_goes_to_its_own(broker: object) -> None:
+    manager.available(CHANNEL)
+    declared = get_broker().get_declared_queues()
+    assert set(queue_names(CHANNEL)) <= declared
+    assert f"{CHANNEL}.p0" not in declared  # priority 0 is the channel's own queue
+    plain, high = job_of(0), job_of(7)
+    plain.scheduled()
+    high.scheduled()
+    for made, queue in ((plain, CHANNEL), (high, f"{CHANNEL}.p7")):
+        record = get_job_store().get(made.id)
+        assert record is not None and record.state["dispatch"]["queue"] == queue
+    channel = manager.available(CHANNEL)  # taken back: the queues are left empty
+    assert {channel.take().id, channel.take().id} == {plain.id, high.id}  # type: ignore[union-attr]
+
+
+def test_the_in_process_channel_takes_the_highest_priority_first(broker: object) -> None:
+    channel = manager.available(CHANNEL)
+    lows = [job_of(0) for _ in range(3)]
+    for made in lows:
+        made.scheduled()
+    mid, high = job_of(4), job_of(9)
+    mid.scheduled()
+    high.scheduled()
+    taken = [channel.take() for _ in range(5)]
+    assert [t.id if t else None for t in taken] == [high.id, mid.id, *(j.id for j in lows)]
+    assert channel.take() is None
