@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 import dramatiq
 import pytest
 from conftest import unavailable  # tests/conftest.py
+from services import RabbitMQServer
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -126,8 +127,11 @@ def dramatiq_suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.timeout(600)
 def test_dramatiqs_own_rabbitmq_tests_pass_with_our_middleware(
-    dramatiq_suite: Path, rabbitmq_url: str
+    dramatiq_suite: Path, own_rabbitmq: RabbitMQServer
 ) -> None:
+    # A node of its own: Dramatiq's fixture declares its queues with max_priority=10, which
+    # RabbitMQ refuses for a queue another test declared already without it.
+    rabbitmq_url = own_rabbitmq.url
     address = urlsplit(rabbitmq_url)
     env = dict(
         os.environ,
