@@ -33,6 +33,7 @@ SCENARIOS = (
     "typed_params",
     "tracing",
     "ceiling",
+    "rate_limit",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
