@@ -130,6 +130,55 @@ def test_the_flask_mount_of_the_dashboard_page_answers_under_its_prefix(tmp_path
     assert out.split() == ["401", "200", "404"]
 
 
+#: The smallest Django project the page's ``mysite/wsgi.py`` block can load: one view of
+#: the application's own at ``/``, so that the test sees both apps answer.
+DJANGO_PROJECT = {
+    "mysite/__init__.py": "",
+    "mysite/settings.py": """
+SECRET_KEY = "a-django-secret-of-this-test"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "mysite.urls"
+INSTALLED_APPS: list[str] = []
+MIDDLEWARE: list[str] = []
+""",
+    "mysite/urls.py": """
+from django.http import HttpResponse
+from django.urls import path
+
+urlpatterns = [path("", lambda request: HttpResponse("the application's own page"))]
+""",
+}
+
+
+def test_the_django_mount_of_the_dashboard_page_answers_beside_the_django_app(
+    tmp_path: Path,
+) -> None:
+    source = block("docs/operations/dashboard.md", "from django.core.wsgi import")
+    for name, text_ in DJANGO_PROJECT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text_))
+    out = run(
+        source,
+        """
+        import base64
+        from werkzeug.test import Client
+
+        client = Client(application)
+        ok = "Basic " + base64.b64encode(b"ops:s3cret").decode()
+        own = client.get("/")
+        print(client.get("/ops/jobs/").status_code,
+              client.get("/ops/jobs/", headers={"Authorization": ok}).status_code,
+              own.status_code, "own page" in own.get_data(as_text=True),
+              client.get("/elsewhere").status_code)
+        """,
+        tmp_path,
+        DASHBOARD_PASSWORD="s3cret",
+        DASHBOARD_SECRET="a-secret-of-this-test",
+    )
+    assert out.split() == ["401", "200", "200", "True", "404"]
+
+
 def test_the_dashboard_module_for_gunicorn_serves_the_stored_jobs(
     redis_url: str, migrated_uri: str, tmp_path: Path
 ) -> None:
