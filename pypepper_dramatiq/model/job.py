@@ -20,7 +20,7 @@ from ..errors import (
     UnknownJobError,
 )
 from ..limits.rates import RATE_KEY_KEY
-from ..limits.storable import RATE_KEY_TEXT_LENGTH, check_text
+from ..limits.storable import RATE_KEY_TEXT_LENGTH, check_key
 from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord, check_job_id, utcnow
 from ..records.state import BY_API
@@ -102,7 +102,7 @@ class ScheduleOptions:
         key = check_unique_key(self.unique_key)
         check_choice("on_conflict", self.on_conflict, ON_CONFLICT)
         if self.rate_key is not None:
-            check_text("rate_key", self.rate_key, RATE_KEY_TEXT_LENGTH)
+            check_key("rate_key", self.rate_key, RATE_KEY_TEXT_LENGTH)
         waits = Waits(parent_ids(self.after), self.on_parent_failure)
         object.__setattr__(self, "after", waits.parents)
         object.__setattr__(self, "start", start)

@@ -7,6 +7,7 @@ import pytest
 
 from pypepper_dramatiq.errors import ConfigError, InvalidRateLimitError
 from pypepper_dramatiq.limits.rates import Rate, parse_rate
+from pypepper_dramatiq.model.job import ScheduleOptions
 
 
 @pytest.mark.parametrize(
@@ -31,3 +32,20 @@ def test_a_malformed_rate_is_a_typed_error_naming_it(bad: object) -> None:
     assert "rate_limit of channel 'etl'" in str(caught.value)
     assert repr(bad) in str(caught.value)
     assert isinstance(caught.value, ConfigError)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "says"),
+    [
+        ("", ValueError, "rate_key is empty"),
+        (42, TypeError, "rate_key must be a string, got int"),
+        (b"tenant", TypeError, "rate_key must be a string, got bytes"),
+        ("k" * 200, ValueError, "rate_key is 200 characters long"),
+        ("a\x00b", ValueError, "rate_key holds U\\+0000"),
+    ],
+)
+def test_a_rate_key_that_is_no_key_is_refused_naming_it(
+    bad: object, error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        ScheduleOptions(rate_key=bad)  # type: ignore[arg-type]
