@@ -42,7 +42,7 @@ print(
     '  uri="postgresql+psycopg://user:pass@localhost/jobs", migrate=True) first.\n'
     "Next:\n"
     "  - run the tasks on dramatiq worker processes (Redis and PostgreSQL):\n"
-    '    README.md, "Distributed: tasks as Dramatiq actors"\n'
+    '    README.md, "Distributed in two steps"; then docs/tutorial.md\n'
     "  - watch the jobs in a browser: pip install 'pypepper-dramatiq[dashboard]', then\n"
     "    pypepper-dramatiq dashboard --uri postgresql+psycopg://user:pass@localhost/jobs"
 )

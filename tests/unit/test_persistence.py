@@ -747,6 +747,11 @@ def test_minimal_example_shows_what_happened_where_and_what_next() -> None:
     assert 'configure_job_store("postgres"' in shown  # how to switch
     assert "dramatiq worker processes" in shown and "pypepper-dramatiq dashboard" in shown
     assert len(lines) <= 12  # a few readable lines
+    sections = re.findall(r'README\.md, "([^"]+)"', shown)
+    readme = (ROOT / "README.md").read_text()
+    assert sections and all(f"\n## {name}\n" in readme for name in sections), sections
+    pages = re.findall(r"docs/[\w/-]+\.md", shown)
+    assert all((ROOT / page).is_file() for page in pages), pages
     assert took < 30, took  # seconds, not minutes (a hang bound, not a speed check)
 
 
