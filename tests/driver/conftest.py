@@ -9,6 +9,7 @@ background threads.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,6 +45,13 @@ def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:
     found = [m for m in broker.middleware if isinstance(m, WorkflowMiddleware)]
     assert len(found) == 1, broker.middleware
     return found[0]
+
+
+@pytest.fixture
+def holds(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The workers' log lines of every level: a held job or start says so (its ``action``)."""
+    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq")
+    return caplog
 
 
 @pytest.fixture

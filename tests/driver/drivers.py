@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import dramatiq
+import pytest
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.stub import StubBroker
 
@@ -23,6 +26,8 @@ CHANNEL = "driver-jobs"
 #: Upper bound for any one job to end (a hang, not a speed check).
 JOB_TIMEOUT = 30.0
 JOB_TIMEOUT_MS = int(JOB_TIMEOUT * 1000)
+
+_Entry = TypeVar("_Entry")
 
 
 def _stored(job: Job) -> JobRecord:
@@ -116,3 +121,53 @@ def run(driver: Driver, *jobs: Job) -> list[JobRecord]:
         job.scheduled()
     driver.start()
     return driver.wait(*jobs)
+
+
+class CallLog(list[_Entry]):
+    """What a test module's tasks were called with, in call order.
+
+    The tasks run on worker threads, so each entry is added under a lock.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def record(self, entry: _Entry) -> _Entry:
+        """Adds ``entry`` and returns it, so that a task can ``return calls.record(key)``."""
+        with self._lock:
+            self.append(entry)
+        return entry
+
+
+def emptied_around_each_test(*logs: list[Any]) -> Callable[[], Iterator[None]]:
+    """An autouse fixture that empties ``logs`` before and after each test of a module.
+
+    Assign it to a module-level name (``no_calls = emptied_around_each_test(CALLS)``):
+    pytest finds fixtures by name, so no test leaves calls behind for the next one.
+    """
+
+    @pytest.fixture(autouse=True)
+    def emptied() -> Iterator[None]:
+        for log in logs:
+            log.clear()
+        yield
+        for log in logs:
+            log.clear()
+
+    return emptied
+
+
+def held_ids(caplog: pytest.LogCaptureFixture, *actions: str) -> set[str]:
+    """The ids of the jobs a worker logged one of ``actions`` for (``"pause_hold"``, ...)."""
+    return {
+        str(getattr(r, "job_id", ""))
+        for r in caplog.records
+        if getattr(r, "action", None) in actions
+    }
+
+
+def attempts(job: Job) -> Counter[str]:
+    """How many attempts the stored row counts, by task key."""
+    record = _stored(job)
+    return Counter({key: len(entries) for key, entries in record.state.get("history", {}).items()})

@@ -10,12 +10,9 @@ at most once a second; this process's own pause or resume is seen at once.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -36,47 +33,37 @@ from pypepper_dramatiq import (
 )
 from pypepper_dramatiq.records.pauses import PAUSED_UNTIL
 
-from .drivers import CHANNEL, JOB_TIMEOUT, DramatiqDriver, Driver, InProcessDriver, make_job
+from .drivers import (
+    CHANNEL,
+    JOB_TIMEOUT,
+    CallLog,
+    DramatiqDriver,
+    Driver,
+    InProcessDriver,
+    attempts,
+    emptied_around_each_test,
+    held_ids,
+    make_job,
+)
 
-_lock = threading.Lock()
 #: Each call's key, in call order.
-CALLS: list[str] = []
+CALLS: CallLog[str] = CallLog()
+no_calls = emptied_around_each_test(CALLS)
 
 
 @workflow_task(name="driver-pause.step")
 def step(task: Task, context: Context, key: str) -> str:
-    with _lock:
-        CALLS.append(key)
-    return key
+    return CALLS.record(key)
 
 
 @workflow_task(name="driver-pause.later")
 def later(task: Task, context: Context, key: str) -> str:
-    with _lock:
-        CALLS.append(f"{key}:later")
+    CALLS.record(f"{key}:later")
     return key
 
 
-@pytest.fixture(autouse=True)
-def no_calls() -> Iterator[None]:
-    CALLS.clear()
-    yield
-    CALLS.clear()
-
-
-@pytest.fixture
-def holds(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """The workers' log lines, of every level: a held job says so ("pause_hold")."""
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq")
-    return caplog
-
-
-def held_ids(caplog: pytest.LogCaptureFixture) -> set[str]:
-    return {
-        str(getattr(r, "job_id", ""))
-        for r in caplog.records
-        if getattr(r, "action", None) in ("pause_hold", "pause_wait")
-    }
+def paused_ids(caplog: pytest.LogCaptureFixture) -> set[str]:
+    return held_ids(caplog, "pause_hold", "pause_wait")
 
 
 def wait_until_held(caplog: pytest.LogCaptureFixture, driver: Driver, *jobs: Job) -> None:
@@ -89,17 +76,10 @@ def wait_until_held(caplog: pytest.LogCaptureFixture, driver: Driver, *jobs: Job
         stored = isinstance(driver, InProcessDriver) or all(
             r is not None and PAUSED_UNTIL in (r.release_at, r.lease_expires) for r in rows.values()
         )
-        if wanted <= held_ids(caplog) and stored:
+        if wanted <= paused_ids(caplog) and stored:
             return
-        assert time.monotonic() < deadline, (held_ids(caplog), rows)
+        assert time.monotonic() < deadline, (paused_ids(caplog), rows)
         time.sleep(0.02)
-
-
-def attempts(job: Job) -> Counter[str]:
-    """How many attempts the stored row counts, by task key."""
-    record = get_job_store().get(job.id)
-    assert record is not None
-    return Counter({key: len(entries) for key, entries in record.state.get("history", {}).items()})
 
 
 def test_a_paused_channel_accepts_jobs_and_starts_them_in_order_once_resumed(

@@ -8,8 +8,6 @@ jobs of its channel highest priority first, equal priorities in submit order.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -32,32 +30,28 @@ from pypepper_dramatiq.channels.messages import StepMessage
 from pypepper_dramatiq.engine.job_io import release_held
 from pypepper_dramatiq.records.record import utcnow
 
-from .drivers import CHANNEL, Driver, InProcessDriver, make_job
+from .drivers import (
+    CHANNEL,
+    CallLog,
+    Driver,
+    InProcessDriver,
+    emptied_around_each_test,
+    make_job,
+)
 
-_lock = threading.Lock()
 #: Each call's key, in call order.
-CALLS: list[str] = []
+CALLS: CallLog[str] = CallLog()
+no_calls = emptied_around_each_test(CALLS)
 
 
 @workflow_task(name="driver-priority.step")
 def step(task: Task, context: Context, key: str) -> str:
-    with _lock:
-        CALLS.append(key)
-    return key
+    return CALLS.record(key)
 
 
 @workflow_task(name="driver-priority.urgent", priority=6)
 def urgent(task: Task, context: Context, key: str) -> str:
-    with _lock:
-        CALLS.append(key)
-    return key
-
-
-@pytest.fixture(autouse=True)
-def no_calls() -> Iterator[None]:
-    CALLS.clear()
-    yield
-    CALLS.clear()
+    return CALLS.record(key)
 
 
 def keyed(key: str, priority: int | None = None) -> Job:

@@ -8,7 +8,6 @@ queue's arguments, so the test's channel is new.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,19 +20,17 @@ import pypepper_dramatiq
 from pypepper_dramatiq import Context, Job, Status, Task, Workflow, get_job_store, workflow_task
 
 from .conftest import LEASE_SECONDS, SWEEP_INTERVAL, WORKER_TIMEOUT_MS, workflow_middleware
-from .drivers import JOB_TIMEOUT
+from .drivers import JOB_TIMEOUT, CallLog
 
 pytestmark = pytest.mark.rabbitmq
 
-_lock = threading.Lock()
-CALLS: list[str] = []
+#: Each call's key, in call order.
+CALLS: CallLog[str] = CallLog()
 
 
 @workflow_task(name="driver-priority-rabbitmq.step")
 def step(task: Task, context: Context, key: str) -> str:
-    with _lock:
-        CALLS.append(key)
-    return key
+    return CALLS.record(key)
 
 
 @pytest.fixture

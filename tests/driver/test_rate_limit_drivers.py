@@ -9,11 +9,8 @@ message again, due at its turn; the in-process Worker awaits it without a thread
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from dramatiq.brokers.stub import StubBroker
@@ -22,7 +19,6 @@ from pypepper_dramatiq import (
     ConfigError,
     Context,
     InvalidRateLimitError,
-    Job,
     Rate,
     Status,
     Task,
@@ -33,46 +29,29 @@ from pypepper_dramatiq import (
 )
 from pypepper_dramatiq.limits.rates import key_limits
 
-from .drivers import CHANNEL, Driver, make_job
+from .drivers import (
+    CHANNEL,
+    CallLog,
+    Driver,
+    attempts,
+    emptied_around_each_test,
+    held_ids,
+    make_job,
+)
 
-_lock = threading.Lock()
 #: When each call started (``time.monotonic()``), with its key.
-STARTS: list[tuple[float, str]] = []
+STARTS: CallLog[tuple[float, str]] = CallLog()
+no_starts = emptied_around_each_test(STARTS)
 
 
 @workflow_task(name="driver-rate.step")
 def step(task: Task, context: Context, key: str) -> str:
-    with _lock:
-        STARTS.append((time.monotonic(), key))
+    STARTS.record((time.monotonic(), key))
     return key
 
 
-@pytest.fixture(autouse=True)
-def no_starts() -> Iterator[None]:
-    STARTS.clear()
-    yield
-    STARTS.clear()
-
-
-@pytest.fixture
-def holds(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    """The workers' log lines of every level: a held start says so ("rate_hold")."""
-    caplog.set_level(logging.DEBUG, logger="pypepper_dramatiq")
-    return caplog
-
-
-def held_ids(caplog: pytest.LogCaptureFixture) -> set[str]:
-    return {
-        str(getattr(r, "job_id", ""))
-        for r in caplog.records
-        if getattr(r, "action", None) == "rate_hold"
-    }
-
-
-def attempts(job: Job) -> Counter[str]:
-    record = get_job_store().get(job.id)
-    assert record is not None
-    return Counter({key: len(entries) for key, entries in record.state.get("history", {}).items()})
+def rate_held_ids(caplog: pytest.LogCaptureFixture) -> set[str]:
+    return held_ids(caplog, "rate_hold")
 
 
 def test_starts_over_the_channel_rate_limit_wait_for_their_turn_and_all_complete(
@@ -89,7 +68,7 @@ def test_starts_over_the_channel_rate_limit_wait_for_their_turn_and_all_complete
     records = driver.wait(*jobs)
     assert [r.status for r in records] == [Status.COMPLETED] * 6
     assert all(attempts(job) == Counter({"0.0": 1}) for job in jobs)
-    assert len(held_ids(holds) & {job.id for job in jobs}) >= 2
+    assert len(rate_held_ids(holds) & {job.id for job in jobs}) >= 2
     times = sorted(t for t, _ in STARTS)
     assert len(times) == 6
     assert times[-1] - times[0] >= 2.0 - 0.25, times
@@ -106,7 +85,7 @@ def test_every_step_of_a_job_takes_a_turn(driver: Driver, holds: pytest.LogCaptu
     [record] = driver.wait(job)
     assert record.status is Status.COMPLETED
     assert [key for _, key in STARTS] == ["s0", "s1", "s2"]
-    assert job.id in held_ids(holds)
+    assert job.id in rate_held_ids(holds)
     times = [t for t, _ in STARTS]
     assert times[-1] - times[0] >= 2.0 - 0.25, times
 
@@ -147,7 +126,7 @@ def test_a_jobs_rate_key_has_its_own_limit_and_other_jobs_are_not_held(
     records = driver.wait(*keyed, *free)
     assert [r.status for r in records] == [Status.COMPLETED] * 6
     assert all(attempts(job) == Counter({"0.0": 1}) for job in [*keyed, *free])
-    held = held_ids(holds)
+    held = rate_held_ids(holds)
     assert len(held & {job.id for job in keyed}) >= 2
     assert not held & {job.id for job in free}
     times = sorted(t for t, key in STARTS if key.startswith("t"))
