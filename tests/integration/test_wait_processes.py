@@ -21,7 +21,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,43 @@ def report(title: str, **figures: object) -> None:
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+class LostNotice:
+    """A job whose end's notice is lost: ``job.wait()`` runs on a thread of its own while
+    ``cut`` (called once the job runs) keeps the notice from reaching this process.
+
+    Both lost-notice tests share this; each says how its notice is cut and restored.
+    """
+
+    def __init__(self, cluster: Cluster, cut: Callable[[], None]) -> None:
+        self.job = cluster.schedule(pause.task(name="p", seconds=2.0, value="done"))
+        #: What the wait returned, with the wall-clock time it returned at.
+        self.returned: list[tuple[JobRecord, float]] = []
+        self.waiter = threading.Thread(target=self._wait, name="waiter")
+        self.waiter.start()
+        wait_for(
+            lambda: cluster.saved(self.job).status is Status.IN_PROGRESS, 30, "the job to start"
+        )
+        cut()
+        #: The job's ended row, read while its notice could not be told.
+        self.ended: JobRecord = wait_for(
+            lambda: (r := cluster.saved(self.job)).status.is_terminal and r, 30, "the job to end"
+        )
+
+    def _wait(self) -> None:
+        record = self.job.wait(timeout=90)
+        self.returned.append((record, time.time()))
+
+    def seen(self, title: str, **labels: object) -> tuple[float, float]:
+        """Checks the wait returned the ended row; gives when it returned and how late."""
+        assert self.returned, "the wait did not return"
+        record, at = self.returned[0]
+        late = at - record.updated.timestamp()
+        report(title, **labels, late_ms=round(late * 1000))
+        assert record.status is Status.COMPLETED and record.result("p") == "done"
+        assert self.ended.version == record.version
+        return at, late
 
 
 @pytest.fixture(autouse=True)
@@ -133,35 +170,21 @@ def test_a_lost_notice_costs_at_most_the_poll_period(
     cluster = Cluster(own_redis.url, postgres_uri, tmp_path)
     try:
         cluster.start_worker(threads=2)
-        job = cluster.schedule(pause.task(name="p", seconds=2.0, value="done"))
-        returned: list[tuple[JobRecord, float]] = []
 
-        def wait() -> None:
-            record = job.wait(timeout=90)
-            returned.append((record, time.time()))
+        def cut() -> None:
+            cluster.redis.close()
+            own_redis.stop()  # the job ends while Redis is down: its notice is lost
 
-        waiter = threading.Thread(target=wait, name="waiter")
-        waiter.start()
-        wait_for(lambda: cluster.saved(job).status is Status.IN_PROGRESS, 30, "the job to start")
-        cluster.redis.close()
-        own_redis.stop()  # the job ends while Redis is down: its notice is lost
-        ended = wait_for(
-            lambda: (r := cluster.saved(job)).status.is_terminal and r, 30, "the job to end"
-        )
+        lost = LostNotice(cluster, cut)
         if back:
             own_redis.start()
             restarted = time.time()
-            waiter.join(notices.RECONNECT_SECONDS + 5)
+            lost.waiter.join(notices.RECONNECT_SECONDS + 5)
         else:
-            waiter.join(notices.POLL_SECONDS + 5)
+            lost.waiter.join(notices.POLL_SECONDS + 5)
             own_redis.start()
 
-        assert returned, "the wait did not return"
-        record, at = returned[0]
-        late = at - record.updated.timestamp()
-        report("wait-lost-notice", redis_back=back, late_ms=round(late * 1000))
-        assert record.status is Status.COMPLETED and record.result("p") == "done"
-        assert ended.version == record.version
+        at, late = lost.seen("wait-lost-notice", redis_back=back)
         if back:
             assert at - restarted <= notices.RECONNECT_SECONDS + 1.5
         else:
@@ -236,16 +259,6 @@ def test_a_lost_notify_on_rabbitmq_costs_at_most_the_poll_period(
 
     try:
         cluster.start_worker(threads=2, store_uri=postgres_uri)
-        job = cluster.schedule(pause.task(name="p", seconds=2.0, value="done"))
-        returned: list[tuple[JobRecord, float]] = []
-
-        def wait() -> None:
-            record = job.wait(timeout=90)
-            returned.append((record, time.time()))
-
-        waiter = threading.Thread(target=wait, name="waiter")
-        waiter.start()
-        wait_for(lambda: cluster.saved(job).status is Status.IN_PROGRESS, 30, "the job to start")
 
         def listeners() -> list[Any]:
             with admin.connect() as connection:
@@ -257,30 +270,25 @@ def test_a_lost_notify_on_rabbitmq_costs_at_most_the_poll_period(
                     {"role": role},
                 ).all()
 
-        wait_for(listeners, 30, "the waiter's LISTEN connection")
-        let_in(False)
-        with admin.connect() as connection:
-            for (pid,) in listeners():
-                connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        ended = wait_for(
-            lambda: (r := cluster.saved(job)).status.is_terminal and r, 30, "the job to end"
-        )
+        def cut() -> None:
+            wait_for(listeners, 30, "the waiter's LISTEN connection")
+            let_in(False)
+            with admin.connect() as connection:
+                for (pid,) in listeners():
+                    connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+        lost = LostNotice(cluster, cut)
         if back:
             time.sleep(notices.RECONNECT_SECONDS)  # a few failed tries to listen again
-            assert not returned, "the wait returned although its notice was lost"
+            assert not lost.returned, "the wait returned although its notice was lost"
             let_in(True)
             let_back_at = time.time()
-            waiter.join(notices.RECONNECT_SECONDS + 10)
+            lost.waiter.join(notices.RECONNECT_SECONDS + 10)
         else:
-            waiter.join(notices.POLL_SECONDS + 5)
+            lost.waiter.join(notices.POLL_SECONDS + 5)
             let_in(True)
 
-        assert returned, "the wait did not return"
-        record, at = returned[0]
-        late = at - record.updated.timestamp()
-        report("wait-lost-notify", listener_back=back, late_ms=round(late * 1000))
-        assert record.status is Status.COMPLETED and record.result("p") == "done"
-        assert ended.version == record.version
+        at, late = lost.seen("wait-lost-notify", listener_back=back)
         # The outage is logged under the server that is out, not under another broker's.
         outage = [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]
         assert outage and all(line.startswith("PostgreSQL unreachable") for line in outage), outage
