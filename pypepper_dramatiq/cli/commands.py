@@ -42,7 +42,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import duration
@@ -62,6 +62,8 @@ from ..errors import (
 from ..ops.display import printable
 from ..records import paging
 from ..records.paging import encode_cursor
+from ..records.pauses import CHANNEL as PAUSE_CHANNEL
+from ..records.pauses import TASK as PAUSE_TASK
 from ..records.state import BY_CLI
 from ..records.workers import FORGET_AFTER_SECONDS, GONE_AFTER_BEATS, ListedWorker, listing
 from ..rules.retention import BATCH
@@ -1077,11 +1079,55 @@ def _change_channel(transport: Transport, action: str, name: str, size: int | No
 # -- pauses ------------------------------------------------------------------------------------
 
 
+class _PauseWords(NamedTuple):
+    """How the CLI speaks of one kind of pause, so one sentence serves both kinds."""
+
+    noun: str
+    group: str  #: the command group (``channels``, ``tasks``)
+    unstarted: str  #: what a pause keeps from starting
+    held: str  #: what a resume starts
+
+
+#: The words of each kind of pause.
+_PAUSE_WORDS = {
+    PAUSE_CHANNEL: _PauseWords("channel", "channels", "none starts", "held jobs"),
+    PAUSE_TASK: _PauseWords("task", "tasks", "none of its steps starts", "held steps"),
+}
+
+
+def _pause(store: IJobStore, kind: str, name: str) -> int:
+    """Pauses ``name`` and says so, or that it was paused already."""
+    from ..engine.pausing import pause_in
+
+    words = _PAUSE_WORDS[kind]
+    _say(
+        f"{words.noun} {name} paused: its jobs are accepted and {words.unstarted} until "
+        f"'{PROG} {words.group} resume {name}'; running steps finish"
+        if pause_in(store, kind, name)
+        else f"{words.noun} {name} was paused already"
+    )
+    return 0
+
+
+def _resume(store: IJobStore, kind: str, name: str) -> bool:
+    """Resumes ``name`` and says so; False (nothing said) when it was not paused."""
+    from ..engine.pausing import resume_in
+
+    resumed = resume_in(store, kind, name)
+    if resumed:
+        words = _PAUSE_WORDS[kind]
+        _say(f"{words.noun} {name} resumed: its {words.held} start")
+    return resumed
+
+
+def _not_paused(kind: str, name: str) -> int:
+    _error(f"{_PAUSE_WORDS[kind].noun} {name!r} is not paused; nothing to resume")
+    return 1
+
+
 def _pause_channel(args: argparse.Namespace) -> int:
     """``channels pause NAME`` and ``channels resume NAME --uri`` (then, with
     ``--broker-url`` too, the stop flag is lifted as well)."""
-    from ..engine.pausing import pause_in, resume_in
-    from ..records.pauses import CHANNEL
     from ..stores.sql import SqlJobStore
 
     name: str = args.name
@@ -1089,15 +1135,8 @@ def _pause_channel(args: argparse.Namespace) -> int:
         store = SqlJobStore(args.uri)
         try:
             if args.action == "pause":
-                paused = pause_in(store, CHANNEL, name)
-                _say(
-                    f"channel {name} paused: its jobs are accepted and none starts until "
-                    f"'{PROG} channels resume {name}'; running steps finish"
-                    if paused
-                    else f"channel {name} was paused already"
-                )
-                return 0
-            resumed = resume_in(store, CHANNEL, name)
+                return _pause(store, PAUSE_CHANNEL, name)
+            resumed = _resume(store, PAUSE_CHANNEL, name)
         finally:
             store.close()
     except UnknownChannelError as exc:
@@ -1108,24 +1147,16 @@ def _pause_channel(args: argparse.Namespace) -> int:
     except (PypepperError, ValueError) as exc:
         _error(str(exc))
         return 2
-    if resumed:
-        _say(f"channel {name} resumed: its held jobs start")
     if args.broker_url:  # the stop flag too
         lifted = _channels(args)
         return 0 if resumed else lifted
-    if not resumed:
-        _error(f"channel {name!r} is not paused; nothing to resume")
-        return 1
-    return 0
+    return 0 if resumed else _not_paused(PAUSE_CHANNEL, name)
 
 
 def _tasks(store: IJobStore, args: argparse.Namespace) -> int:
     """``tasks [list|pause ID|resume ID]``."""
-    from ..engine.pausing import pause_in, resume_in
-    from ..records.pauses import TASK
-
     if args.action == "list":
-        paused = sorted(name for kind, name in store.paused() if kind == TASK)
+        paused = sorted(name for kind, name in store.paused() if kind == PAUSE_TASK)
         for name in paused:
             print(json.dumps({"task": name}) if args.json else printable(name))
         if not paused and not args.json:
@@ -1139,22 +1170,12 @@ def _tasks(store: IJobStore, args: argparse.Namespace) -> int:
         return 2
     try:
         if args.action == "pause":
-            changed = pause_in(store, TASK, task_id)
-            _say(
-                f"task {task_id} paused: its jobs are accepted and none of its steps "
-                f"starts until '{PROG} tasks resume {task_id}'; running steps finish"
-                if changed
-                else f"task {task_id} was paused already"
-            )
-            return 0
-        if not resume_in(store, TASK, task_id):
-            _error(f"task {task_id!r} is not paused; nothing to resume")
-            return 1
+            return _pause(store, PAUSE_TASK, task_id)
+        resumed = _resume(store, PAUSE_TASK, task_id)
     except UnknownExecutorError as exc:
         _error(f"{exc} ({_IMPORT_HINT})")
         return 1
-    _say(f"task {task_id} resumed: its held steps start")
-    return 0
+    return 0 if resumed else _not_paused(PAUSE_TASK, task_id)
 
 
 # -- workers -----------------------------------------------------------------------------------
