@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -222,8 +223,7 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 f"{fan['parents_completed']:,}, {fan['child_status']}",
             ),
         )
-        for label, cell in fan_cells:
-            out.append([scenario, label, "-", cell, "-", "-"])
+        out += _figure_rows(scenario, fan_cells)
     rec = results.get("recurring")
     if rec:
         scenario = f"8. recurring every second, 2 workers, {rec['seconds']:.0f} s"
@@ -254,8 +254,7 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 f"{_fmt(rec['lag_max_ms'])}",
             ),
         )
-        for label, cell in rec_cells:
-            out.append([scenario, label, "-", cell, "-", "-"])
+        out += _figure_rows(scenario, rec_cells)
     pur = results.get("purge")
     if pur:
         scenario = f"9. purge {pur['old_rows']:,} ended jobs, 1x8 draining {pur['jobs']:,}"
@@ -279,8 +278,7 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             ),
             ("dry run counting them all (s)", _fmt(pur["dry_run_s"], 2)),
         )
-        for label, cell in pur_cells:
-            out.append([scenario, label, "-", cell, "-", "-"])
+        out += _figure_rows(scenario, pur_cells)
     waited = results.get("wait")
     if waited:
         for part, label in (("one_at_a_time", "one caller at a time"), ("at_once", "at once")):
@@ -299,15 +297,17 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
     prog = results.get("progress")
     if prog:
         scenario = f"11. progress, {prog['calls']:,} bar.succeeded() in one task"
-        for label, cell in (
+        out += _figure_rows(
+            scenario,
             (
-                "loop with / without progress (ms); cost a call (us)",
-                f"{_fmt(prog['seconds_with'] * 1000)} / {_fmt(prog['seconds_without'] * 1000, 1)};"
-                f" {_fmt(prog['us_per_call'], 2)}",
+                (
+                    "loop with / without progress (ms); cost a call (us)",
+                    f"{_fmt(prog['seconds_with'] * 1000)} / "
+                    f"{_fmt(prog['seconds_without'] * 1000, 1)}; {_fmt(prog['us_per_call'], 2)}",
+                ),
+                ("store writes (while running + the outcome write)", str(prog["store_writes"])),
             ),
-            ("store writes (while running + the outcome write)", str(prog["store_writes"])),
-        ):
-            out.append([scenario, label, "-", cell, "-", "-"])
+        )
     tx = results.get("transactional")
     if tx:
         out.append(
@@ -355,22 +355,9 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         scenario = (
             f"16. typed parameters, {params['jobs']:,} jobs, 1x8 ({params['runs']} runs each)"
         )
-        for key, label in (
-            ("enqueue_us_per_job", "enqueue cost (us/job): JSON / typed parameters"),
-            ("process_rate", "processing (jobs/s): JSON / typed parameters"),
-        ):
-            typed, as_json = params["typed"][key], params["json"][key]
-            out.append(
-                [
-                    scenario,
-                    label,
-                    _fmt(params["plain"][key]),
-                    f"{_fmt(as_json)} / {_fmt(typed)}",
-                    "-",
-                    f"typed / JSON {typed / as_json:.2f}; "
-                    f"typed / plain {typed / params['plain'][key]:.2f}",
-                ]
-            )
+        out += _against_plain_rows(
+            scenario, params, ("json", "JSON"), ("typed", "typed"), "JSON / typed parameters"
+        )
         codec_json, codec_typed = params["codec_json"], params["codec_typed"]
         extra = sum(codec_typed.values()) - sum(codec_json.values())
         out.append(
@@ -387,43 +374,63 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
     traced = results.get("tracing")
     if traced:
         scenario = f"17. tracing, {traced['jobs']:,} jobs, 1x8 ({traced['runs']} runs each)"
-        for key, label in (
-            ("enqueue_us_per_job", "enqueue cost (us/job): tracing off / on"),
-            ("process_rate", "processing (jobs/s): tracing off / on"),
-        ):
-            on, off = traced["on"][key], traced["off"][key]
-            out.append(
-                [
-                    scenario,
-                    label,
-                    _fmt(traced["plain"][key]),
-                    f"{_fmt(off)} / {_fmt(on)}",
-                    "-",
-                    f"on / off {on / off:.2f}; on / plain {on / traced['plain'][key]:.2f}",
-                ]
-            )
-        costs = traced["in_process"]
-        out.append(
-            [
-                scenario,
-                "in process (us/job): schedule span, attempt span (off: no observer)",
-                "-",
-                f"{_fmt(costs['producer_us'])}, {_fmt(costs['worker_us'])}",
-                "-",
-                "-",
-            ]
+        out += _against_plain_rows(
+            scenario, traced, ("off", "off"), ("on", "on"), "tracing off / on"
         )
-        out.append(
-            [
-                scenario,
-                "spans exported: worker per run (by the hundred), producer in all",
-                "-",
-                f"{traced['worker_spans_per_run']:,.0f}, {traced['producer_spans']:,}",
-                "-",
-                "-",
-            ]
+        costs = traced["in_process"]
+        out += _figure_rows(
+            scenario,
+            (
+                (
+                    "in process (us/job): schedule span, attempt span (off: no observer)",
+                    f"{_fmt(costs['producer_us'])}, {_fmt(costs['worker_us'])}",
+                ),
+                (
+                    "spans exported: worker per run (by the hundred), producer in all",
+                    f"{traced['worker_spans_per_run']:,.0f}, {traced['producer_spans']:,}",
+                ),
+            ),
         )
     out += _ceiling_rows(results.get("ceiling"))
+    return out
+
+
+def _figure_rows(scenario: str, cells: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Rows of a scenario run once, by pypepper alone: a label and its figures, no ratio."""
+    return [[scenario, label, "-", cell, "-", "-"] for label, cell in cells]
+
+
+#: The two costs a scenario that compares a feature off and on reports against plain
+#: Dramatiq: its key in the scenario's figures, and its label.
+AGAINST_PLAIN_COSTS = (
+    ("enqueue_us_per_job", "enqueue cost (us/job)"),
+    ("process_rate", "processing (jobs/s)"),
+)
+
+
+def _against_plain_rows(
+    scenario: str, figures: dict[str, Any], off: tuple[str, str], on: tuple[str, str], heading: str
+) -> list[list[str]]:
+    """A feature's costs off and on, each against plain Dramatiq (scenarios 16 and 17).
+
+    ``off`` and ``on`` are each the key of a run in ``figures`` and the word for it in
+    the ratios; ``heading`` names the two runs after each cost's label.
+    """
+    (off_key, off_word), (on_key, on_word) = off, on
+    out: list[list[str]] = []
+    for key, label in AGAINST_PLAIN_COSTS:
+        plain, before, after = figures["plain"][key], figures[off_key][key], figures[on_key][key]
+        out.append(
+            [
+                scenario,
+                f"{label}: {heading}",
+                _fmt(plain),
+                f"{_fmt(before)} / {_fmt(after)}",
+                "-",
+                f"{on_word} / {off_word} {after / before:.2f}; "
+                f"{on_word} / plain {after / plain:.2f}",
+            ]
+        )
     return out
 
 
