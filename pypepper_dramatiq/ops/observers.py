@@ -19,11 +19,11 @@ may call it (:mod:`pypepper_dramatiq.metrics.prometheus` is one observer, high u
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from .logs import get_logger
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from ..records.record import JobRecord
 
 logger = get_logger(__name__)
+
+_P = ParamSpec("_P")
 
 #: How a recovered step was found (:meth:`Observer.recovered`).
 LEASE_LAPSED = "lease_lapsed"
@@ -190,23 +192,34 @@ def _failed(observer: Observer, method: str) -> None:
 # observer installed each returns at once.
 
 
-def _tell(method: str, *args: Any) -> None:
-    """Call ``method(*args)`` on each observer, logging what one raises."""
+def _tell(method: str, *args: Any, **kwargs: Any) -> None:
+    """Call ``method(*args, **kwargs)`` on each observer, logging what one raises."""
     for observer in _installed.observers:
         try:
-            getattr(observer, method)(*args)
+            getattr(observer, method)(*args, **kwargs)
         except Exception:
             _failed(observer, method)
 
 
-def worker_started() -> None:
-    if _installed.observers:
-        _tell("worker_started")
+def _notification(method: Callable[Concatenate[Observer, _P], None]) -> Callable[_P, None]:
+    """The function the engine calls to tell every observer what ``method`` hears.
+
+    One definition for every notification, typed as the :class:`Observer` method it
+    forwards to: with no observer installed it returns at once.
+    """
+    name = method.__name__
+
+    def notify(*args: _P.args, **kwargs: _P.kwargs) -> None:
+        if _installed.observers:
+            _tell(name, *args, **kwargs)
+
+    notify.__name__ = notify.__qualname__ = name
+    notify.__doc__ = method.__doc__
+    return notify
 
 
-def job_scheduled(channel_id: str) -> None:
-    if _installed.observers:
-        _tell("job_scheduled", channel_id)
+worker_started = _notification(Observer.worker_started)
+job_scheduled = _notification(Observer.job_scheduled)
 
 
 #: What :func:`scheduling` returns when no observer is installed (reusable).
@@ -253,82 +266,25 @@ def scheduling(job_id: str, channel_id: str) -> AbstractContextManager[Mapping[s
     return _Scheduling(job_id, channel_id)
 
 
-def attempt_started(record: JobRecord, task: str, attempt: int, round: int) -> None:
-    if _installed.observers:
-        _tell("attempt_started", record, task, attempt, round)
-
-
-def attempt_ended(job_id: str) -> None:
-    if _installed.observers:
-        _tell("attempt_ended", job_id)
-
-
-def job_started(record: JobRecord, started: datetime) -> None:
-    if _installed.observers:
-        _tell("job_started", record, started)
-
-
-def job_ended(record: JobRecord) -> None:
-    if _installed.observers:
-        _tell("job_ended", record)
-
-
-def step_started(channel_id: str, task: str) -> None:
-    if _installed.observers:
-        _tell("step_started", channel_id, task)
-
-
-def step_finished(channel_id: str, task: str) -> None:
-    if _installed.observers:
-        _tell("step_finished", channel_id, task)
-
-
-def task_ended(
-    record: JobRecord,
-    task: str,
-    outcome: str,
-    started: datetime | None,
-    ended: datetime | None,
-) -> None:
-    if _installed.observers:
-        _tell("task_ended", record, task, outcome, started, ended)
-
-
-def retried(record: JobRecord, task: str) -> None:
-    if _installed.observers:
-        _tell("retried", record, task)
-
-
-def recovered(record: JobRecord, kind: str) -> None:
-    if _installed.observers:
-        _tell("recovered", record, kind)
-
-
-def deadline_missed(record: JobRecord) -> None:
-    if _installed.observers:
-        _tell("deadline_missed", record)
-
-
-def fired(schedule: str, job_id: str) -> None:
-    if _installed.observers:
-        _tell("fired", schedule, job_id)
-
-
-def channel_depths(depths: Mapping[str, int]) -> None:
-    if _installed.observers:
-        _tell("channel_depths", depths)
-
-
-def held_jobs(counts: Mapping[tuple[str, str], int]) -> None:
-    if _installed.observers:
-        _tell("held_jobs", counts)
+attempt_started = _notification(Observer.attempt_started)
+attempt_ended = _notification(Observer.attempt_ended)
+job_started = _notification(Observer.job_started)
+job_ended = _notification(Observer.job_ended)
+step_started = _notification(Observer.step_started)
+step_finished = _notification(Observer.step_finished)
+task_ended = _notification(Observer.task_ended)
+retried = _notification(Observer.retried)
+recovered = _notification(Observer.recovered)
+deadline_missed = _notification(Observer.deadline_missed)
+fired = _notification(Observer.fired)
+channel_depths = _notification(Observer.channel_depths)
+held_jobs = _notification(Observer.held_jobs)
 
 
 def sweep_duties(duties: Sequence[str]) -> None:
+    """Tells the observers the sweep's duties, as a tuple (never the caller's list)."""
     if _installed.observers:
         _tell("sweep_duties", tuple(duties))
 
 
-def sweep_failed(duty: str) -> None:
-    if _installed.observers:
-        _tell("sweep_failed", duty)
+sweep_failed = _notification(Observer.sweep_failed)
