@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, func, literal, or_, select, tuple_, union_all
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import ColumnElement, Select
 
 from ...records.pauses import PAUSED_UNTIL
 from ...records.state import HOOKS_KEY
@@ -19,6 +19,15 @@ from ..schema import jobs
 from .boundary import boundary
 from .parts import SqlStorePart
 from .statements import filters, status_is
+
+
+def _in_created_order(query: Select[Any], newest_first: bool) -> Select[Any]:
+    """``query`` ordered as :meth:`IJobStore.list` orders: by ``created`` then ``id``,
+    both in one direction, so that one index serves the order and the cursor."""
+    columns = query.selected_columns
+    if newest_first:
+        return query.order_by(columns.created.desc(), columns.id.desc())
+    return query.order_by(columns.created, columns.id)
 
 
 class JobListings(SqlStorePart):
@@ -54,10 +63,7 @@ class JobListings(SqlStorePart):
         )
 
         def ordered(query: Select[Any]) -> Select[Any]:
-            columns = query.selected_columns
-            if newest_first:
-                return query.order_by(columns.created.desc(), columns.id.desc())
-            return query.order_by(columns.created, columns.id)
+            return _in_created_order(query, newest_first)
 
         if status is not None:
             query = ordered(select(jobs).where(status_is(Status(status)), *where))
@@ -105,10 +111,7 @@ class JobListings(SqlStorePart):
         reach = offset + limit
 
         def ordered(query: Select[Any]) -> Select[Any]:
-            columns = query.selected_columns
-            if newest_first:
-                return query.order_by(columns.created.desc(), columns.id.desc())
-            return query.order_by(columns.created, columns.id)
+            return _in_created_order(query, newest_first)
 
         keys = (jobs.c.created, jobs.c.id)
         chosen = [Status(status)] if status is not None else list(Status)
@@ -120,39 +123,48 @@ class JobListings(SqlStorePart):
         with boundary(self._engine, "listing job keys"), self._engine.connect() as conn:
             return [(created, str(job_id)) for created, job_id in conn.execute(query)]
 
-    def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
-        query = (
-            select(jobs)
-            .where(jobs.c.status == Status.SCHEDULED.value, jobs.c.release_at <= until)
-            .order_by(jobs.c.release_at, jobs.c.id)
-            .limit(limit)
-        )
-        with boundary(self._engine, "listing jobs due for release"), self._engine.connect() as c:
+    def _first_by(
+        self,
+        what: str,
+        key: ColumnElement[Any],
+        where: builtins.list[ColumnElement[bool]],
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+    ) -> builtins.list[JobRecord]:
+        """The first ``limit`` rows matching ``where`` in ``(key, id)`` order, past the
+        keyset cursor ``after``: the sweep's pages, each read off its index in order."""
+        query = select(jobs).where(*where).order_by(key, jobs.c.id).limit(limit)
+        if after is not None:
+            query = query.where(tuple_(key, jobs.c.id) > (after[0], after[1]))
+        with boundary(self._engine, what), self._engine.connect() as c:
             return listed_jobs(c.execute(query).mappings())
 
-    def overdue(self, now: datetime, limit: int = 100) -> builtins.list[JobRecord]:
-        query = (
-            select(jobs)
-            .where(jobs.c.status == Status.SCHEDULED.value, jobs.c.start_deadline < now)
-            .order_by(jobs.c.start_deadline, jobs.c.id)
-            .limit(limit)
+    def due_releases(self, until: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        return self._first_by(
+            "listing jobs due for release",
+            jobs.c.release_at,
+            [jobs.c.status == Status.SCHEDULED.value, jobs.c.release_at <= until],
+            limit,
         )
-        with boundary(self._engine, "listing overdue jobs"), self._engine.connect() as c:
-            return listed_jobs(c.execute(query).mappings())
+
+    def overdue(self, now: datetime, limit: int = 100) -> builtins.list[JobRecord]:
+        return self._first_by(
+            "listing overdue jobs",
+            jobs.c.start_deadline,
+            [jobs.c.status == Status.SCHEDULED.value, jobs.c.start_deadline < now],
+            limit,
+        )
 
     def waiting(
         self, limit: int = 100, after: tuple[datetime, str] | None = None
     ) -> builtins.list[JobRecord]:
-        query = (
-            select(jobs)
-            .where(jobs.c.waiting_since.is_not(None), jobs.c.status == Status.SCHEDULED.value)
-            .order_by(jobs.c.waiting_since, jobs.c.id)
-            .limit(limit)
+        return self._first_by(
+            "listing waiting jobs",
+            jobs.c.waiting_since,
+            [jobs.c.waiting_since.is_not(None), jobs.c.status == Status.SCHEDULED.value],
+            limit,
+            after,
         )
-        if after is not None:
-            query = query.where(tuple_(jobs.c.waiting_since, jobs.c.id) > (after[0], after[1]))
-        with boundary(self._engine, "listing waiting jobs"), self._engine.connect() as c:
-            return listed_jobs(c.execute(query).mappings())
 
     def held_counts(self) -> dict[tuple[str, str], int]:
         reason = case(
@@ -233,16 +245,13 @@ class JobListings(SqlStorePart):
         # The key is absent from a row with no hook due (JobState.to_dict drops it);
         # ``->`` on PostgreSQL, ``JSON_EXTRACT`` on MySQL. No index serves it: the
         # recovery sweep runs it at most every interval.
-        query = (
-            select(jobs)
-            .where(jobs.c.state[HOOKS_KEY].is_not(None))
-            .order_by(jobs.c.created, jobs.c.id)
-            .limit(limit)
+        return self._first_by(
+            "listing jobs with hooks due",
+            jobs.c.created,
+            [jobs.c.state[HOOKS_KEY].is_not(None)],
+            limit,
+            after,
         )
-        if after is not None:
-            query = query.where(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
-        with boundary(self._engine, "listing jobs with hooks due"), self._engine.connect() as c:
-            return listed_jobs(c.execute(query).mappings())
 
     # -- counts (the dashboard) ---------------------------------------------------------
 
