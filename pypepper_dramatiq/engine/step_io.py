@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any, NoReturn, overload
+from typing import Any, NoReturn, TypeGuard, overload
 
 from ..channels.end_notices import publish_ended
 from ..channels.messages import StepMessage
@@ -214,6 +214,19 @@ def first_executor_id(record: JobRecord) -> str | None:
 def cursor_of(record: JobRecord) -> Position | None:
     cursor = record.state.get("cursor")  # only the cursor: no need to parse the rest
     return Position.from_list(cursor) if cursor else None
+
+
+def _step_held_by(
+    record: JobRecord | None, position: Position, owner: str | None
+) -> TypeGuard[JobRecord]:
+    """Whether ``record`` still stands InProgress at ``position`` with its lease held by
+    ``owner`` (None: by nobody): what a write over a step taken earlier checks first."""
+    return (
+        record is not None
+        and record.status is Status.IN_PROGRESS
+        and record.lease_owner == owner
+        and cursor_of(record) == position
+    )
 
 
 class StepIO:
@@ -725,12 +738,7 @@ class StepIO:
             try:
                 store = self._store()
                 current = store.get(job_id)
-                if (
-                    current is None
-                    or current.status is not Status.IN_PROGRESS
-                    or current.lease_owner != self.owner
-                    or cursor_of(current) != decision.position
-                ):
+                if not _step_held_by(current, decision.position, self.owner):
                     status = current.status.value if current else "gone"
                     cancelled = current is not None and current.status is Status.CANCELLED
                     action = "lost_to_cancel" if cancelled else "lost"
@@ -876,12 +884,7 @@ class StepIO:
         try:
             store = self._store()
             record = store.get(job_id)
-            if (
-                record is None
-                or record.status is not Status.IN_PROGRESS
-                or cursor_of(record) != position
-                or record.lease_owner is not None
-            ):
+            if not _step_held_by(record, position, None):
                 return False
             due = utcnow() + timedelta(seconds=delay)
             return store.advance(record.evolve(lease_expires=due))
