@@ -175,12 +175,26 @@ def _workflows(payload: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _payload(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        return _expected("an object or null", value)
-    return _workflows(value)
+def _object(
+    read: Callable[[dict[str, Any]], str | None],
+    *,
+    optional: bool = False,
+    expected: str = "an object",
+) -> Check:
+    """A check of an object column: null passes where ``optional``, anything else but
+    an object is named (as ``expected``), and ``read`` checks the object's keys."""
+
+    def check(value: Any) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, dict):
+            return _expected(expected, value)
+        return read(value)
+
+    return check
+
+
+_payload = _object(_workflows, optional=True, expected="an object or null")
 
 
 def _entries(what: str, test: Callable[[Any], bool]) -> Callable[[Any], str | None]:
@@ -258,11 +272,7 @@ _STATE_KEYS: dict[str, Check] = {
 }
 
 
-def _state(value: Any) -> str | None:
-    if value is None:  # never written; read as empty, as it always was
-        return None
-    if not isinstance(value, dict):
-        return _expected("an object", value)
+def _state_keys(value: dict[str, Any]) -> str | None:
     for key, check in _STATE_KEYS.items():
         entry = value.get(key)
         if entry:  # absent, null or empty: read as empty
@@ -272,11 +282,11 @@ def _state(value: Any) -> str | None:
     return None
 
 
-def _waits(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        return _expected("an object or null", value)
+#: A null state was never written: it reads as empty, as it always did.
+_state = _object(_state_keys, optional=True)
+
+
+def _wait_keys(value: dict[str, Any]) -> str | None:
     parents = value.get("parents")
     if parents and (not isinstance(parents, list) or not all(isinstance(p, str) for p in parents)):
         return f"key 'parents': {_expected('a list of job ids', parents)}"
@@ -286,6 +296,8 @@ def _waits(value: Any) -> str | None:
             return f"key {key!r}: {_expected('a string', entry)}"
     return None
 
+
+_waits = _object(_wait_keys, optional=True, expected="an object or null")
 
 #: Each column of ``scheduler_jobs`` a record is read from, and its check.
 _JOB_COLUMNS: dict[str, Check] = {
@@ -412,9 +424,7 @@ def _zone(value: Any) -> str | None:
     return None
 
 
-def _template(value: Any) -> str | None:
-    if not isinstance(value, dict):
-        return _expected("an object", value)
+def _template_keys(value: dict[str, Any]) -> str | None:
     channel = value.get("channel_id")
     if not isinstance(channel, str) or not channel:
         return f"key 'channel_id': {_expected('a channel name', channel)}"
@@ -426,6 +436,9 @@ def _template(value: Any) -> str | None:
         return f"key 'payload': {_expected('an object', payload)}"
     problem = _workflows(payload)
     return None if problem is None else f"key 'payload' {problem}"
+
+
+_template = _object(_template_keys)
 
 
 def _one_of(choices: Iterable[str]) -> Check:
