@@ -51,9 +51,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..channels.channel import manager
 from ..errors import ConfigError
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
     from prometheus_client.registry import Collector
 
 logger = get_logger(__name__)
+#: Any of the prometheus_client metric kinds (Counter, Gauge, Histogram).
+_Metric = TypeVar("_Metric")
 
 #: Every metric's name starts with this.
 PREFIX = "pypepper_"
@@ -115,101 +117,101 @@ class _Collectors:
             )
         self.registry = registry if registry is not None else prometheus_client.REGISTRY
         reg = self.registry
-        self.jobs_ended: Counter = prometheus_client.Counter(
-            f"{PREFIX}jobs_ended",
+
+        def named(kind: Callable[..., _Metric]) -> Callable[..., _Metric]:
+            """``kind`` of metric, each named with the package's prefix, in this registry."""
+
+            def make(name: str, documentation: str, labels: list[str], **options: Any) -> _Metric:
+                return kind(f"{PREFIX}{name}", documentation, labels, registry=reg, **options)
+
+            return make
+
+        counter = named(prometheus_client.Counter)
+        gauge = named(prometheus_client.Gauge)
+        histogram = named(prometheus_client.Histogram)
+
+        self.jobs_ended: Counter = counter(
+            "jobs_ended",
             "Jobs that ended, by final status, channel and category.",
             ["status", "channel", "category"],
-            registry=reg,
         )
-        self.jobs_scheduled: Counter = prometheus_client.Counter(
-            f"{PREFIX}jobs_scheduled",
+        self.jobs_scheduled: Counter = counter(
+            "jobs_scheduled",
             "Jobs stored Scheduled, by channel, counted by the process that scheduled "
             "them (a producer with metrics installed, a worker for recurring firings "
             "and the jobs its tasks schedule).",
             ["channel"],
-            registry=reg,
         )
-        self.jobs_held: Gauge = prometheus_client.Gauge(
-            f"{PREFIX}jobs_held",
+        self.jobs_held: Gauge = gauge(
+            "jobs_held",
             "Jobs held in the store, by channel and reason: jobs (waiting for other "
             "jobs or a key's holder), time (sent at their release time) or paused (a "
             "step held until its channel or task is resumed), as the recovery sweep "
             "last read them.",
             ["channel", "reason"],
             multiprocess_mode="livemostrecent",
-            registry=reg,
         )
-        self.job_duration: Histogram = prometheus_client.Histogram(
-            f"{PREFIX}job_duration_seconds",
+        self.job_duration: Histogram = histogram(
+            "job_duration_seconds",
             "Seconds from a job's first start (its first attempt) to its end; jobs that "
             "never started are not observed.",
             ["status", "channel", "category"],
             buckets=JOB_BUCKETS,
-            registry=reg,
         )
-        self.start_delay: Histogram = prometheus_client.Histogram(
-            f"{PREFIX}job_start_delay_seconds",
+        self.start_delay: Histogram = histogram(
+            "job_start_delay_seconds",
             "Seconds from a job's planned start (its eta or delay, else when it was "
             "scheduled) to the claim of its first step.",
             ["channel"],
             buckets=START_DELAY_BUCKETS,
-            registry=reg,
         )
-        self.task_duration: Histogram = prometheus_client.Histogram(
-            f"{PREFIX}task_duration_seconds",
+        self.task_duration: Histogram = histogram(
+            "task_duration_seconds",
             "Seconds one attempt of a task ran, by task name and outcome.",
             ["task", "outcome"],
             buckets=TASK_BUCKETS,
-            registry=reg,
         )
-        self.steps_in_progress: Gauge = prometheus_client.Gauge(
-            f"{PREFIX}steps_in_progress",
+        self.steps_in_progress: Gauge = gauge(
+            "steps_in_progress",
             "Attempts running now, by channel.",
             ["channel"],
             multiprocess_mode="livesum",
-            registry=reg,
         )
-        self.retries: Counter = prometheus_client.Counter(
-            f"{PREFIX}task_retries",
+        self.retries: Counter = counter(
+            "task_retries",
             "Failed attempts followed by another attempt of the same task.",
             ["task"],
-            registry=reg,
         )
-        self.recoveries: Counter = prometheus_client.Counter(
-            f"{PREFIX}recoveries",
+        self.recoveries: Counter = counter(
+            "recoveries",
             "Steps the recovery sweep sent again: lease_lapsed (a dead or hung worker's "
             "step) or message_lost (a Scheduled job whose message was gone).",
             ["channel", "kind"],
-            registry=reg,
         )
-        self.deadlines_missed: Counter = prometheus_client.Counter(
-            f"{PREFIX}start_deadlines_missed",
+        self.deadlines_missed: Counter = counter(
+            "start_deadlines_missed",
             "Jobs cancelled because they had not started by their start deadline.",
             ["channel"],
-            registry=reg,
         )
-        self.firings: Counter = prometheus_client.Counter(
-            f"{PREFIX}recurring_firings",
+        self.firings: Counter = counter(
+            "recurring_firings",
             "Jobs fired by recurring schedules, by schedule name.",
             ["schedule"],
-            registry=reg,
         )
-        self.sweep_failures: Counter = prometheus_client.Counter(
-            f"{PREFIX}sweep_failures",
+        self.sweep_failures: Counter = counter(
+            "sweep_failures",
             "Failures of the recovery sweep's duties, by duty: a pass where the duty "
             "raised counts one, and so does each row it skipped (unreadable, or its "
             "handling raised).",
             ["duty"],
-            registry=reg,
         )
         if self.multiprocess:
             # The exposition runs in another process: the sweep leader writes the depths.
-            self.channel_depth: Gauge | None = prometheus_client.Gauge(
-                f"{PREFIX}channel_depth",
+            self.channel_depth: Gauge | None = gauge(
+                "channel_depth",
                 "Jobs waiting in a channel (admitted, not started), as last read.",
                 ["channel"],
                 multiprocess_mode="livemostrecent",
-                registry=reg,
             )
         else:
             self.channel_depth = None
