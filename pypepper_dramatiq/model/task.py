@@ -155,50 +155,11 @@ class Task:
             options = {**_DEFAULTS, **defaults, **own}
         if on_final_failure is None and source is not None:
             on_final_failure = source.on_final_failure
-        self._build(
-            channel_id,
-            dag_id,
-            fingerprint,
-            name,
-            category,
-            description,
-            tags,
-            executor,
-            executor_id,
-            params,
-            on_final_failure,
-            **options,
-        )
-
-    def _build(
-        self,
-        channel_id: str | None,
-        dag_id: str,
-        fingerprint: str,
-        name: str,
-        category: str | None,
-        description: str,
-        tags: Sequence[str] | None,
-        executor: IExecutor | None,
-        executor_id: str | None,
-        params: dict[str, Any] | None,
-        on_final_failure: FinalFailureHook | None,
-        *,
-        retry_count: int,
-        retry_delay: float,
-        retry_until_completed: bool,
-        retry_until_max: int,
-        round_times: int,
-        round_timeout: float,
-        round_timeout_join: float,
-        optional: bool,
-        retry_backoff: float,
-        retry_delay_max: float | None,
-        retry_jitter: bool,
-    ) -> None:
         # A wait too long would reach the thread's timer as an OverflowError.
-        round_timeout = timeout_seconds("round_timeout", round_timeout)
-        round_timeout_join = timeout_seconds("round_timeout_join", round_timeout_join)
+        round_timeout = timeout_seconds("round_timeout", options.pop("round_timeout"))
+        round_timeout_join = timeout_seconds(
+            "round_timeout_join", options.pop("round_timeout_join")
+        )
         if on_final_failure is not None and not callable(on_final_failure):
             raise TypeError(f"on_final_failure of task {name!r} must be callable")
         if channel_id is not None and (not isinstance(channel_id, str) or not channel_id):
@@ -206,17 +167,7 @@ class Task:
                 f"channel_id of task {name!r} must be a non-empty string or None "
                 f"(the job's channel), got {channel_id!r}"
             )
-        self.policy = RetryPolicy(
-            retry_count=retry_count,
-            retry_delay=retry_delay,
-            retry_until_completed=retry_until_completed,
-            retry_until_max=retry_until_max,
-            round_times=round_times,
-            optional=optional,
-            retry_backoff=retry_backoff,
-            retry_delay_max=retry_delay_max,
-            retry_jitter=retry_jitter,
-        )
+        self.policy = RetryPolicy(**options)  # every other option is the retry table's
         self.channel_id = channel_id
         self.dag_id = dag_id
         self.fingerprint = fingerprint
