@@ -15,6 +15,7 @@ import pytest
 
 from pypepper_dramatiq import (
     CallableExecutor,
+    Channel,
     Context,
     Job,
     Status,
@@ -74,6 +75,21 @@ def _status(job: Job) -> Status:
     return record.status
 
 
+def shut_down_once_taken(channel: Channel) -> None:
+    """Runs ``Worker(channel).run_forever()`` until it took the channel's job, then
+    cancels it, as a shutdown does, and checks the cancel ended the loop."""
+
+    async def shut_down_while_it_waits() -> None:
+        running = asyncio.create_task(Worker(channel).run_forever())
+        while channel.length() != 0:  # until the worker took it
+            await asyncio.sleep(0.01)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(asyncio.wait_for(shut_down_while_it_waits(), WAIT))
+
+
 def test_a_loop_of_timed_out_run_once_calls_runs_a_delayed_job_exactly_once(
     store: IJobStore,
 ) -> None:
@@ -103,15 +119,7 @@ def test_run_forever_cancelled_while_a_job_waits_for_its_start_leaves_it_queued(
     job.scheduled(delay=30)
     channel = manager.available(CHANNEL)
 
-    async def shut_down_while_it_waits() -> None:
-        running = asyncio.create_task(Worker(channel).run_forever())
-        while channel.length() != 0:  # until the worker took it
-            await asyncio.sleep(0.01)
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
-
-    asyncio.run(asyncio.wait_for(shut_down_while_it_waits(), WAIT))
+    shut_down_once_taken(channel)
 
     assert work.calls == 0
     assert channel.length() == 1
@@ -132,15 +140,7 @@ def test_jobs_put_aside_go_back_on_the_channel(store: IJobStore) -> None:
     child.scheduled(after=[parent])
     channel = manager.available(CHANNEL)
 
-    async def shut_down_while_it_waits() -> None:
-        running = asyncio.create_task(Worker(channel).run_forever())
-        while channel.length() != 0:  # until the worker took it and put it aside
-            await asyncio.sleep(0.01)
-        running.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await running
-
-    asyncio.run(asyncio.wait_for(shut_down_while_it_waits(), WAIT))
+    shut_down_once_taken(channel)  # it took the job and put it aside
 
     assert work.calls == 0
     assert channel.length() == 1
