@@ -147,6 +147,24 @@ class Recording(threading.Thread):
         return self.recorded
 
 
+def failed_in_the_hook(
+    hook: BlockingHook,
+    record: Callable[[step_io.Claim], step_io.Recorded | None] | None = None,
+) -> tuple[Job, step_io.Claim, Recording]:
+    """A job whose first step (the claim) failed for good, its outcome being recorded (by
+    ``record``; by default a plain book's ``record_outcome``) on a thread of its own, now
+    blocked in the hook."""
+    job = optional_failure_then_next()
+    claim = claimed_first_step(job)
+    if record is None:
+        recording = Recording(lambda: book().record_outcome(claim, final_failure()))
+    else:
+        recording = Recording(lambda: record(claim))
+    recording.start()
+    assert hook.started.wait(JOB_TIMEOUT)
+    return job, claim, recording
+
+
 def row(job_id: str) -> JobRecord:
     record = get_job_store().get(job_id)
     assert record is not None
@@ -169,11 +187,7 @@ def expiry(record: JobRecord) -> datetime:
 def test_while_the_hook_runs_the_next_step_is_held_under_a_renewed_lease(
     hook: BlockingHook,
 ) -> None:
-    job = optional_failure_then_next()
-    claim = claimed_first_step(job)
-    recording = Recording(lambda: book().record_outcome(claim, final_failure()))
-    recording.start()
-    assert hook.started.wait(JOB_TIMEOUT)
+    job, _, recording = failed_in_the_hook(hook)
 
     held = row(job.id)
     assert held.status is Status.IN_PROGRESS
@@ -209,19 +223,15 @@ def test_while_the_hook_runs_the_next_step_is_held_under_a_renewed_lease(
 def test_after_the_hook_the_caller_may_keep_the_step_to_run_it_here(
     hook: BlockingHook,
 ) -> None:
-    job = optional_failure_then_next()
-    claim = claimed_first_step(job)
     asked: list[tuple[Step, int]] = []
 
     def hold_next(step: Step) -> bool:
         asked.append((step, hook.calls if hook.release.is_set() else -1))
         return True
 
-    recording = Recording(
-        lambda: book().record_outcome(claim, final_failure(), hold_next=hold_next)
+    job, claim, recording = failed_in_the_hook(
+        hook, lambda claim: book().record_outcome(claim, final_failure(), hold_next=hold_next)
     )
-    recording.start()
-    assert hook.started.wait(JOB_TIMEOUT)
     assert asked == []  # asked after the hook, which may have outlasted the bound
     hook.release.set()
     recorded = recording.result()
@@ -240,11 +250,7 @@ def test_after_the_hook_the_caller_may_keep_the_step_to_run_it_here(
 
 
 def test_a_job_cancelled_while_the_hook_runs_gets_no_next_step(hook: BlockingHook) -> None:
-    job = optional_failure_then_next()
-    claim = claimed_first_step(job)
-    recording = Recording(lambda: book().record_outcome(claim, final_failure()))
-    recording.start()
-    assert hook.started.wait(JOB_TIMEOUT)
+    job, _, recording = failed_in_the_hook(hook)
     assert Job.cancel_saved(job.id)
 
     hook.release.set()
@@ -263,11 +269,7 @@ def test_a_step_recovered_from_under_a_hook_is_not_sent_again_by_its_worker(
     # The worker's renewals could not reach the store and the lease lapsed: the
     # recovery sweep took the step (and sends it). After the hook, the worker
     # leaves it alone.
-    job = optional_failure_then_next()
-    claim = claimed_first_step(job)
-    recording = Recording(lambda: book().record_outcome(claim, final_failure()))
-    recording.start()
-    assert hook.started.wait(JOB_TIMEOUT)
+    job, _, recording = failed_in_the_hook(hook)
     store = get_job_store()
     later = utcnow() + timedelta(seconds=LEASE_SECONDS * 10)
     [recovered] = store.recover_expired(later, later + timedelta(seconds=DISPATCH_SECONDS))
@@ -285,13 +287,9 @@ def test_in_process_the_next_step_stays_held_without_expiry_while_the_hook_runs(
 ) -> None:
     # The in-process driver runs the next step itself, in the same thread: no
     # lease, no message, no recovery sweep sends it elsewhere (unchanged).
-    job = optional_failure_then_next()
-    claim = claimed_first_step(job)
-    recording = Recording(
-        lambda: book(holds_steps=True).record_outcome(claim, final_failure(), task=None)
+    job, _, recording = failed_in_the_hook(
+        hook, lambda claim: book(holds_steps=True).record_outcome(claim, final_failure(), task=None)
     )
-    recording.start()
-    assert hook.started.wait(JOB_TIMEOUT)
     held = row(job.id)
     assert held.lease_owner == OWNER and held.lease_expires is None
     assert held.state["hooks"]["0.0"]["until"] is None
