@@ -120,6 +120,13 @@ def ended(registry: CollectorRegistry, status: str) -> float:
     )
 
 
+def sweeper_of(broker: StubBroker, owner: str, batch: int | None = None) -> RecoverySweeper:
+    """The recovery sweep these tests run by hand, as ``owner`` (its lease 3 s)."""
+    if batch is None:
+        return RecoverySweeper(broker, owner, lease_seconds=3, interval=0.5)
+    return RecoverySweeper(broker, owner, lease_seconds=3, interval=0.5, batch=batch)
+
+
 # -- both drivers ---------------------------------------------------------------------------
 
 
@@ -259,7 +266,7 @@ def test_the_recovery_sweep_counts_the_steps_it_sends_again(
         lease_expires=now - timedelta(seconds=5),
     )
     assert get_job_store().put(dead)
-    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    sweeper = sweeper_of(stub_broker, "me")
 
     sweeper.sweep()
 
@@ -532,7 +539,7 @@ def test_the_held_gauge_is_read_by_the_sweep_by_channel_and_reason(
     assert get_job_store().put(parent)  # running: not held
     assert get_job_store().put(later) and get_job_store().put(child)
     assert get_job_store().put(paused)
-    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    sweeper = sweeper_of(stub_broker, "me")
 
     sweeper.report_depths(now)
     held = "pypepper_jobs_held"
@@ -633,7 +640,7 @@ def test_the_sweep_leader_counts_an_end_nobody_counted_once(
     assert store.put(_held_cancel("uncounted", now - timedelta(seconds=5)))
     counted = _held_cancel("counted", now - timedelta(seconds=4))
     assert store.put(counted.evolve(state={**counted.state, "counted": True}))
-    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    sweeper = sweeper_of(stub_broker, "me")
 
     sweeper.sweep(full=True)
     assert ended(registry, "Cancelled") == 1
@@ -642,7 +649,7 @@ def test_the_sweep_leader_counts_an_end_nobody_counted_once(
     sweeper.sweep(full=True)  # read again within the lag: marked, skipped
     assert ended(registry, "Cancelled") == 1
     # A new leader looks back, finds both marked.
-    assert RecoverySweeper(stub_broker, "next", lease_seconds=3, interval=0.5).count_ends(now) == 0
+    assert sweeper_of(stub_broker, "next").count_ends(now) == 0
     assert ended(registry, "Cancelled") == 1
 
 
@@ -653,7 +660,7 @@ def test_the_sweep_reads_ends_behind_its_watermark_within_the_lag_and_not_before
 
     now = datetime.now(timezone.utc)
     store = get_job_store()
-    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    sweeper = sweeper_of(stub_broker, "me")
     assert store.put(_held_cancel("recent", now - timedelta(seconds=1)))
     assert sweeper.count_ends(now) == 1
     # Written by a host whose clock is behind: older than the last row read, within the lag.
@@ -662,7 +669,7 @@ def test_the_sweep_reads_ends_behind_its_watermark_within_the_lag_and_not_before
     # Older than a new leader's look-back: left uncounted.
     lookback = timedelta(seconds=recovery.COUNT_LOOKBACK_SECONDS)
     assert store.put(_held_cancel("ancient", now - lookback - timedelta(minutes=1)))
-    assert RecoverySweeper(stub_broker, "new", lease_seconds=3, interval=0.5).count_ends(now) == 0
+    assert sweeper_of(stub_broker, "new").count_ends(now) == 0
     assert ended(registry, "Cancelled") == 2
 
 
@@ -673,7 +680,7 @@ def test_the_sweep_counts_in_batches_and_goes_on_from_its_watermark(
     store = get_job_store()
     for i in range(7):
         assert store.put(_held_cancel(f"cancelled-{i}", now - timedelta(minutes=30, seconds=-i)))
-    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5, batch=2)
+    sweeper = sweeper_of(stub_broker, "me", batch=2)
     sweeper.count_ends(now)  # up to END_BATCHES batches of 2
     assert ended(registry, "Cancelled") == 7
     assert store.put(_held_cancel("one-more", now))
@@ -686,7 +693,7 @@ def test_a_sweep_without_observers_counts_nothing_and_marks_nothing(
 ) -> None:
     now = datetime.now(timezone.utc)
     assert get_job_store().put(_held_cancel("uncounted", now))
-    sweeper = RecoverySweeper(stub_broker, "me", lease_seconds=3, interval=0.5)
+    sweeper = sweeper_of(stub_broker, "me")
     assert sweeper.count_ends(now) == 0
     record = get_job_store().get("uncounted")
     assert record is not None and "counted" not in record.state
@@ -702,7 +709,7 @@ def test_jobs_failed_by_a_worker_with_metrics_are_not_counted_again_by_the_sweep
     assert [r.status for r in records] == [Status.FAILED] * 2
     assert all(r.state.get("counted") is True for r in records)
     assert ended(registry, "Failed") == 2
-    sweeper = RecoverySweeper(stub_broker, "leader", lease_seconds=3, interval=0.5)
+    sweeper = sweeper_of(stub_broker, "leader")
     assert sweeper.count_ends(datetime.now(timezone.utc)) == 0
     assert ended(registry, "Failed") == 2
 
@@ -724,12 +731,12 @@ def test_a_child_failed_by_a_sweep_without_metrics_is_counted_once_by_a_leader_w
     child = make_job([work.task(name="child")])
     child.scheduled(after=[parent.id])
     # This process has no metrics: its sweep settles the child without counting it.
-    RecoverySweeper(stub_broker, "plain", lease_seconds=3, interval=0.5).sweep(full=True)
+    sweeper_of(stub_broker, "plain").sweep(full=True)
     row = get_job_store().get(child.id)
     assert row is not None and row.status is Status.FAILED and "counted" not in row.state
 
     with _Process() as registry:
-        sweeper = RecoverySweeper(stub_broker, "leader", lease_seconds=3, interval=0.5)
+        sweeper = sweeper_of(stub_broker, "leader")
         assert sweeper.count_ends(datetime.now(timezone.utc)) == 1
         assert sweeper.count_ends(datetime.now(timezone.utc)) == 0
     assert ended(registry, "Failed") == 1
