@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import builtins
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -157,23 +158,31 @@ class IJobStore(abc.ABC):
                 writer of this package writes). The step is not run; the row is
                 left as it is for a person to mend or delete.
         """
-        current = self.get(job_id)
-        if current is None or why_not_claimable(current, cursor, now, start) is not None:
-            return None
-        claimed = current.evolve(
-            status=(
-                transition(current.status, RUN)
-                if current.status is Status.SCHEDULED
-                else current.status
-            ),
-            state=dict(current.state, cursor=list(cursor)),
-            updated=now,
-            lease_owner=owner,
-            lease_expires=lease_until,
-        )
-        if not self.advance(claimed):
-            return None
+        with self._read_check_write():
+            current = self.get(job_id)
+            if current is None or why_not_claimable(current, cursor, now, start) is not None:
+                return None
+            claimed = current.evolve(
+                status=(
+                    transition(current.status, RUN)
+                    if current.status is Status.SCHEDULED
+                    else current.status
+                ),
+                state=dict(current.state, cursor=list(cursor)),
+                updated=now,
+                lease_owner=owner,
+                lease_expires=lease_until,
+            )
+            if not self.advance(claimed):
+                return None
         return claimed.evolve(version=claimed.version + 1)
+
+    def _read_check_write(self) -> AbstractContextManager[object]:
+        """Held around the generic read-then-write defaults (:meth:`claim_step`,
+        :meth:`claim_steps`, :meth:`advance_each`): nothing by default, each write
+        comparing and setting the version; a store with a lock of its own returns it,
+        so that a batch runs under one hold of it."""
+        return nullcontext()
 
     @abc.abstractmethod
     def get(self, job_id: str) -> JobRecord | None:
@@ -713,15 +722,16 @@ class IJobStore(abc.ABC):
         (PostgreSQL) or one read and one transaction (MySQL).
         """
         answers: builtins.list[JobRecord | CorruptRecordError | None] = []
-        for r in requests:
-            try:
-                answers.append(
-                    self.claim_step(
-                        r.job_id, r.cursor, r.owner, r.now, r.lease_until, start=r.start
+        with self._read_check_write():
+            for r in requests:
+                try:
+                    answers.append(
+                        self.claim_step(
+                            r.job_id, r.cursor, r.owner, r.now, r.lease_until, start=r.start
+                        )
                     )
-                )
-            except CorruptRecordError as exc:
-                answers.append(exc)
+                except CorruptRecordError as exc:
+                    answers.append(exc)
         return answers
 
     def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
@@ -739,13 +749,14 @@ class IJobStore(abc.ABC):
         (MySQL).
         """
         answers: builtins.list[bool | Exception] = []
-        for record in records:
-            try:
-                answers.append(self.advance(record))
-            except DuplicateJobError as exc:
-                answers.append(exc)
-            except StoreDataError as exc:  # this row's content refused: its own answer
-                answers.append(exc)
+        with self._read_check_write():
+            for record in records:
+                try:
+                    answers.append(self.advance(record))
+                except DuplicateJobError as exc:
+                    answers.append(exc)
+                except StoreDataError as exc:  # this row's content refused: its own answer
+                    answers.append(exc)
         return answers
 
     # -- bulk scheduling ------------------------------------------------------------------

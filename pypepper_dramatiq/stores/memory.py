@@ -5,11 +5,12 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..errors import CorruptRecordError, DuplicateJobError, UnknownJobError
+from ..errors import DuplicateJobError, UnknownJobError
 from ..records.activity import Activity, ActivityMark, bucketed
 from ..records.links import parents_of, required_parents
 from ..records.pauses import check_kind, held_for_pause
@@ -19,7 +20,7 @@ from ..records.state import HOOKS_KEY
 from ..records.workers import WorkerInfo, listed
 from ..rules.retention import awaited, ended_status, still_needed, tombstones_expire_before
 from ..rules.status import Status, may_overwrite
-from .base import IJobStore, JobRecord, StepClaim, as_utc, matches, utcnow
+from .base import IJobStore, JobRecord, as_utc, matches, utcnow
 
 #: The statuses in which a job holds its unique key.
 _ACTIVE = (Status.SCHEDULED, Status.IN_PROGRESS)
@@ -84,18 +85,10 @@ class MemoryJobStore(IJobStore):
             )
             return True
 
-    def claim_step(
-        self,
-        job_id: str,
-        cursor: Sequence[int],
-        owner: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        start: bool = False,
-    ) -> JobRecord | None:
-        with self._lock:  # re-entrant: the generic read-check-advance runs under it
-            return super().claim_step(job_id, cursor, owner, now, lease_until, start=start)
+    def _read_check_write(self) -> AbstractContextManager[object]:
+        # Re-entrant: the generic read-check-advance, and a whole batch of them, run
+        # under one hold of it.
+        return self._lock
 
     def advance(self, record: JobRecord) -> bool:
         with self._lock:
@@ -415,13 +408,3 @@ class MemoryJobStore(IJobStore):
                 self._rows[row.id] = changed.evolve(updated=now, version=row.version + 1)
                 released += 1
         return released
-
-    def claim_steps(
-        self, requests: Sequence[StepClaim]
-    ) -> builtins.list[JobRecord | CorruptRecordError | None]:
-        with self._lock:  # the whole batch under one hold of the lock
-            return super().claim_steps(requests)
-
-    def advance_each(self, records: Sequence[JobRecord]) -> builtins.list[bool | Exception]:
-        with self._lock:
-            return super().advance_each(records)
