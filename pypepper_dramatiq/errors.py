@@ -170,6 +170,18 @@ class InvalidPriorityError(PypepperError, ValueError, TypeError):
         self.value = value
 
 
+class InvalidRateKeyError(PypepperError, ValueError, TypeError):
+    """A job's ``rate_key`` is no text a row can hold (not a ``str``, empty, longer than
+    the column, or holding a character no store keeps): both a ``ValueError`` and a
+    ``TypeError``, as :class:`InvalidPriorityError`, so either ``except`` catches it."""
+
+    def __init__(self, value: object, why: str, label: str = "rate_key") -> None:
+        shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
+        super().__init__(f"{label} {shown!r} is refused: {why}")
+        #: The value refused.
+        self.value = value
+
+
 class PausingUnsupportedError(PypepperError, NotImplementedError):
     """The job store keeps no paused channels or tasks (a store of a third party that
     did not implement :meth:`~pypepper_dramatiq.stores.base.IJobStore.pause`)."""

@@ -45,6 +45,7 @@ from ..errors import (
     UnknownJobError,
     retry_may_cure,
 )
+from ..limits.rates import check_rate_key
 from ..model.job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, ScheduleOptions
 from ..ops import observers
 from ..ops.logs import get_logger
@@ -52,7 +53,7 @@ from ..records.record import JobRecord, utcnow
 from ..records.state import BY_API, TRACE_KEY, cancelled_state, counting
 from ..records.storable_job import check_job_record, could_be_stored
 from ..rules.events import CANCEL, INIT, SCHEDULE, transition
-from ..rules.priorities import priority_in
+from ..rules.priorities import check_priority, priority_in
 from ..rules.start_times import SHORT_DELAY_SECONDS, StartTimes
 from ..rules.status import Status, may_overwrite
 from ..rules.steps import Position
@@ -165,12 +166,14 @@ class JobIO:
             logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
         return job.id
 
-    def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]:
+    def schedule_many(
+        self, jobs: Iterable[Job], *, priority: int | None = None, rate_key: str | None = None
+    ) -> list[Scheduled]:
         """Schedule ``jobs``: one multi-row insert, then one Redis round trip for the
         admission and the first message of all of them (see :func:`schedule_many`);
         a tracing observer wraps each job's scheduling, as :meth:`schedule`'s."""
         _require_sync()
-        batch = _checked_batch(jobs)
+        batch = _checked_batch(jobs, priority, rate_key)
         if not observers.observing():
             return self._schedule_many(batch)
         with ExitStack() as stack:
@@ -657,7 +660,13 @@ class JobIO:
         return new_id
 
 
-def schedule_many(jobs: Iterable[Job], **options: object) -> list[Scheduled]:
+def schedule_many(
+    jobs: Iterable[Job],
+    *,
+    priority: int | None = None,
+    rate_key: str | None = None,
+    **options: object,
+) -> list[Scheduled]:
     """Schedule many jobs at once; per job, in order, its id or why it was refused.
 
     Each job is scheduled as ``job.scheduled()`` with no option would schedule
@@ -684,13 +693,19 @@ def schedule_many(jobs: Iterable[Job], **options: object) -> list[Scheduled]:
     So ``[r for r in results if isinstance(r, Exception)]`` are the refusals,
     as with ``asyncio.gather(..., return_exceptions=True)``.
 
-    Options that need one job's own path (``delay``, ``eta``,
+    ``priority`` and ``rate_key`` apply to every job of the batch, as
+    ``scheduled(priority=, rate_key=)`` would (None: each job's own, ``Job(priority=)``
+    and ``job.rate_key``). Options that need one job's own path (``delay``, ``eta``,
     ``max_start_delay``, ``unique_key``, ``after``, ``connection``...) are
     refused with a TypeError naming them: schedule those jobs with
     ``job.scheduled(...)``.
 
     Raises:
-        TypeError: an item is not a :class:`Job`, or an option was given.
+        TypeError: an item is not a :class:`Job`, or another option was given.
+        InvalidPriorityError: ``priority`` (or a job's own) is not a whole number
+            from 0 to 9; nothing was stored or sent.
+        InvalidRateKeyError: ``rate_key`` (or a job's own) is no text of 1 to 128
+            characters a row can hold; nothing was stored or sent.
         ValueError: a job is given twice, or was stored before (rebuilt from its row),
             or holds a value its row cannot hold (named, as ``scheduled()`` names it).
         InvalidTransitionError: a job was scheduled already. Nothing was done.
@@ -703,7 +718,7 @@ def schedule_many(jobs: Iterable[Job], **options: object) -> list[Scheduled]:
             f"schedule_many() takes no scheduling options (got {names}): "
             "schedule such jobs one by one with job.scheduled(...)"
         )
-    return JOB_IO.schedule_many(jobs)
+    return JOB_IO.schedule_many(jobs, priority=priority, rate_key=rate_key)
 
 
 def release_held(
@@ -887,8 +902,16 @@ def _admit(
     return channel
 
 
-def _checked_batch(jobs: Iterable[Job]) -> list[Job]:
-    """``jobs`` as a list, each a new job given once; raises TypeError or ValueError."""
+def _checked_batch(
+    jobs: Iterable[Job], priority: int | None = None, rate_key: str | None = None
+) -> list[Job]:
+    """``jobs`` as a list, each a new job given once, given ``priority`` and ``rate_key``
+    (None: its own); raises TypeError or ValueError (the options' typed errors first,
+    before any job is changed)."""
+    if priority is not None:
+        priority = check_priority(priority)
+    if rate_key is not None:
+        rate_key = check_rate_key(rate_key)
     if isinstance(jobs, Job) or not isinstance(jobs, Iterable):
         raise TypeError(f"schedule_many() takes a list of jobs, not {type(jobs).__name__}")
     batch = list(jobs)
@@ -903,9 +926,16 @@ def _checked_batch(jobs: Iterable[Job]) -> list[Job]:
                 f"schedule_many(): job {job.id} was stored before; schedule it with "
                 "job.scheduled(), which checks its stored row"
             )
-        job.settle_priority()  # its own, else its first task's, else the default
-        check_job_record(job.to_record())  # before any row or message of the batch
         seen.add(job.id)
+    for job in batch:
+        if priority is not None:
+            job.priority = priority
+        job.settle_priority()  # its own, else its first task's, else the default
+        if rate_key is not None:
+            job.rate_key = rate_key
+        elif job.rate_key is not None:
+            check_rate_key(job.rate_key)  # set on the job directly: checked as scheduled()'s
+        check_job_record(job.to_record())  # before any row or message of the batch
     return batch
 
 

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRateLimitError
+from ..errors import InvalidRateKeyError, InvalidRateLimitError
+from .storable import RATE_KEY_TEXT_LENGTH, check_text
 
 #: The periods a rate may name, in seconds.
 PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
@@ -67,6 +68,25 @@ def parse_rate(value: object, where: str = "rate_limit") -> Rate:
     if not 1 <= count <= MAX_COUNT:
         raise InvalidRateLimitError(where, value, f"the count must be 1 to {MAX_COUNT}")
     return Rate(count, PERIODS[unit])
+
+
+def check_rate_key(value: object, label: str = "rate_key") -> str:
+    """``value`` if a job may be keyed by it for rate limits (``scheduled(rate_key=)``,
+    ``schedule_many(rate_key=)``, ``recurring(rate_key=)``): a text of 1 to
+    :data:`~pypepper_dramatiq.limits.storable.RATE_KEY_TEXT_LENGTH` characters a row
+    can hold.
+
+    Raises:
+        InvalidRateKeyError: naming ``label`` and ``value``.
+    """
+    if not isinstance(value, str):
+        raise InvalidRateKeyError(value, f"a text is expected, not {type(value).__name__}", label)
+    if not value:
+        raise InvalidRateKeyError(value, "an empty key names nothing to count", label)
+    try:
+        return check_text(label, value, RATE_KEY_TEXT_LENGTH)
+    except ValueError as exc:
+        raise InvalidRateKeyError(value, str(exc), label) from None
 
 
 def rate_key_of(payload: Mapping[str, Any] | None) -> str | None:

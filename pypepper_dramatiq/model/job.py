@@ -19,8 +19,7 @@ from ..errors import (
     UnknownExecutorError,
     UnknownJobError,
 )
-from ..limits.rates import RATE_KEY_KEY
-from ..limits.storable import RATE_KEY_TEXT_LENGTH, check_key
+from ..limits.rates import RATE_KEY_KEY, check_rate_key
 from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord, check_job_id, utcnow
 from ..records.state import BY_API
@@ -102,7 +101,7 @@ class ScheduleOptions:
         key = check_unique_key(self.unique_key)
         check_choice("on_conflict", self.on_conflict, ON_CONFLICT)
         if self.rate_key is not None:
-            check_key("rate_key", self.rate_key, RATE_KEY_TEXT_LENGTH)
+            check_rate_key(self.rate_key)
         waits = Waits(parent_ids(self.after), self.on_parent_failure)
         object.__setattr__(self, "after", waits.parents)
         object.__setattr__(self, "start", start)
@@ -121,7 +120,9 @@ class IJobIO(Protocol):
     :class:`~pypepper_dramatiq.engine.job_io.JobIO`, found through :data:`runtime`)."""
 
     def schedule(self, job: Job, options: ScheduleOptions | None = None) -> str: ...
-    def schedule_many(self, jobs: Iterable[Job]) -> list[Scheduled]: ...
+    def schedule_many(
+        self, jobs: Iterable[Job], *, priority: int | None = None, rate_key: str | None = None
+    ) -> list[Scheduled]: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...
     def cancel(self, job: Job, by: str = BY_API) -> bool: ...

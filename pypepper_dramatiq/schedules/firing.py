@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from ..engine.job_io import JOB_IO
 from ..errors import DuplicateJobError, UnknownScheduleError
+from ..limits.rates import RATE_KEY_KEY, check_rate_key
 from ..model.job import Job, ScheduleOptions
 from ..ops import observers
 from ..ops.display import printable
@@ -64,6 +65,7 @@ def recurring(
     overlap: str = "skip",
     catch_up: str = "latest",
     priority: int | None = None,
+    rate_key: str | None = None,
 ) -> RecurringSchedule:
     """Store (or replace, by ``name``) a schedule that fires a copy of ``job`` at each slot.
 
@@ -88,6 +90,8 @@ def recurring(
         priority: each firing's priority, 0 to 9 (see ``Job.scheduled``); None:
             ``job``'s own (``Job(priority=)``), else its first task's
             (``@workflow_task(priority=)``), else the application's default.
+        rate_key: the key each firing's starts count against (see
+            ``Job.scheduled``); None: ``job``'s own (``job.rate_key``), else none.
 
     Raises:
         ConfigError: a cron expression croniter cannot read, an unknown time
@@ -96,16 +100,21 @@ def recurring(
             or a value of ``job`` its firings' rows could not hold (named, as
             ``scheduled()`` names it); nothing is stored.
         InvalidPriorityError: ``priority`` is not a whole number from 0 to 9.
+        InvalidRateKeyError: ``rate_key`` (or ``job``'s) is no text of 1 to 128
+            characters a row can hold.
         UnknownExecutorError: a task of ``job`` has no registered executor.
     """
     check_name(name)
     priority = job.settle_priority() if priority is None else check_priority(priority)
+    rate_key = job.rate_key if rate_key is None else rate_key
+    if rate_key is not None:
+        rate_key = check_rate_key(rate_key)
     schedule = CronSchedule(cron, timezone)
     check_choice("overlap", overlap, OVERLAP)
     check_choice("catch_up", catch_up, CATCH_UP)
     delay_seconds = None if max_start_delay is None else max_start_delay_seconds(max_start_delay)
     now = utcnow()
-    template = _template(job)
+    template = _template(job, rate_key)
     if priority != DEFAULT:  # a schedule of no priority keeps the template it had
         template["priority"] = priority
     store = get_job_store()
@@ -296,8 +305,13 @@ def _could_be_stored(name: object) -> bool:
     return True
 
 
-def _template(job: Job) -> dict[str, object]:
-    record = check_job_record(job.to_record())
+def _template(job: Job, rate_key: str | None = None) -> dict[str, object]:
+    """What each firing of ``job`` is made from: its channel, category and payload (with
+    ``rate_key``, read back by ``Job.from_record`` as a scheduled job's is)."""
+    record = job.to_record()
+    if rate_key is not None and record.payload is not None:
+        record = record.evolve(payload={**record.payload, RATE_KEY_KEY: rate_key})
+    record = check_job_record(record)
     if record.payload is None:
         raise ValueError(
             f"job {job.id} cannot be a recurring template: each of its tasks needs a "

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 from dramatiq.brokers.stub import StubBroker
@@ -18,13 +20,20 @@ from dramatiq.brokers.stub import StubBroker
 from pypepper_dramatiq import (
     ConfigError,
     Context,
+    InvalidPriorityError,
+    InvalidRateKeyError,
     InvalidRateLimitError,
+    Job,
     Rate,
     Status,
     Task,
     get_job_store,
+    list_recurring,
     manager,
+    recurring,
+    schedule_many,
     setup,
+    trigger_recurring,
     workflow_task,
 )
 from pypepper_dramatiq.limits.rates import key_limits
@@ -134,6 +143,115 @@ def test_a_jobs_rate_key_has_its_own_limit_and_other_jobs_are_not_held(
     assert get_job_store().get(keyed[0].id).payload["rate_key"] == "tenant-1"  # type: ignore[index]
 
 
+def keyed_starts_are_spread(keyed: list[Job], holds: pytest.LogCaptureFixture) -> None:
+    """Three jobs of one key at 1/s: held (logged) and spread over two seconds at
+    least, each started once, no attempt burnt."""
+    assert all(attempts(job) == Counter({"0.0": 1}) for job in keyed)
+    assert len(held_ids(holds) & {job.id for job in keyed}) >= 2
+    times = sorted(t for t, key in STARTS if key.startswith("t"))
+    assert len(times) == 3
+    assert times[-1] - times[0] >= 2.0 - 0.25, times
+
+
+def test_schedule_many_gives_every_job_its_rate_key_and_priority(
+    driver: Driver, holds: pytest.LogCaptureFixture
+) -> None:
+    # As scheduled(rate_key=, priority=) would: the batch's keyed jobs wait their
+    # turns under "tenant-*" at 1/s; a batch without a key is never held.
+    key_limits.configure({"tenant-*": "1/s"})
+    keyed = [make_job([step.options(retry_count=0).task(name="w", key=f"t{n}")]) for n in range(3)]
+    free = [make_job([step.options(retry_count=0).task(name="w", key=f"f{n}")]) for n in range(3)]
+    assert all(isinstance(r, str) for r in schedule_many(keyed, rate_key="tenant-1", priority=4))
+    assert all(isinstance(r, str) for r in schedule_many(free))
+    driver.start()
+    records = driver.wait(*keyed, *free)
+    assert [r.status for r in records] == [Status.COMPLETED] * 6
+    keyed_starts_are_spread(keyed, holds)
+    assert not held_ids(holds) & {job.id for job in free}
+    for record in records[:3]:
+        assert record.payload is not None and record.payload["rate_key"] == "tenant-1"
+        assert Job.from_record(record).priority == 4
+    assert all(r.payload is not None and "rate_key" not in r.payload for r in records[3:])
+
+
+def test_schedule_many_keeps_each_jobs_own_rate_key(stub_broker: object) -> None:
+    own = make_job([step.task(name="w", key="x")])
+    own.rate_key = "tenant-own"
+    other = make_job([step.task(name="w", key="y")])
+    schedule_many([own, other])
+    assert Job.from_record(get_job_store().get(own.id)).rate_key == "tenant-own"  # type: ignore[arg-type]
+    assert Job.from_record(get_job_store().get(other.id)).rate_key is None  # type: ignore[arg-type]
+
+
+#: Bad rate keys, and the words of their errors.
+BAD_RATE_KEYS = [(5, "not int"), ("", "empty"), ("k" * 200, "128"), ("a\x00b", "U\\+0000")]
+
+
+@pytest.mark.parametrize(("bad", "why"), BAD_RATE_KEYS)
+def test_schedule_many_refuses_a_bad_rate_key_naming_it_and_stores_nothing(
+    stub_broker: object, bad: object, why: str
+) -> None:
+    jobs = [make_job([step.task(name="w", key="x")]) for _ in range(2)]
+    with pytest.raises(InvalidRateKeyError, match=why) as caught:
+        schedule_many(jobs, rate_key=bad)  # type: ignore[arg-type]
+    assert "rate_key" in str(caught.value) and caught.value.value == bad
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, TypeError)
+    jobs[1].rate_key = bad  # type: ignore[assignment]
+    with pytest.raises(InvalidRateKeyError, match=why):
+        schedule_many(jobs)  # set on the job: refused as scheduled() refuses it
+    with pytest.raises(InvalidPriorityError, match="priority"):
+        schedule_many(jobs, priority=10)
+    assert all(get_job_store().get(job.id) is None for job in jobs)
+    assert all(job.version == 0 for job in jobs)
+
+
+def test_each_recurring_firing_counts_against_the_schedules_rate_key(
+    driver: Driver, holds: pytest.LogCaptureFixture
+) -> None:
+    # The schedule's rate_key goes to every firing, as scheduled(rate_key=) would:
+    # three firings under "tenant-*" at 1/s wait their turns. A template's own key
+    # is taken when the schedule names none.
+    key_limits.configure({"tenant-*": "1/s"})
+    recurring(
+        "keyed",
+        "0 0 1 1 *",
+        make_job([step.options(retry_count=0).task(name="w", key="t")]),
+        overlap="allow",
+        rate_key="tenant-1",
+        priority=2,
+    )
+    fired = [
+        trigger_recurring("keyed", datetime(2026, 1, 1, 12, 0, n, tzinfo=timezone.utc))
+        for n in range(3)
+    ]
+    own = make_job([step.task(name="w", key="o")])
+    own.rate_key = "own-key"
+    recurring("own", "0 0 1 1 *", own)
+    [schedule] = [s for s in list_recurring() if s.name == "own"]
+    assert schedule.template["payload"]["rate_key"] == "own-key"
+    driver.start()
+    keyed = [Job.from_record(get_job_store().get(job_id)) for job_id in fired]  # type: ignore[arg-type]
+    records = driver.wait(*keyed)
+    assert [r.status for r in records] == [Status.COMPLETED] * 3
+    keyed_starts_are_spread(keyed, holds)
+    assert all(Job.from_record(r).rate_key == "tenant-1" for r in records)
+    assert all(Job.from_record(r).priority == 2 for r in records)
+
+
+@pytest.mark.parametrize(("bad", "why"), BAD_RATE_KEYS)
+def test_recurring_refuses_a_bad_rate_key_naming_it_and_stores_nothing(
+    stub_broker: object, bad: Any, why: str
+) -> None:
+    with pytest.raises(InvalidRateKeyError, match=why) as caught:
+        recurring("bad", "* * * * *", make_job([step.task(name="w", key="x")]), rate_key=bad)
+    assert "rate_key" in str(caught.value)
+    own = make_job([step.task(name="w", key="x")])
+    own.rate_key = bad
+    with pytest.raises(InvalidRateKeyError, match=why):
+        recurring("bad", "* * * * *", own)
+    assert list_recurring() == []
+
+
 # -- declaring a rate limit ---------------------------------------------------------------
 
 
@@ -187,7 +305,7 @@ def test_setup_takes_the_rate_limits_of_job_keys_and_refuses_a_malformed_one() -
 
 def test_a_rate_key_too_long_is_refused_naming_it_and_nothing_stored(stub_broker: object) -> None:
     job = make_job([step.task(name="w", key="x")])
-    with pytest.raises(ValueError, match="rate_key"):
+    with pytest.raises(InvalidRateKeyError, match="rate_key"):
         job.scheduled(rate_key="k" * 200)
     assert get_job_store().get(job.id) is None
 
