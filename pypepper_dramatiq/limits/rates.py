@@ -23,6 +23,11 @@ PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 #: The most starts a rate may allow per period: the transport keeps the starts of the
 #: last period (a sorted set in Redis, an array in PostgreSQL's row).
 MAX_COUNT = 10_000
+#: How long a rate limit key is kept past its last use (its newest start, or the
+#: latest time it told a refused start): the longest period (past it no start of
+#: the key is in any window, so forgetting it changes no answer), and an hour more, as
+#: Redis keeps its keys (the channels list shows a limit applied within the hour).
+IDLE_KEEP_SECONDS = max(PERIODS.values()) + 3600.0
 #: Where a job's rate limit key is kept in its payload (``scheduled(rate_key=)``).
 RATE_KEY_KEY = "rate_key"
 #: ``<count>/<period>``, spaces around the parts allowed.

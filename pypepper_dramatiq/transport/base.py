@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 
 import dramatiq
 
-from ..limits.rates import Rate
+from ..limits.rates import IDLE_KEEP_SECONDS, Rate
 from ..ops.logs import get_logger
 
 SendResult = Literal["ok", "full", "stopped"]
@@ -301,6 +301,18 @@ class Transport(abc.ABC):
         Raises:
             BrokerUnavailableError: the server could not be reached (nothing counted).
         """
+
+    def prune_rate_keys(self, idle_seconds: float = IDLE_KEEP_SECONDS, limit: int = 1000) -> int:
+        """Forget at most ``limit`` rate limit keys unused for ``idle_seconds`` (see
+        :data:`~pypepper_dramatiq.limits.rates.IDLE_KEEP_SECONDS`): a key of many (a
+        tenant's) must not be kept for ever. Returns how many were forgotten. The
+        recovery sweep's leader calls it; a transport whose keys expire by themselves
+        (Redis: ``PEXPIRE`` at each start) forgets nothing here.
+
+        Raises:
+            BrokerUnavailableError: the server could not be reached.
+        """
+        return 0
 
     # -- notices -------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ..limits.rates import Rate
+from ..limits.rates import IDLE_KEEP_SECONDS, Rate
 from .base import ChannelState, Gate, SendResult, Subscription, Topic, Transport, log_bound_change
 
 
@@ -136,6 +136,19 @@ class LocalTransport(Transport):
             slot = max(self._tails.get(key, 0.0), starts[0] + rate.period)
             self._tails[key] = slot + rate.interval
             return slot - now
+
+    def prune_rate_keys(self, idle_seconds: float = IDLE_KEEP_SECONDS, limit: int = 1000) -> int:
+        with self._starts_lock:
+            before = time.monotonic() - idle_seconds
+            idle = [
+                key
+                for key, starts in self._starts.items()
+                if max(starts[-1] if starts else 0.0, self._tails.get(key, 0.0)) < before
+            ][:limit]
+            for key in idle:
+                del self._starts[key]
+                self._tails.pop(key, None)
+            return len(idle)
 
     def publish(self, topic: Topic, text: str) -> int | None:
         return None

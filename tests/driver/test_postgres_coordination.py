@@ -22,7 +22,7 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 
 import pypepper_dramatiq
 from pypepper_dramatiq import (
@@ -315,3 +315,93 @@ def test_the_sweep_leads_and_gives_back_the_slots_of_jobs_that_left(
     assert sweeper.reclaim_slots(utcnow()) == 3
     assert gate.waiting_ids(0, 100) == (0, [f"{served}-no-row-yet"])
     assert other.waiting() == 0
+
+
+def test_the_sweep_prunes_the_rate_limit_keys_idle_for_long_and_keeps_the_live_ones(
+    processes: TwoProcesses,
+) -> None:
+    # Rows of keys idle past IDLE_KEEP_SECONDS (their newest start and last time
+    # told both older) go; a key asked just now stays, and so does an old key whose
+    # told time is recent (a backlog still coming back) or whose newest start is.
+    from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
+    from pypepper_dramatiq.limits.rates import IDLE_KEEP_SECONDS, Rate
+
+    tag = uuid.uuid4().hex[:8]
+    live = [f"key:live-{tag}-{n}" for n in range(3)]
+    for key in live:
+        assert processes.other.ask_start(key, Rate(5, 3600.0)) == 0.0
+    engine = processes.one.engine
+    old = f"extract(epoch FROM clock_timestamp()) - {IDLE_KEEP_SECONDS + 60}"
+    recent = "extract(epoch FROM clock_timestamp()) - 60"
+    rows = {
+        f"key:stale-{tag}-a": (f"ARRAY[{old} - 5, {old}]", "0"),
+        f"key:stale-{tag}-b": ("'{}'", old),
+        f"key:told-{tag}": (f"ARRAY[{old}]", recent),
+        f"key:started-{tag}": (f"ARRAY[{old}, {recent}]", "0"),
+    }
+    with engine.begin() as connection:
+        for key, (starts, tail) in rows.items():
+            connection.execute(
+                text(
+                    "INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)"
+                    f" VALUES (:key, {starts}::float8[], {tail}, '5/h')"
+                ),
+                {"key": key},
+            )
+
+    def kept() -> set[str]:
+        with engine.connect() as connection:
+            found = connection.execute(
+                text("SELECT key FROM scheduler_rate_turns WHERE key LIKE :tag"),
+                {"tag": f"%{tag}%"},
+            )
+            return {row[0] for row in found}
+
+    assert len(kept()) == 7
+    sweeper = RecoverySweeper(processes.broker, "pg-prune", lease_seconds=30, interval=1)
+    assert sweeper.lead()
+    sweeper.sweep(full=True)  # the duty runs in a full pass
+    assert kept() == {*live, f"key:told-{tag}", f"key:started-{tag}"}
+    assert sweeper.health().failing == ()
+    # A key forgotten is asked afresh: its row is made again and the start counted.
+    assert processes.one.ask_start(f"key:stale-{tag}-a", Rate(1, 3600.0)) == 0.0
+    assert processes.one.ask_start(f"key:stale-{tag}-a", Rate(1, 3600.0)) > 0.0
+
+
+def test_a_start_asking_while_its_key_is_pruned_is_counted_on_a_new_row(
+    processes: TwoProcesses,
+) -> None:
+    # The prune deletes a row a start found but had not locked yet: the function
+    # (migration 0016) makes the row again rather than grant the start uncounted
+    # (0015's found no row to lock, granted, and counted nothing).
+    from pypepper_dramatiq.limits.rates import Rate
+
+    key = f"key:raced-{uuid.uuid4().hex[:8]}"
+    rate = Rate(1, 3600.0)
+    assert processes.one.ask_start(key, rate) == 0.0
+    second = create_engine(str(processes.other.engine.url), isolation_level="AUTOCOMMIT")
+    with processes.one.engine.connect() as deleting:
+        deleting.execute(text("BEGIN"))
+        lock = "SELECT key FROM scheduler_rate_turns WHERE key = :k FOR UPDATE"
+        deleting.execute(text(lock), {"k": key})
+        asked: list[float] = []
+        asking = threading.Thread(target=lambda: asked.append(processes.other.ask_start(key, rate)))
+        asking.start()  # it finds the row, then waits for its lock
+        eventually(lambda: waiting_on_a_lock(second), "the start to wait for the row's lock")
+        deleting.execute(text("DELETE FROM scheduler_rate_turns WHERE key = :k"), {"k": key})
+        deleting.execute(text("COMMIT"))
+    asking.join(JOB_TIMEOUT)
+    assert asked == [0.0]  # the window is empty again: granted, and counted
+    assert processes.one.ask_start(key, rate) > 0.0
+    second.dispose()
+
+
+def waiting_on_a_lock(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        waiting = connection.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND query LIKE '%pypepper_rate_ask%'"
+            )
+        )
+        return bool(waiting.scalar())

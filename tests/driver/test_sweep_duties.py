@@ -173,6 +173,8 @@ class World:
         if duty == "roll_up_activity":
             rolled = store.activity(now_minute(ROLLED_AGO * 2), now_minute(), 60)
             return sum(a.count(Status.FAILED) for a in rolled.values()) == 1
+        if duty == "prune_rate_keys":  # Redis expires its keys: only the call is seen
+            return self.calls.get("prune_rate_keys", 0) > 0
         if duty == "reclaim_slots":
             _, waiting = manager.gate_of(CHANNEL).waiting_ids(0, 1000)
             return "leaked" not in waiting and "admitted" in waiting
@@ -215,6 +217,7 @@ def world(store: IJobStore, broker: RedisBroker) -> World:
     made = World(store, broker, slot)
     counting(made, broker, "get_declared_queues")
     counting(made, store, "pending_hooks")
+    counting(made, transport_of(broker), "prune_rate_keys")
     return made
 
 
@@ -239,6 +242,7 @@ BREAKS = {
     "count_ends": ("store", "ended_since"),
     "reclaim_slots": ("transport", "channel_states"),
     "roll_up_activity": ("store", "activity_mark"),
+    "prune_rate_keys": ("transport", "prune_rate_keys"),
 }
 
 

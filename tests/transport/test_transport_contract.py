@@ -297,6 +297,31 @@ def test_rate_limit_keys_count_apart(processes: Processes) -> None:
     assert processes.other.ask_start(f"channel:a-{name}", Rate(1, 60.0)) > 50.0
 
 
+def test_rate_limit_keys_unused_for_long_are_forgotten(processes: Processes) -> None:
+    # Each key kept while in use; forgotten once idle past the given time (Redis
+    # expires its keys itself: it forgets nothing when asked, and its keys have a TTL).
+    name = uuid.uuid4().hex[:8]
+    keys = [f"key:idle-{name}-{n}" for n in range(3)]
+    for key in keys:
+        assert processes.one.ask_start(key, Rate(1, 3600.0)) == 0.0
+    assert processes.other.prune_rate_keys() == 0 or processes.kind == "postgres"
+    told = f"key:told-{name}"  # refused: told to come back in an hour, in use till then
+    assert processes.one.ask_start(told, Rate(1, 3600.0)) == 0.0
+    assert processes.one.ask_start(told, Rate(1, 3600.0)) > 0.0
+    if processes.kind == "redis":
+        client = processes.one.connection
+        assert all(client.pttl(f"pypepper:rate:{key}") > 0 for key in [*keys, told])
+        assert processes.other.prune_rate_keys(idle_seconds=-1.0) == 0
+        return
+    if processes.kind == "local":
+        assert processes.other.prune_rate_keys(idle_seconds=-1.0, limit=1) == 1
+    assert processes.other.prune_rate_keys(idle_seconds=-1.0, limit=10**6) >= 2
+    # Forgotten: each asked afresh is granted and counted again; the told one is kept.
+    assert all(processes.one.ask_start(key, Rate(1, 3600.0)) == 0.0 for key in keys)
+    assert all(processes.one.ask_start(key, Rate(1, 3600.0)) > 0.0 for key in keys)
+    assert processes.other.ask_start(told, Rate(1, 3600.0)) > 0.0
+
+
 def next_event(subscription: Subscription, kind: type, timeout: float = 10.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -45,7 +45,7 @@ from ...engine.job_io import release_held, send_step
 from ...engine.step_io import StepIO, cursor_of
 from ...engine.waiting import Settled, settle
 from ...errors import StoreError, describe
-from ...limits.rates import rate_key_of
+from ...limits.rates import IDLE_KEEP_SECONDS, rate_key_of
 from ...ops import observers
 from ...ops.display import printable
 from ...ops.isolation import RowGuard
@@ -92,6 +92,12 @@ END_BATCHES = 10
 ROLLUP_LAG_SECONDS = 60.0
 #: How long the rollup keeps its minutes: the charts' longest range, and a day.
 ROLLUP_KEEP = timedelta(days=8)
+#: How often the rate limit keys idle for long are pruned (a full pass at most this
+#: often): a key is kept for hours past its use, so a scan of their table every few
+#: minutes is enough.
+RATE_PRUNE_SECONDS = 300.0
+#: Rate limit keys one pass forgets at most, by batches of ``batch``.
+RATE_PRUNE_BATCHES = 10
 
 
 class RecoverySweeper(threading.Thread):
@@ -150,6 +156,8 @@ class RecoverySweeper(threading.Thread):
         self._last_full_pass: datetime | None = None
         #: Where the next look at each channel's waiting set starts (0: its start).
         self._slot_cursors: dict[str, int] = {}
+        #: When this process last pruned the rate limit keys (monotonic; None: never).
+        self._pruned_at: float | None = None
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -564,6 +572,33 @@ class RecoverySweeper(threading.Thread):
         store.forget_activity((now - ROLLUP_KEEP).replace(minute=0, second=0, microsecond=0))
         return sum(sum(a.ended) for a in minutes.values())
 
+    def prune_rate_keys(self, now: datetime) -> int:
+        """Forget the rate limit keys unused for
+        :data:`~pypepper_dramatiq.limits.rates.IDLE_KEEP_SECONDS` (PostgreSQL's rows of
+        ``scheduler_rate_turns``, this process's counts; Redis expires its keys
+        itself): a key per tenant would otherwise stay for ever. At most every
+        :data:`RATE_PRUNE_SECONDS`, :data:`RATE_PRUNE_BATCHES` batches a pass; returns
+        how many were forgotten.
+        """
+        started = time.monotonic()
+        if self._pruned_at is not None and started - self._pruned_at < RATE_PRUNE_SECONDS:
+            return 0
+        forgotten = 0
+        for _ in range(RATE_PRUNE_BATCHES):
+            pruned = self.transport.prune_rate_keys(limit=self.batch)
+            forgotten += pruned
+            if pruned < self.batch:
+                break
+        self._pruned_at = started
+        if forgotten:
+            logger.info(
+                "forgot %d rate limit key(s) unused for %.0f h",
+                forgotten,
+                IDLE_KEEP_SECONDS / 3600,
+                extra={"action": "prune_rate_keys", "keys": forgotten},
+            )
+        return forgotten
+
     def _ends_between(
         self, store: Any, status: Status, start: datetime, until: datetime
     ) -> tuple[list[JobRecord], datetime]:
@@ -770,6 +805,7 @@ DUTIES: tuple[Duty, ...] = (
     Duty("depth_reports", RecoverySweeper.report_depths, full_only=True),
     Duty("count_ends", RecoverySweeper.count_ends, full_only=True),
     Duty("roll_up_activity", RecoverySweeper.roll_up_activity, full_only=True),
+    Duty("prune_rate_keys", RecoverySweeper.prune_rate_keys, full_only=True),
 )
 
 #: The statuses of a job no longer waiting in its channel: taken by a worker, or ended.

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine, text
 
-from ...limits.rates import Rate
+from ...limits.rates import IDLE_KEEP_SECONDS, Rate
 from ...limits.storable import RATE_KEY_LENGTH, check_text
 from ..base import ChannelState, Gate, Subscription, Topic, Transport
 from . import batch
@@ -24,6 +24,16 @@ _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 #: Asks for a start under a rate limit (``Transport.ask_start``): one call of the
 #: function of migration 0015, which locks the key's row, then reads the clock.
 _ASK_START = text("SELECT pypepper_rate_ask(:key, :count, :period, :limit)")
+#: Deletes the rows of the keys idle for ``:idle`` seconds (their newest start and the
+#: last time told, both on the server's clock), skipping a row a start holds locked
+#: (in use); ``pypepper_rate_ask`` (0016) makes the row again when it asks.
+_PRUNE = text(
+    "DELETE FROM scheduler_rate_turns WHERE key IN ("
+    " SELECT key FROM scheduler_rate_turns"
+    " WHERE greatest(tail_at, coalesce(starts[array_upper(starts, 1)], 0))"
+    " < extract(epoch FROM clock_timestamp()) - :idle"
+    " LIMIT :limit FOR UPDATE SKIP LOCKED) RETURNING key"
+)
 
 
 class PostgresTransport(Transport):
@@ -83,6 +93,10 @@ class PostgresTransport(Transport):
             limit=str(rate),
         )
         return max(0.0, float(rows[0][0]))
+
+    def prune_rate_keys(self, idle_seconds: float = IDLE_KEEP_SECONDS, limit: int = 1000) -> int:
+        rows = run(self.engine, "pruning rate limit keys", _PRUNE, idle=idle_seconds, limit=limit)
+        return len(rows)
 
     # -- notices -------------------------------------------------------------------------
 
