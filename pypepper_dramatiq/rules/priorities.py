@@ -35,6 +35,15 @@ def queue_names(channel_id: str) -> list[str]:
     return [queue_name(channel_id, p) for p in range(HIGHEST, LOWEST - 1, -1)]
 
 
+def channel_of_queue(queue_name: str) -> str:
+    """The channel a queue of :func:`queue_name` serves: ``<channel>.p<n>`` (n from 1
+    to 9) is ``<channel>``'s; any other name is a channel's own queue."""
+    base, dot, suffix = queue_name.rpartition(".p")
+    if dot and base and len(suffix) == 1 and suffix in "123456789":
+        return base
+    return queue_name
+
+
 def check_priority(value: object, label: str = "priority") -> int:
     """``value`` as a priority; :class:`~pypepper_dramatiq.errors.InvalidPriorityError`
     naming ``label`` for anything but an int from 0 to 9 (a bool is no priority)."""

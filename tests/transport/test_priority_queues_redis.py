@@ -8,12 +8,23 @@ as before. Real workers: ``tests/integration/test_priority_processes.py``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+import dramatiq
 import pytest
 from process_state import redis_channel_setup
 
-from pypepper_dramatiq import Context, Job, Task, Workflow, get_job_store, manager, workflow_task
+from pypepper_dramatiq import (
+    Context,
+    Job,
+    Status,
+    Task,
+    Workflow,
+    get_job_store,
+    manager,
+    workflow_task,
+)
 from pypepper_dramatiq.channels.broker import get_broker
 from pypepper_dramatiq.rules.priorities import queue_names
 
@@ -25,6 +36,15 @@ CHANNEL = "prio-queues"
 @workflow_task(name="prio-queues.noop")
 def noop(task: Task, context: Context) -> None:
     return None
+
+
+#: When each timed task started (``time.monotonic()``).
+STARTS: list[float] = []
+
+
+@workflow_task(name="prio-queues.timed")
+def timed(task: Task, context: Context) -> None:
+    STARTS.append(time.monotonic())
 
 
 @pytest.fixture
@@ -65,3 +85,31 @@ def test_the_in_process_channel_takes_the_highest_priority_first(broker: object)
     taken = [channel.take() for _ in range(5)]
     assert [t.id if t else None for t in taken] == [high.id, mid.id, *(j.id for j in lows)]
     assert channel.take() is None
+
+
+def test_a_high_priority_job_counts_against_its_channels_rate_limit(broker: object) -> None:
+    # Its messages come from <channel>.p9, not the channel's own queue: the Dramatiq
+    # driver still asks the channel's limit (1/s), so the three starts are spread.
+    STARTS.clear()
+    manager.new(CHANNEL, rate_limit="1/s")
+    jobs = []
+    for _ in range(3):
+        made = Job(channel_id=CHANNEL, priority=9)
+        made.workflows.append(Workflow([timed.options(retry_count=0).task(name="timed")]))
+        made.scheduled()
+        jobs.append(made)
+    worker = dramatiq.Worker(get_broker(), worker_timeout=100, worker_threads=2)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not all(
+            (r := get_job_store().get(made.id)) is not None and r.status is Status.COMPLETED
+            for made in jobs
+        ):
+            assert time.monotonic() < deadline, "the jobs did not complete"
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    starts = sorted(STARTS)
+    assert len(starts) == 3
+    assert starts[-1] - starts[0] >= 2.0 - 0.25, starts

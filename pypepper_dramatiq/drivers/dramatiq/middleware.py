@@ -45,6 +45,7 @@ from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, shared_outage
 from ...records.record import utcnow
 from ...records.spec import TaskSpec
+from ...rules.priorities import channel_of_queue
 from ...rules.start_times import late_retry
 from ...rules.steps import Action, Position, Step, may_continue
 from ...settings import Settings
@@ -217,7 +218,7 @@ class WorkflowMiddleware(Middleware):
         if self._stopping.is_set():
             self._pass_on(broker, step, message)
             return
-        if rate_limits.limited(message.queue_name, _step_rate_key(step)) and (
+        if rate_limits.limited(_channel_of(message, step), _step_rate_key(step)) and (
             self._held_for_its_turn(broker, step, message)
         ):
             return
@@ -311,8 +312,9 @@ class WorkflowMiddleware(Middleware):
         message is sent again, due when the limiter said to ask again, and this one is
         acknowledged unrun, no attempt counted. A transport that cannot be reached
         holds it ``defer_seconds``."""
+        channel_id = _channel_of(message, step)
         try:
-            wait = rate_limits.start_or_wait(message.queue_name, _step_rate_key(step))
+            wait = rate_limits.start_or_wait(channel_id, _step_rate_key(step))
         except BrokerUnavailableError as exc:
             self.logger.warning(
                 "job %s: its channel's rate limit could not be asked (%s); held %.1fs",
@@ -327,10 +329,13 @@ class WorkflowMiddleware(Middleware):
             "job %s: held %.3fs by channel %s's rate limit",
             step.job_id,
             wait,
-            message.queue_name,
+            channel_id,
             extra={"action": "rate_hold", "job_id": step.job_id},
         )
-        if not self._enqueue(broker, step.to_message(message.queue_name), delay=wait):
+        # The same queue and broker priority: a held start keeps its place among
+        # the priorities when it comes back.
+        again = step.to_message(message.queue_name, _same_priority(message))
+        if not self._enqueue(broker, again, delay=wait):
             self.logger.warning(
                 "job %s: message held by a rate limit not put back; the recovery sweep "
                 "sends it again",
@@ -590,6 +595,15 @@ class WorkflowMiddleware(Middleware):
                 "job %s: handed-back step not enqueued; recovery sends it", claim.record.id
             )
             self.book.due_now(claim.record.id, claim.position, delay)
+
+
+def _channel_of(message: Any, step: StepMessage) -> str:
+    """The channel of ``step``: the one its record names (a first step), else the one
+    its queue serves (a priority's queue, ``<channel>.p<n>``, is its channel's)."""
+    if step.record is not None:
+        return step.record.channel_id
+    queue = str(message.queue_name)
+    return queue if manager.get(queue) is not None else channel_of_queue(queue)
 
 
 def _same_priority(message: Any) -> dict[str, Any] | None:
