@@ -339,6 +339,7 @@ class StepIO:
                 break
         else:
             return  # the row kept moving: the claim holds the step (_unless_paused)
+        observers.start_held(step.record.channel_id, observers.HELD_BY_PAUSE)
         _log("pause_hold", step.job_id, step.position, " held unrun: %s", why)
         raise StepSkipped(step.job_id, f"held: {why}")
 
@@ -353,6 +354,7 @@ class StepIO:
         if store.advance(held):
             written = held.evolve(version=held.version + 1)
             self._unless_resumed(store, written, claim.spec.executor_id)
+        observers.start_held(claim.record.channel_id, observers.HELD_BY_PAUSE)
         _log("pause_hold", claim.record.id, claim.position, " held unrun: %s", why)
         raise StepSkipped(claim.record.id, f"held: {why}")
 

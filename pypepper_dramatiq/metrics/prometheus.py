@@ -1,5 +1,6 @@
 """Prometheus metrics of jobs (scheduled, held, ended), attempts, retries, recoveries,
-deadlines, firings, channels and the recovery sweep's failures.
+deadlines, step starts held (rate limits, pauses), firings, channels and the recovery
+sweep's failures.
 
 ``pip install 'pypepper-dramatiq[metrics]'`` (prometheus_client), then turn them on
 with ``setup(..., metrics=True)`` or :func:`install_metrics`. They are an
@@ -150,6 +151,14 @@ class _Collectors:
             "last read them.",
             ["channel", "reason"],
             multiprocess_mode="livemostrecent",
+        )
+        self.starts_held: Counter = counter(
+            "starts_held",
+            "Step starts held instead of run, unrun and no attempt counted, by channel "
+            "and reason: rate_limit (over its channel's or its key's rate limit: it asks "
+            "again at its turn, and counts again if refused again) or paused (its channel "
+            "or task paused: held until resumed).",
+            ["channel", "reason"],
         )
         self.job_duration: Histogram = histogram(
             "job_duration_seconds",
@@ -359,6 +368,9 @@ class PrometheusMetrics(observers.Observer):
     def fired(self, schedule: str, job_id: str) -> None:
         self._child(self.collectors().firings, schedule).inc()
 
+    def start_held(self, channel_id: str, reason: str) -> None:
+        self._child(self.collectors().starts_held, channel_id, reason).inc()
+
     def channel_depths(self, depths: Mapping[str, int]) -> None:
         gauge = self.collectors().channel_depth
         if gauge is None:  # one process: the depths are read at scrape time
@@ -384,6 +396,8 @@ class PrometheusMetrics(observers.Observer):
             for status in ENDED_STATUSES:
                 self._child(made.jobs_ended, status, channel_id, "")
             self._child(made.deadlines_missed, channel_id)
+            for held_by in observers.START_HELD_REASONS:
+                self._child(made.starts_held, channel_id, held_by)
             for kind in (observers.LEASE_LAPSED, observers.MESSAGE_LOST):
                 self._child(made.recoveries, channel_id, kind)
             for reason in HELD_REASONS:

@@ -2,8 +2,8 @@
 
 The engine calls the functions below at the one place where each thing is
 decided (a job stored Scheduled, a job's end after the write that records it, an attempt's end, a
-retry, a recovered step, a missed start deadline, a recurring firing, a failing
-duty of the recovery sweep), so that
+retry, a recovered step, a missed start deadline, a step start held by a rate
+limit or a pause, a recurring firing, a failing duty of the recovery sweep), so that
 both drivers report the same facts. Each function hands the fact to every
 installed :class:`Observer`; with none installed it returns at once, so the
 step path pays one call and one test of an empty tuple.
@@ -37,6 +37,12 @@ _P = ParamSpec("_P")
 #: How a recovered step was found (:meth:`Observer.recovered`).
 LEASE_LAPSED = "lease_lapsed"
 MESSAGE_LOST = "message_lost"
+#: Why a step start was held instead of run (:meth:`Observer.start_held`): over its
+#: channel's or its key's rate limit, or its channel or task paused.
+HELD_BY_RATE_LIMIT = "rate_limit"
+HELD_BY_PAUSE = "paused"
+#: Every reason of :meth:`Observer.start_held`, in the order the metrics list them.
+START_HELD_REASONS = (HELD_BY_RATE_LIMIT, HELD_BY_PAUSE)
 
 
 class Observer:
@@ -115,6 +121,12 @@ class Observer:
     def fired(self, schedule: str, job_id: str) -> None:
         """Recurring schedule ``schedule`` fired: job ``job_id`` was stored for a slot
         (or for ``trigger_recurring``)."""
+
+    def start_held(self, channel_id: str, reason: str) -> None:
+        """A step of ``channel_id`` that was to start now was held, unrun and no
+        attempt counted: :data:`HELD_BY_RATE_LIMIT` (it asks again at its turn) or
+        :data:`HELD_BY_PAUSE` (until its channel or task is resumed). A start held
+        again (refused once more at its turn) is told again."""
 
     def channel_depths(self, depths: Mapping[str, int]) -> None:
         """Jobs waiting in each channel, as the recovery sweep read them."""
@@ -277,6 +289,7 @@ retried = _notification(Observer.retried)
 recovered = _notification(Observer.recovered)
 deadline_missed = _notification(Observer.deadline_missed)
 fired = _notification(Observer.fired)
+start_held = _notification(Observer.start_held)
 channel_depths = _notification(Observer.channel_depths)
 held_jobs = _notification(Observer.held_jobs)
 

@@ -12,6 +12,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -33,7 +34,10 @@ from pypepper_dramatiq import (
     Task,
     WorkflowMiddleware,
     get_job_store,
+    manager,
+    pause_channel,
     recurring,
+    resume_channel,
     workflow_task,
 )
 from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
@@ -506,6 +510,46 @@ def test_a_cancel_in_a_process_with_metrics_counts_there_and_marks_the_row(
     assert ended(registry, "Cancelled") == 1  # the worker meeting its message: counted already
 
 
+def held_starts(registry: CollectorRegistry, reason: str) -> float:
+    return value(registry, "pypepper_starts_held_total", channel=CHANNEL, reason=reason)
+
+
+def test_starts_held_by_a_rate_limit_are_counted_by_channel(
+    driver: Driver, registry: CollectorRegistry
+) -> None:
+    # 1/s, three jobs queued at once: the second and the third are held at least
+    # once each before their turn (again if refused again); none is held by a pause.
+    manager.new(CHANNEL, rate_limit="1/s")
+    jobs = [make_job([work.task(name="ok")]) for _ in range(3)]
+    for job in jobs:
+        job.scheduled()
+    driver.start()
+    assert [r.status for r in driver.wait(*jobs)] == [Status.COMPLETED] * 3
+    assert held_starts(registry, "rate_limit") >= 2
+    assert held_starts(registry, "paused") == 0
+
+
+def test_starts_held_by_a_pause_are_counted_once_each_by_channel(
+    driver: Driver, registry: CollectorRegistry
+) -> None:
+    # Each job of a paused channel is held once when a worker picks it up (in the
+    # store on Dramatiq, in the worker's hands in process), then runs once resumed.
+    assert pause_channel(CHANNEL) is True
+    jobs = [make_job([work.task(name="ok")]) for _ in range(2)]
+    for job in jobs:
+        job.scheduled()
+    driver.start()
+    deadline = time.monotonic() + 30
+    while held_starts(registry, "paused") < 2:
+        assert time.monotonic() < deadline, "the jobs were not held"
+        time.sleep(0.02)
+    assert not [key for key in CALLS if key[0] in {job.id for job in jobs}]  # none ran
+    assert resume_channel(CHANNEL) is True
+    assert [r.status for r in driver.wait(*jobs)] == [Status.COMPLETED] * 2
+    assert held_starts(registry, "paused") == 2
+    assert held_starts(registry, "rate_limit") == 0
+
+
 def test_scheduled_jobs_are_counted_by_channel(
     stub_broker: StubBroker, registry: CollectorRegistry
 ) -> None:
@@ -572,6 +616,9 @@ def test_a_workers_channels_have_their_series_from_the_start(
     for reason in ("jobs", "time", "paused"):
         labels = {"channel": CHANNEL, "reason": reason}
         assert registry.get_sample_value("pypepper_jobs_held", labels) == 0
+    for reason in ("rate_limit", "paused"):
+        labels = {"channel": CHANNEL, "reason": reason}
+        assert registry.get_sample_value("pypepper_starts_held_total", labels) == 0
 
 
 # -- ends counted once: two cancellers, the sweep leader ----------------------------------------

@@ -325,6 +325,7 @@ class WorkflowMiddleware(Middleware):
             wait = self.defer_seconds
         if wait <= 0.0:
             return False
+        observers.start_held(channel_id, observers.HELD_BY_RATE_LIMIT)
         self.logger.debug(
             "job %s: held %.3fs by channel %s's rate limit",
             step.job_id,

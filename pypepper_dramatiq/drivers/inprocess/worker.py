@@ -170,6 +170,7 @@ class Worker:
         why = paused_here.holds(job.channel_id, executor_id)
         if why is not None:
             self._held.append((job, executor_id))  # nothing started: taken again once resumed
+            observers.start_held(job.channel_id, observers.HELD_BY_PAUSE)
             _log(job, "pause_hold", why)
             return False
         if job.not_before is not None:
@@ -332,6 +333,7 @@ class Worker:
         told = False
         while (why := paused_here.holds(job.channel_id, executor_id)) is not None:
             if not told:
+                observers.start_held(job.channel_id, observers.HELD_BY_PAUSE)
                 _log(job, "pause_wait", why)
                 told = True
             job.cancel_event.wait(PAUSED_POLL_SECONDS)
@@ -716,6 +718,7 @@ async def _turn(job: Job) -> None:
         wait = _start_or_wait(job)
         if wait <= 0:
             return
+        observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
         if not told:
             _log(job, "rate_hold", f"{wait:.3f}s")
             told = True
@@ -730,6 +733,7 @@ def _turn_came(job: Job) -> bool:
         wait = _start_or_wait(job)
         if wait <= 0:
             break
+        observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
         if not told:
             _log(job, "rate_hold", f"{wait:.3f}s")
             told = True
