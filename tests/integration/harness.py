@@ -162,17 +162,40 @@ class Cluster:
         tmp_path: where worker logs go.
         broker_url: the broker (``amqp://``: RabbitMQ, its test queue emptied first);
             None: ``redis_url``.
+        max_priority: RabbitMQ only: the broker is built with Dramatiq's
+            ``max_priority`` (its queues declared with ``x-max-priority``), here and in
+            the workers; RabbitMQ refuses to change an existing queue's arguments, so
+            such a cluster serves ``channel`` (one no other test declares).
+        channel: the channel this process declares (the workers': ``extra_env``).
     """
 
     def __init__(
-        self, redis_url: str, store_uri: str, tmp_path: Path, broker_url: str | None = None
+        self,
+        redis_url: str,
+        store_uri: str,
+        tmp_path: Path,
+        broker_url: str | None = None,
+        *,
+        max_priority: int | None = None,
+        channel: str = CHANNEL,
     ) -> None:
         self.redis_url = redis_url
         self.broker_url = broker_url or redis_url
         self.store_uri = store_uri
         self.tmp_path = tmp_path
         self.workers: list[WorkerProcess] = []
-        self.broker: Broker = setup(self.broker_url, store_uri, channels={CHANNEL: 0}, migrate=True)
+        self.max_priority = max_priority
+        if max_priority is None:
+            self.broker: Broker = setup(
+                self.broker_url, store_uri, channels={channel: 0}, migrate=True
+            )
+        else:
+            made = RabbitmqBroker(
+                url=self.broker_url, confirm_delivery=True, max_priority=max_priority
+            )
+            self.broker = setup(
+                broker=made, store_uri=store_uri, channels={channel: 0}, migrate=True
+            )
         if isinstance(self.broker, RabbitmqBroker):
             self.broker.flush_all()  # what an earlier test left queued
         self.redis = redis.Redis.from_url(redis_url)
@@ -229,6 +252,8 @@ class Cluster:
             ENV["sweep_interval"]: str(sweep_interval),
             ENV["cancel_grace"]: str(cancel_grace),
         }
+        if self.max_priority is not None:
+            env[ENV["max_priority"]] = str(self.max_priority)
         if dispatch_seconds is not None:
             env[ENV["dispatch_seconds"]] = str(dispatch_seconds)
         if retention is not None:

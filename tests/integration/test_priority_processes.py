@@ -1,21 +1,27 @@
 """Priorities with real ``dramatiq`` workers (two processes) on Redis, with the
-PostgreSQL and the MariaDB store.
+PostgreSQL and the MariaDB store, and on RabbitMQ (``max_priority``) with PostgreSQL.
 
 On Redis a job of a priority above 0 goes to its channel's queue of that priority
-(``<channel>.p<priority>``), which every worker consumes: a backlog of low-priority
-jobs does not keep a new high-priority job waiting behind it, nor one held in the
-store (waiting for a parent) when it is released. Only what a worker
-process has already prefetched (twice its threads) may start before it.
+(``<channel>.p<priority>``), which every worker consumes; on RabbitMQ its messages
+carry the priority (``broker_priority``) and the queue, declared with
+``x-max-priority``, hands the highest first to whichever process asks. Either way a
+backlog of low-priority jobs does not keep a new high-priority job waiting behind it,
+nor one held in the store (waiting for a parent) when it is released. Only what a
+worker process has already prefetched (twice its threads) may start before it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from pypepper_dramatiq import Job, Workflow
 
+from .conftest import empty_jobs_table, flush_redis
 from .harness import Cluster, wait_for
-from .worker_app import CHANNEL, probe
+from .worker_app import CHANNEL, ENV, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -25,9 +31,14 @@ LOW_SECONDS = 0.1
 
 
 def scheduled(
-    cluster: Cluster, name: str, priority: int, sleep: float = 0.0, after: Job | None = None
+    cluster: Cluster,
+    name: str,
+    priority: int,
+    sleep: float = 0.0,
+    after: Job | None = None,
+    channel: str = CHANNEL,
 ) -> Job:
-    job = Job(category="it", channel_id=CHANNEL)
+    job = Job(category="it", channel_id=channel)
     job.workflows.append(Workflow([probe.task(name=name, sleep=sleep, value=1)]))
     job.scheduled(priority=priority, after=[] if after is None else [after])
     return job
@@ -40,14 +51,38 @@ REDIS_AND_STORES = [
 ]
 
 
-@pytest.mark.parametrize(("broker_kind", "store_backend"), REDIS_AND_STORES, indirect=True)
-def test_a_backlog_of_low_priority_jobs_does_not_hold_back_a_high_one(cluster: Cluster) -> None:
-    cluster.start_worker(processes=2, threads=1, sweep_interval=0.5)
-    lows = [scheduled(cluster, "low", 0, LOW_SECONDS) for _ in range(BACKLOG)]
+#: The channel of the RabbitMQ cluster: its queue is declared with ``x-max-priority``,
+#: which RabbitMQ would refuse for the queue of :data:`CHANNEL` other tests declared.
+PRIORITY_CHANNEL = "it-priorities"
+
+
+@pytest.fixture
+def rabbitmq_cluster(
+    redis_url: str, rabbitmq_url: str, postgres_uri: str, tmp_path: Path
+) -> Iterator[Cluster]:
+    """RabbitMQ with ``max_priority=9`` here and in the workers, PostgreSQL, and Redis
+    for the probes' traces, emptied."""
+    flush_redis(redis_url)
+    empty_jobs_table(postgres_uri)
+    wired = Cluster(
+        redis_url, postgres_uri, tmp_path, rabbitmq_url, max_priority=9, channel=PRIORITY_CHANNEL
+    )
+    yield wired
+    wired.close()
+
+
+def backlog_then_highs(cluster: Cluster, channel: str) -> None:
+    """Two worker processes of one thread each drain a backlog of low jobs; three jobs
+    of priority 9, and one held for the first of them, are scheduled once it started.
+    Each high job starts before at least half the backlog."""
+    cluster.start_worker(
+        processes=2, threads=1, sweep_interval=0.5, extra_env={ENV["channels"]: channel}
+    )
+    lows = [scheduled(cluster, "low", 0, LOW_SECONDS, channel=channel) for _ in range(BACKLOG)]
     wait_for(lambda: cluster.stamp("running", lows[0], "low"), 30, "the backlog to start")
-    highs = [scheduled(cluster, "high", 9) for _ in range(3)]
-    # Held in the store until its parent ends, then released: to its priority's queue.
-    highs.append(scheduled(cluster, "high", 9, after=highs[0]))
+    highs = [scheduled(cluster, "high", 9, channel=channel) for _ in range(3)]
+    # Held in the store until its parent ends, then released with its priority.
+    highs.append(scheduled(cluster, "high", 9, after=highs[0], channel=channel))
 
     records = cluster.wait_status([*lows, *highs], 120)
 
@@ -58,6 +93,19 @@ def test_a_backlog_of_low_priority_jobs_does_not_hold_back_a_high_one(cluster: C
     # Behind the backlog, every high job would start after all of it (0 after). At
     # most the running and the prefetched jobs of each worker process come first.
     assert after >= BACKLOG // 2, (after, cluster.logs())
+    assert len({pid for job in lows for pid in cluster.run_pids(job, "low")}) == 2
+
+
+@pytest.mark.parametrize(("broker_kind", "store_backend"), REDIS_AND_STORES, indirect=True)
+def test_a_backlog_of_low_priority_jobs_does_not_hold_back_a_high_one(cluster: Cluster) -> None:
+    backlog_then_highs(cluster, CHANNEL)
+
+
+@pytest.mark.rabbitmq
+def test_on_rabbitmq_a_backlog_of_low_priority_jobs_does_not_hold_back_a_high_one(
+    rabbitmq_cluster: Cluster,
+) -> None:
+    backlog_then_highs(rabbitmq_cluster, PRIORITY_CHANNEL)
 
 
 def test_equal_priorities_start_in_submit_order(cluster: Cluster) -> None:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import dramatiq
 import redis
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from dramatiq.brokers.stub import StubBroker
 
 from pypepper_dramatiq import (
@@ -83,6 +84,9 @@ ENV = {
     "defaults": "PYPEPPER_IT_DEFAULTS",
     #: the rate limit of every channel this worker serves (``"5/s"``); unset: none.
     "rate_limit": "PYPEPPER_IT_RATE_LIMIT",
+    #: RabbitMQ: the broker's ``max_priority`` (its queues declared with
+    #: ``x-max-priority``); unset: none.
+    "max_priority": "PYPEPPER_IT_MAX_PRIORITY",
 }
 
 #: The channel every test job goes to.
@@ -148,9 +152,15 @@ def _trace_to(directory: str) -> None:
 if REDIS_URL and BROKER_URL and STORE_URI:
     if os.environ.get(ENV["trace_dir"]):
         _trace_to(os.environ[ENV["trace_dir"]])
+    MAX_PRIORITY = os.environ.get(ENV["max_priority"])
     broker = setup(
-        BROKER_URL,
+        None if MAX_PRIORITY else BROKER_URL,
         STORE_URI,
+        broker=(
+            RabbitmqBroker(url=BROKER_URL, confirm_delivery=True, max_priority=int(MAX_PRIORITY))
+            if MAX_PRIORITY
+            else None
+        ),
         channels={
             c: {"maxsize": 0, "rate_limit": os.environ.get(ENV["rate_limit"]) or None}
             for c in os.environ.get(ENV["channels"], CHANNEL).split(",")
