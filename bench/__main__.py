@@ -35,6 +35,7 @@ SCENARIOS = (
     "tracing",
     "ceiling",
     "rate_limit",
+    "priority_inversion",
 )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .env import Stack
-from .harness import Competitor, Durable, Plain, wait_for_count, wait_until
+from .harness import THREADS, Competitor, Durable, Plain, wait_for_count, wait_until
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Sizes:
     ceiling_shapes: tuple[int, ...] = (1, 2, 3)  #: scenario 18: worker processes per run
     ceiling_reps: int = 2  #: scenario 18: runs of each competitor and shape
     rate_seconds: float = 30.0  #: scenario 19: how long the rate-limited backlog lasts
+    inversion: tuple[int, int] = (10_000, 100)  #: scenario 20: low-priority jobs, then high
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -79,6 +80,8 @@ QUICK = replace(QUICK, params_jobs=500, tracing_jobs=500)
 QUICK = replace(QUICK, ceiling_jobs=1_000, ceiling_shapes=(1,), ceiling_reps=1)
 # Scenario 19 at the quick size.
 QUICK = replace(QUICK, rate_seconds=6.0)
+# Scenario 20 at the quick size.
+QUICK = replace(QUICK, inversion=(1_000, 20))
 
 
 def median(values: list[float]) -> float:
@@ -1427,6 +1430,73 @@ def rate_limit(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     return out
 
 
+# -- 20. priority inversion ---------------------------------------------------------------------
+
+#: The priority of scenario 20's late jobs (the backlog's is 0).
+HIGH_PRIORITY = 9
+#: Jobs per ``schedule_many`` call while the backlog is queued.
+INVERSION_BATCH = 1_000
+#: The prefetch settings scenario 20 runs under: Dramatiq's default (twice the threads
+#: per queue), and as many as the threads (``dramatiq_queue_prefetch``; it counts the
+#: messages running too, so below the threads some would stay idle).
+INVERSION_PREFETCH = ("default", str(THREADS))
+
+
+def priority_inversion(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """``inversion[0]`` low-priority jobs queued, a worker (2 processes x 8 threads)
+    draining them, then ``inversion[1]`` jobs of priority 9 scheduled at once: the
+    seconds until the high ones are all done, against the seconds until the backlog
+    is, both from the moment the high ones were scheduled. Without priorities the high
+    jobs would be done about when the backlog is (a ratio near 1); with them, once the
+    messages the processes had prefetched ran. Once with Dramatiq's prefetch, once
+    with ``dramatiq_queue_prefetch`` equal to the threads."""
+    from pypepper_dramatiq import schedule_many
+
+    lows, highs = sizes.inversion
+    out: dict[str, Any] = {"low_jobs": lows, "high_jobs": highs, "processes": 2, "threads": THREADS}
+    for prefetch in INVERSION_PREFETCH:
+        stack.reset()
+        for first in range(0, lows, INVERSION_BATCH):
+            batch = [
+                durable.app.job(1, f"low-{n}")
+                for n in range(first, min(lows, first + INVERSION_BATCH))
+            ]
+            assert all(isinstance(r, str) for r in schedule_many(batch))
+        settings = {} if prefetch == "default" else {"dramatiq_queue_prefetch": prefetch}
+        with _environ(**settings):
+            worker = durable.worker(2)
+        try:
+            # The backlog is being drained: the workers hold (and prefetched) low jobs.
+            wait_until(lambda: durable.done() >= max(lows // 20, 16), 120, "lows", worker)
+            sent = time.time()
+            made = [durable.app.job(1, f"high-{n}") for n in range(highs)]
+            assert all(isinstance(r, str) for r in schedule_many(made, priority=HIGH_PRIORITY))
+            wait_until(lambda: durable.done() >= lows + highs, lows / 20 + 120, "jobs", worker)
+            worker.check()
+        finally:
+            worker.stop()
+        done = durable.done_times()
+        high_done = max(at for key, at in done.items() if key.startswith("high-")) - sent
+        low_done = max(at for key, at in done.items() if key.startswith("low-")) - sent
+        lows_after = sum(
+            1 for key, at in done.items() if key.startswith("low-") and at > sent + high_done
+        )
+        out[prefetch] = {
+            "high_done_seconds": high_done,
+            "backlog_drained_seconds": low_done,
+            "ratio": high_done / low_done if low_done > 0 else float("nan"),
+            "lows_done_after_the_highs": lows_after,
+        }
+        print(
+            f"  prefetch {prefetch}: {highs} jobs of priority {HIGH_PRIORITY} done "
+            f"{high_done:.2f}s after they were scheduled, the {lows}-job backlog drained "
+            f"after {low_done:.2f}s (ratio {high_done / max(low_done, 1e-9):.3f}); "
+            f"{lows_after} low jobs ended after the last high one",
+            flush=True,
+        )
+    return out
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables (inherited by the workers started meanwhile)."""
@@ -1479,6 +1549,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
             ),
         ),
         ("rate_limit", lambda: rate_limit(stack, durable, sizes)),
+        ("priority_inversion", lambda: priority_inversion(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

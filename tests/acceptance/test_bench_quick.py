@@ -34,6 +34,7 @@ SCENARIOS = (
     "tracing",
     "ceiling",
     "rate_limit",
+    "priority_inversion",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
