@@ -120,21 +120,6 @@ def check_text(field: str, value: str, limit: int | None = None) -> str:
     return value
 
 
-def check_key(field: str, value: object, limit: int) -> str:
-    """``value`` if it can be a key (a rate key, a concurrency key): a string of 1 to
-    ``limit`` characters a row can hold; else a typed error naming ``field``.
-
-    Raises:
-        TypeError: ``value`` is not a string.
-        ValueError: it is empty, too long, or holds a code point no store keeps.
-    """
-    if not isinstance(value, str):
-        raise TypeError(f"{field} must be a string, got {type(value).__name__} {value!r}")
-    if not value:
-        raise ValueError(f"{field} is empty; leave it out (None) for no key")
-    return check_text(field, value, limit)
-
-
 def check_json(field: str, value: Any, depth: int = 0) -> Any:
     """``value`` if a JSON column can hold it as ``field``; else ``ValueError`` naming
     where in it the culprit sits (``params['a'][0]``).

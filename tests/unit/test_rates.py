@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pypepper_dramatiq.errors import ConfigError, InvalidRateLimitError
+from pypepper_dramatiq.errors import ConfigError, InvalidRateKeyError, InvalidRateLimitError
 from pypepper_dramatiq.limits.rates import Rate, parse_rate
 from pypepper_dramatiq.model.job import ScheduleOptions
 
@@ -35,17 +35,15 @@ def test_a_malformed_rate_is_a_typed_error_naming_it(bad: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bad", "error", "says"),
+    ("bad", "says"),
     [
-        ("", ValueError, "rate_key is empty"),
-        (42, TypeError, "rate_key must be a string, got int"),
-        (b"tenant", TypeError, "rate_key must be a string, got bytes"),
-        ("k" * 200, ValueError, "rate_key is 200 characters long"),
-        ("a\x00b", ValueError, "rate_key holds U\\+0000"),
+        ("", "an empty key"),
+        (42, "a text is expected, not int"),
+        (b"tenant", "a text is expected, not bytes"),
+        ("k" * 200, "200 characters long"),
+        ("a\x00b", "U\\+0000"),
     ],
 )
-def test_a_rate_key_that_is_no_key_is_refused_naming_it(
-    bad: object, error: type[Exception], says: str
-) -> None:
-    with pytest.raises(error, match=says):
+def test_a_rate_key_that_is_no_key_is_refused_naming_it(bad: object, says: str) -> None:
+    with pytest.raises(InvalidRateKeyError, match=f"rate_key .* is refused: .*{says}"):
         ScheduleOptions(rate_key=bad)  # type: ignore[arg-type]
