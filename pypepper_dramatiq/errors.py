@@ -322,6 +322,29 @@ class InvalidRateLimitError(ConfigError):
         self.value = value
 
 
+class InvalidConcurrencyLimitError(ConfigError, TypeError):
+    """A concurrency limit (``max_running``, ``setup(concurrency=...)``) is not a whole
+    number of at least 1 (a ``ConfigError``, which is a ``ValueError``, and a
+    ``TypeError``: either ``except`` catches it)."""
+
+    def __init__(self, where: str, value: object, why: str) -> None:
+        super().__init__(f"{where}: {value!r} is no concurrency limit ({why}); write e.g. 3")
+        #: Where the value was given (``"max_running of 'etl'"``).
+        self.where = where
+        #: The value refused.
+        self.value = value
+
+
+class InvalidConcurrencyKeyError(PypepperError, ValueError, TypeError):
+    """A job's ``concurrency_key`` is not a non-empty text a job row can keep (a
+    ``ValueError`` and a ``TypeError``: either ``except`` catches it)."""
+
+    def __init__(self, value: object, why: str) -> None:
+        super().__init__(f"concurrency_key {value!r} is refused: {why}")
+        #: The value refused.
+        self.value = value
+
+
 class StoreError(PypepperError):
     """The job store failed."""
 

@@ -12,6 +12,7 @@ from dramatiq.broker import Broker
 from pypepper_dramatiq import config, executor_registry, manager, setup
 from pypepper_dramatiq.channels import broker as broker_module
 from pypepper_dramatiq.defaults import installed_defaults
+from pypepper_dramatiq.limits.concurrency import key_concurrency
 from pypepper_dramatiq.limits.rates import key_limits
 from pypepper_dramatiq.stores.registry import reset_job_store
 
@@ -23,6 +24,7 @@ def _forget_everything(broker: Broker | None) -> None:
         dramatiq.broker.global_broker = None
     manager.clear()
     key_limits.configure(None)
+    key_concurrency.configure(None)
     config.clear()
     installed_defaults.clear()
     reset_job_store()

@@ -35,6 +35,7 @@ from dramatiq.middleware import Middleware
 
 from ..config import count
 from ..errors import BrokerUnavailableError, MessageError, StoreError
+from ..limits.concurrency import check_limit
 from ..limits.rates import Rate, parse_rate
 from ..model.job import Job
 from ..ops import observers
@@ -77,6 +78,11 @@ class Channel:
             it waits for its turn (:mod:`~pypepper_dramatiq.engine.rate_limits`).
             None: no limit, and no call to the limiter. Each process applies the one
             it declared; the turns are counted on the transport, shared.
+        max_running: at most this many of the channel's steps run at once, on every
+            worker together: a step over it waits, unstarted, for a slot
+            (:mod:`~pypepper_dramatiq.engine.concurrency`). None: no limit, and no
+            call to the transport. Each process applies the one it declared; the
+            slots are counted on the transport, shared.
 
     Creating a channel does not talk to Redis (a process starts while Redis is
     down); its first admission, release or read does, or :meth:`connect`.
@@ -84,6 +90,8 @@ class Channel:
     Raises:
         ConfigError: ``maxsize`` is not a whole number >= 0.
         InvalidRateLimitError: ``rate_limit`` is malformed (a ``ConfigError``).
+        InvalidConcurrencyLimitError: ``max_running`` is not a whole number of at
+            least 1 (a ``ConfigError``).
     """
 
     def __init__(
@@ -95,11 +103,14 @@ class Channel:
         *,
         declare: bool = True,
         rate_limit: str | Rate | None = None,
+        max_running: int | None = None,
     ) -> None:
         if maxsize is not None:
             maxsize = count("maxsize", maxsize)
         #: The channel's rate limit (None: none).
         self.rate_limit: Rate | None = _rate_of(channel_id, rate_limit)
+        #: How many of its steps may run at once, on every worker together (None: any).
+        self.max_running: int | None = _max_running_of(channel_id, max_running)
         self.id = channel_id
         self.broker = broker or get_broker()
         self.transport = transport_of(self.broker)
@@ -453,6 +464,14 @@ def _rate_of(channel_id: str, rate_limit: str | Rate | None) -> Rate | None:
     return None if rate_limit is None else parse_rate(rate_limit, f"rate_limit of {channel_id!r}")
 
 
+def _max_running_of(channel_id: str, max_running: object) -> int | None:
+    """``max_running`` of channel ``channel_id`` checked (None: none);
+    InvalidConcurrencyLimitError naming the channel."""
+    return (
+        None if max_running is None else check_limit(max_running, f"max_running of {channel_id!r}")
+    )
+
+
 def _fail_stored(record: JobRecord, error: str) -> None:
     """Store ``record``'s job as Failed with ``error``, unless it already moved on."""
     store = get_job_store()
@@ -507,6 +526,7 @@ class ChannelManager:
         maxsize: int | None = None,
         *,
         rate_limit: str | Rate | None = None,
+        max_running: int | None = None,
     ) -> Channel:
         """The channel ``channel_id``, created with ``maxsize`` if this process has none yet.
 
@@ -516,22 +536,37 @@ class ChannelManager:
         process holds the channel, a later ``maxsize`` is ignored and the same
         object is returned: change the bound with :meth:`resize`. A given
         ``rate_limit`` (``"100/m"``: see :class:`Channel`) applies to the channel
-        either way, from this process's next step start on.
+        either way, from this process's next step start on; so does a given
+        ``max_running`` (the most steps of the channel running at once on every
+        worker together: see :class:`Channel`).
 
         Raises:
             ConfigError: ``maxsize`` is not a whole number >= 0.
             InvalidRateLimitError: ``rate_limit`` is malformed; nothing was declared.
+            InvalidConcurrencyLimitError: ``max_running`` is not a whole number of at
+                least 1; nothing was declared.
         """
         rate = (
             None if rate_limit is None else parse_rate(rate_limit, f"rate_limit of {channel_id!r}")
         )
+        running = _max_running_of(channel_id, max_running)
         with self._lock:
             channel = self._channels.get(channel_id)
             if channel is None:
-                channel = self._channels[channel_id] = Channel(channel_id, maxsize, rate_limit=rate)
-            elif rate is not None:
-                channel.rate_limit = rate
+                channel = self._channels[channel_id] = Channel(
+                    channel_id, maxsize, rate_limit=rate, max_running=running
+                )
+            else:
+                if rate is not None:
+                    channel.rate_limit = rate
+                if running is not None:
+                    channel.max_running = running
             return channel
+
+    def max_running(self, channel_id: str) -> int | None:
+        """The concurrency limit this process declared for ``channel_id`` (None: none)."""
+        channel = self._channels.get(channel_id)
+        return None if channel is None else channel.max_running
 
     def rate_limit(self, channel_id: str) -> Rate | None:
         """The rate limit this process declared for ``channel_id`` (None: none)."""

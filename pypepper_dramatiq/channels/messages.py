@@ -9,6 +9,8 @@ import dramatiq
 from dramatiq.broker import MessageProxy
 
 from ..errors import MessageError
+from ..limits.concurrency import concurrency_key_of
+from ..limits.rates import rate_key_of
 from ..records.record import JobRecord
 from ..records.state import DISPATCH_KEY
 from ..rules.priorities import priority_in
@@ -61,6 +63,42 @@ class StepMessage:
     #: The job's rate limit key (``scheduled(rate_key=)``), on every message of its
     #: steps: a worker asks its limit before the claim, without reading the row.
     rate_key: str | None = None
+    #: The job's concurrency key (``scheduled(concurrency_key=)``), on every message of
+    #: its steps: a worker takes its slot before the claim, without reading the row.
+    concurrency_key: str | None = None
+
+    @classmethod
+    def keyed(
+        cls,
+        job_id: str,
+        position: Position,
+        payload: dict[str, Any] | None,
+        *,
+        unknown_since: float | None = None,
+    ) -> StepMessage:
+        """A message of a later step of the job whose stored payload is ``payload``:
+        it carries the job's rate and concurrency keys."""
+        return cls(
+            job_id,
+            position,
+            unknown_since=unknown_since,
+            rate_key=rate_key_of(payload),
+            concurrency_key=concurrency_key_of(payload),
+        )
+
+    @property
+    def keys(self) -> tuple[str | None, str | None]:
+        """The job's rate limit key and concurrency key, as this message names them or
+        its job's record does (a first message carries the record)."""
+        if self.record is None:
+            return self.rate_key, self.concurrency_key
+        payload = self.record.payload
+        return (
+            self.rate_key if self.rate_key is not None else rate_key_of(payload),
+            self.concurrency_key
+            if self.concurrency_key is not None
+            else concurrency_key_of(payload),
+        )
 
     def to_message(
         self, queue_name: str, options: dict[str, Any] | None = None
@@ -74,6 +112,8 @@ class StepMessage:
             data["unknown_since"] = self.unknown_since
         if self.rate_key is not None:
             data["rk"] = self.rate_key
+        if self.concurrency_key is not None:
+            data["ck"] = self.concurrency_key
         return dramatiq.Message(
             queue_name=queue_name,
             actor_name=STEP_ACTOR,
@@ -97,6 +137,7 @@ class StepMessage:
                 record=JobRecord.from_dict(record) if record is not None else None,
                 unknown_since=None if unknown_since is None else float(unknown_since),
                 rate_key=str(data["rk"]) if data.get("rk") is not None else None,
+                concurrency_key=str(data["ck"]) if data.get("ck") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MessageError(

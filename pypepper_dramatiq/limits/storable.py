@@ -51,6 +51,14 @@ PAUSED_NAME_LENGTH = 191
 RATE_KEY_LENGTH = 160
 #: A job's rate limit key (``scheduled(rate_key=)``, in its payload).
 RATE_KEY_TEXT_LENGTH = 128
+#: A concurrency slot's key (``scheduler_concurrency_slots.key``): ``channel:`` and a
+#: channel's name, or ``key:`` and a job's concurrency key.
+CONCURRENCY_SLOT_KEY_LENGTH = 160
+#: A job's concurrency key (``scheduled(concurrency_key=)``, in its payload).
+CONCURRENCY_KEY_TEXT_LENGTH = 128
+#: Who holds a concurrency slot (``scheduler_concurrency_slots.holder``): a worker's
+#: owner id, the job's id and a token.
+CONCURRENCY_HOLDER_LENGTH = 255
 #: A rate limit as written (``scheduler_rate_turns.rate_limit``): ``10000/h``.
 RATE_TEXT_LENGTH = 16
 #: A worker's host name (``scheduler_workers.host``).

@@ -19,6 +19,7 @@ from ..errors import (
     UnknownExecutorError,
     UnknownJobError,
 )
+from ..limits.concurrency import CONCURRENCY_KEY_KEY, check_concurrency_key
 from ..limits.rates import RATE_KEY_KEY, check_rate_key
 from ..records.links import RETRY_OF_KEY
 from ..records.record import JobRecord, check_job_id, utcnow
@@ -82,6 +83,8 @@ class ScheduleOptions:
     rate_key: str | None = None
     #: None: the job's own, else its first task's, else the default (``settle_priority``).
     priority: int | None = None
+    #: The key whose concurrency limit the job's steps run under (checked).
+    concurrency_key: str | None = None
     #: The checked time options (seconds); :meth:`StartOptions.times` plans them.
     start: StartOptions = field(init=False, repr=False, compare=False)
     #: The checked unique key.
@@ -102,6 +105,8 @@ class ScheduleOptions:
         check_choice("on_conflict", self.on_conflict, ON_CONFLICT)
         if self.rate_key is not None:
             check_rate_key(self.rate_key)
+        if self.concurrency_key is not None:
+            check_concurrency_key(self.concurrency_key)
         waits = Waits(parent_ids(self.after), self.on_parent_failure)
         object.__setattr__(self, "after", waits.parents)
         object.__setattr__(self, "start", start)
@@ -249,6 +254,10 @@ class Job:
         #: The key whose rate limit every step start of the job counts against
         #: (``scheduled(rate_key=)``), stored in ``payload["rate_key"]``; None: none.
         self.rate_key: str | None = None
+        #: The key whose concurrency limit every step of the job runs under
+        #: (``scheduled(concurrency_key=)``), stored in ``payload["concurrency_key"]``;
+        #: None: none.
+        self.concurrency_key: str | None = None
         #: The id of the job this one retries (``Job.retry_saved``), stored in
         #: ``payload["retry_of"]``; None for a job that retries none.
         self.retry_of: str | None = None
@@ -332,6 +341,7 @@ class Job:
         connection: object | None = None,
         rate_key: str | None = None,
         priority: int | None = None,
+        concurrency_key: str | None = None,
     ) -> str:
         """INIT, SCHEDULE, send to the channel, persist Scheduled; returns the id of the
         job left in charge of the work (this one's, or the key holder's on a skip).
@@ -375,6 +385,11 @@ class Job:
                 (``Job(priority=)``), else its first task's
                 (``@workflow_task(priority=)``), else the application's default,
                 else 0.
+            concurrency_key: a key (``"tenant-42"``) whose concurrency limit, declared
+                with ``setup(concurrency={"tenant-*": 3})``, bounds how many steps of
+                the jobs keyed alike run at once, on every worker together (besides
+                its channel's ``max_running``). A key no pattern matches is not
+                limited. A non-empty text of at most 128 characters.
 
         Raises:
             ChannelFullError, ChannelStoppedError: nothing was queued; the
@@ -396,6 +411,9 @@ class Job:
                 keep).
             InvalidPriorityError: ``priority`` is not a whole number from 0 to 9
                 (both a ValueError and a TypeError); nothing was queued or stored.
+            InvalidConcurrencyKeyError: ``concurrency_key`` is not a non-empty text of
+                at most 128 characters (a ValueError and a TypeError); nothing was
+                queued or stored.
         """
         options = ScheduleOptions(
             delay=delay,
@@ -412,9 +430,12 @@ class Job:
             connection=connection,
             rate_key=rate_key,
             priority=priority,
+            concurrency_key=concurrency_key,
         )
         if options.rate_key is not None:
             self.rate_key = options.rate_key
+        if options.concurrency_key is not None:
+            self.concurrency_key = options.concurrency_key
         if options.priority is not None:
             self.priority = options.priority
         else:
@@ -692,6 +713,8 @@ class Job:
             payload[RETRY_OF_KEY] = self.retry_of
         if self.rate_key is not None:
             payload[RATE_KEY_KEY] = self.rate_key
+        if self.concurrency_key is not None:
+            payload[CONCURRENCY_KEY_KEY] = self.concurrency_key
         return payload
 
     @classmethod
@@ -726,6 +749,8 @@ class Job:
         job.retry_of = retry_of if isinstance(retry_of, str) else None
         rate_key = record.payload.get(RATE_KEY_KEY)
         job.rate_key = rate_key if isinstance(rate_key, str) else None
+        concurrency_key = record.payload.get(CONCURRENCY_KEY_KEY)
+        job.concurrency_key = concurrency_key if isinstance(concurrency_key, str) else None
         return job
 
     def __repr__(self) -> str:

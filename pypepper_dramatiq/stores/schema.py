@@ -302,3 +302,15 @@ rate_turns = Table(
     # The limit as written ("5/s"), for people: the channels list shows it.
     Column("rate_limit", String(limits.RATE_TEXT_LENGTH), nullable=False),
 )
+
+#: The concurrency limits' slots where PostgreSQL coordinates the processes (created
+#: on PostgreSQL only: migration 0017): one row per slot held, ``expires_at`` when its
+#: lease lapses, in epoch seconds of the server's clock
+#: (:meth:`~pypepper_dramatiq.transport.postgres.PostgresTransport.acquire_slots`).
+concurrency_slots = Table(
+    "scheduler_concurrency_slots",
+    metadata,
+    Column("key", exact_text(limits.CONCURRENCY_SLOT_KEY_LENGTH), primary_key=True),
+    Column("holder", exact_text(limits.CONCURRENCY_HOLDER_LENGTH), primary_key=True),
+    Column("expires_at", Double(), nullable=False),
+)

@@ -162,6 +162,11 @@ class ChannelState:
     rate_limit: str | None = None
 
 
+def channel_slot_key(channel_id: str) -> str:
+    """The concurrency limit key of a channel's running steps (:meth:`Transport.acquire_slots`)."""
+    return f"channel:{channel_id}"
+
+
 def channel_rate_key(channel_id: str) -> str:
     """The rate limit key of a channel's step starts (:meth:`Transport.ask_start`)."""
     return f"channel:{channel_id}"
@@ -313,6 +318,51 @@ class Transport(abc.ABC):
             BrokerUnavailableError: the server could not be reached.
         """
         return 0
+
+    # -- concurrency limits --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def acquire_slots(
+        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+    ) -> bool:
+        """Take one slot of each limit of ``limits`` (key, how many may be held at once)
+        for ``holder``, all or none, counted for every process: True when taken.
+
+        A key's slots are its holders whose lease has not lapsed: a holder that
+        neither released nor renewed its slot within ``lease_seconds`` (on the
+        server's clock; a dead worker) no longer counts. A holder already counted
+        under a key keeps its slot (its lease renewed). One round trip, atomic on the
+        server.
+
+        Raises:
+            BrokerUnavailableError: the server could not be reached (nothing taken).
+        """
+
+    @abc.abstractmethod
+    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+        """Give back ``holder``'s slot of each of ``keys`` (one it does not hold: nothing).
+
+        Raises:
+            BrokerUnavailableError: the server could not be reached (the slots lapse
+                with their lease).
+        """
+
+    @abc.abstractmethod
+    def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
+        """Push the lease of each (key, holder) of ``held`` to ``lease_seconds`` from
+        now; a slot that lapsed already is not taken again. One round trip.
+
+        Raises:
+            BrokerUnavailableError: the server could not be reached.
+        """
+
+    @abc.abstractmethod
+    def slots_held(self, key: str) -> list[str]:
+        """The holders of ``key``'s slots whose lease has not lapsed (for people and tests).
+
+        Raises:
+            BrokerUnavailableError: the server could not be reached.
+        """
 
     # -- notices -------------------------------------------------------------------------
 

@@ -123,6 +123,8 @@ class LocalTransport(Transport):
         self._starts: dict[str, deque[float]] = {}
         self._tails: dict[str, float] = {}
         self._starts_lock = threading.Lock()
+        #: Concurrency limit key -> holder -> when its lease lapses (``time.monotonic()``).
+        self._slots: dict[str, dict[str, float]] = {}
 
     def ask_start(self, key: str, rate: Rate) -> float:
         with self._starts_lock:
@@ -149,6 +151,47 @@ class LocalTransport(Transport):
                 del self._starts[key]
                 self._tails.pop(key, None)
             return len(idle)
+
+    def acquire_slots(
+        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+    ) -> bool:
+        with self._starts_lock:
+            now = time.monotonic()
+            for key, limit in limits:
+                holders = self._live(key, now)
+                if holder not in holders and len(holders) >= limit:
+                    return False
+            for key, _ in limits:
+                self._slots.setdefault(key, {})[holder] = now + lease_seconds
+            return True
+
+    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+        with self._starts_lock:
+            for key in keys:
+                holders = self._slots.get(key)
+                if holders is not None:
+                    holders.pop(holder, None)
+                    if not holders:
+                        del self._slots[key]
+
+    def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
+        with self._starts_lock:
+            now = time.monotonic()
+            for key, holder in held:
+                holders = self._live(key, now)
+                if holder in holders:
+                    holders[holder] = now + lease_seconds
+
+    def slots_held(self, key: str) -> list[str]:
+        with self._starts_lock:
+            return sorted(self._live(key, time.monotonic()))
+
+    def _live(self, key: str, now: float) -> dict[str, float]:
+        """``key``'s holders, those whose lease lapsed dropped (under the lock)."""
+        holders = self._slots.get(key, {})
+        for lapsed in [h for h, until in holders.items() if until <= now]:
+            del holders[lapsed]
+        return holders
 
     def publish(self, topic: Topic, text: str) -> int | None:
         return None

@@ -87,6 +87,10 @@ ENV = {
     #: RabbitMQ: the broker's ``max_priority`` (its queues declared with
     #: ``x-max-priority``); unset: none.
     "max_priority": "PYPEPPER_IT_MAX_PRIORITY",
+    #: the concurrency limit of every channel this worker serves (``"2"``); unset: none.
+    "max_running": "PYPEPPER_IT_MAX_RUNNING",
+    #: ``setup(concurrency=...)`` as JSON (pattern -> limit); unset: none.
+    "concurrency": "PYPEPPER_IT_CONCURRENCY",
 }
 
 #: The channel every test job goes to.
@@ -162,9 +166,18 @@ if REDIS_URL and BROKER_URL and STORE_URI:
             else None
         ),
         channels={
-            c: {"maxsize": 0, "rate_limit": os.environ.get(ENV["rate_limit"]) or None}
+            c: {
+                "maxsize": 0,
+                "rate_limit": os.environ.get(ENV["rate_limit"]) or None,
+                "max_running": (
+                    int(os.environ[ENV["max_running"]])
+                    if os.environ.get(ENV["max_running"])
+                    else None
+                ),
+            }
             for c in os.environ.get(ENV["channels"], CHANNEL).split(",")
         },
+        concurrency=json.loads(os.environ.get(ENV["concurrency"]) or "null"),
         migrate=True,
         lease_seconds=float(os.environ.get(ENV["lease_seconds"], "5")),
         sweep_interval=float(os.environ.get(ENV["sweep_interval"], "0.5")),

@@ -322,6 +322,79 @@ def test_rate_limit_keys_unused_for_long_are_forgotten(processes: Processes) -> 
     assert processes.other.ask_start(told, Rate(1, 3600.0)) > 0.0
 
 
+# -- concurrency limits ------------------------------------------------------------------
+
+
+def slot_key() -> str:
+    return f"key:contract-{uuid.uuid4().hex[:8]}"
+
+
+def test_of_many_holders_asking_at_once_only_the_limit_take_a_slot(processes: Processes) -> None:
+    # 20 holders ask at once from both "processes" under a limit of 3: 3 take a slot
+    # (a process counting alone would let 3 of its own in), the others nothing.
+    key = slot_key()
+    transports = [processes.one, processes.other] * 10
+
+    def ask(n: int) -> bool:
+        return transports[n].acquire_slots([(key, 3)], f"holder-{n}", 60.0)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(ask, range(20)))
+    assert answers.count(True) == 3
+    granted = sorted(f"holder-{n}" for n, ok in enumerate(answers) if ok)
+    assert processes.one.slots_held(key) == granted
+    assert processes.other.slots_held(key) == granted
+
+
+def test_a_concurrency_slot_given_back_goes_to_the_other_process(processes: Processes) -> None:
+    key = slot_key()
+    assert processes.one.acquire_slots([(key, 1)], "a", 60.0)
+    assert not processes.other.acquire_slots([(key, 1)], "b", 60.0)
+    processes.one.release_slots([key], "a")
+    assert processes.other.acquire_slots([(key, 1)], "b", 60.0)
+    assert processes.one.slots_held(key) == ["b"]
+    processes.one.release_slots([key], "a")  # a slot not held: nothing
+    assert processes.other.slots_held(key) == ["b"]
+
+
+def test_a_holder_asking_again_keeps_its_one_slot(processes: Processes) -> None:
+    key = slot_key()
+    assert processes.one.acquire_slots([(key, 1)], "a", 60.0)
+    assert processes.other.acquire_slots([(key, 1)], "a", 60.0)
+    assert processes.one.slots_held(key) == ["a"]
+
+
+def test_slots_are_taken_all_or_none(processes: Processes) -> None:
+    # The channel's limit has room, the key's is full: nothing is taken, not even
+    # the channel's slot; once the key frees, both are.
+    channel, key = slot_key(), slot_key()
+    assert processes.one.acquire_slots([(key, 1)], "holder", 60.0)
+    assert not processes.other.acquire_slots([(channel, 5), (key, 1)], "other", 60.0)
+    assert processes.one.slots_held(channel) == []
+    processes.one.release_slots([key], "holder")
+    assert processes.other.acquire_slots([(channel, 5), (key, 1)], "other", 60.0)
+    assert processes.one.slots_held(channel) == processes.one.slots_held(key) == ["other"]
+
+
+def test_a_slot_not_renewed_lapses_and_a_renewed_one_stays(processes: Processes) -> None:
+    # Two holders of a limit of 2 with a lease of a second; only "kept" is renewed (as a
+    # live worker's keeper does): "dead" lapses, its slot goes to a newcomer, and
+    # renewing it late does not take it back.
+    key = slot_key()
+    assert processes.one.acquire_slots([(key, 2)], "dead", 1.0)
+    assert processes.other.acquire_slots([(key, 2)], "kept", 1.0)
+    assert not processes.one.acquire_slots([(key, 2)], "newcomer", 1.0)
+
+    def lapsed() -> bool:
+        processes.other.renew_slots([(key, "kept")], 1.0)
+        return processes.one.slots_held(key) == ["kept"]
+
+    eventually(lapsed, "the slot not renewed lapses")
+    assert processes.one.acquire_slots([(key, 2)], "newcomer", 60.0)
+    processes.one.renew_slots([(key, "dead")], 60.0)
+    assert processes.other.slots_held(key) == ["kept", "newcomer"]
+
+
 def next_event(subscription: Subscription, kind: type, timeout: float = 10.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -454,6 +527,7 @@ def outage_errors(transport: Transport) -> dict[str, BaseException]:
         "resize": lambda: gate.resize(4),
         "publish": lambda: transport.publish(Topic.CANCEL, "job"),
         "lead": lambda: transport.lead("me", 10),
+        "acquire_slots": lambda: transport.acquire_slots([("key:down", 1)], "me", 10),
         "subscribe": lambda: transport.subscribe([Topic.ENDED]).poll(0.1),
     }
     raised: dict[str, BaseException] = {}
@@ -465,7 +539,7 @@ def outage_errors(transport: Transport) -> dict[str, BaseException]:
 
 
 def gate_and_notice_errors_agree(raised: dict[str, BaseException]) -> None:
-    for name in ("admit", "release", "waiting", "resize"):
+    for name in ("admit", "release", "waiting", "resize", "acquire_slots"):
         assert isinstance(raised[name], BrokerUnavailableError), name
     for name, exc in raised.items():
         assert is_outage(exc) and broker_unreachable(exc), (name, exc)

@@ -71,7 +71,7 @@ def test_every_keyword_of_scheduled_is_a_field_of_the_options_and_back() -> None
     ]
     fields = [(f.name, f.default) for f in dataclasses.fields(ScheduleOptions) if f.init]
     assert keywords == fields
-    assert len(keywords) == 10
+    assert len(keywords) == 11
 
 
 def test_the_options_keep_their_checked_forms_and_read_after_once() -> None:

@@ -35,11 +35,10 @@ from dramatiq.middleware import Interrupt, Middleware, Shutdown
 from ...channels.broker import priority_options, queue_for, transport_of
 from ...channels.channel import ChannelConnector, manager
 from ...channels.messages import STEP_ACTOR, StepMessage
-from ...engine import rate_limits
+from ...engine import concurrency, rate_limits
 from ...engine.running import running_here
 from ...engine.step_io import Claim, Outcome, StepIO, StepSkipped
 from ...errors import BrokerUnavailableError, MessageError, StoreError, retry_may_cure
-from ...limits.rates import rate_key_of
 from ...ops import observers
 from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, shared_outage
@@ -208,6 +207,7 @@ class WorkflowMiddleware(Middleware):
         # a stale redelivery), not worth Dramatiq's "was skipped" WARNING.
         step_actor.current.claim = None
         step_actor.current.outcome = None
+        step_actor.current.slots = None
         step_actor.current.handled = True
         try:
             step = StepMessage.from_message(message)
@@ -218,13 +218,25 @@ class WorkflowMiddleware(Middleware):
         if self._stopping.is_set():
             self._pass_on(broker, step, message)
             return
-        if rate_limits.limited(_channel_of(message, step), _step_rate_key(step)) and (
-            self._held_for_its_turn(broker, step, message)
+        channel_id = _channel_of(message, step)
+        rate_key, concurrency_key = step.keys
+        slots: concurrency.Slots | None = None
+        if concurrency.limited(channel_id, concurrency_key):
+            slots = self._slots_or_held(broker, step, message, channel_id, concurrency_key)
+            if slots is None:
+                return
+        if rate_limits.limited(channel_id, rate_key) and (
+            self._held_for_its_turn(broker, step, message, channel_id, rate_key)
         ):
+            if slots is not None:
+                slots.release()
             return
         claim = self._claim(broker, step, message)
         if claim is None:
+            if slots is not None:
+                slots.release()
             return
+        step_actor.current.slots = slots
         self._left_channel(message, step)
         timeout = claim.spec.round_timeout
         if timeout > 0:
@@ -307,14 +319,65 @@ class WorkflowMiddleware(Middleware):
             self._store_outage.ok()
             return claim
 
-    def _held_for_its_turn(self, broker: Broker, step: StepMessage, message: Any) -> bool:
+    def _slots_or_held(
+        self,
+        broker: Broker,
+        step: StepMessage,
+        message: Any,
+        channel_id: str,
+        concurrency_key: str | None,
+    ) -> concurrency.Slots | None:
+        """The slots of the step's concurrency limits, taken; None when a limit is
+        reached: then its message is sent again, due in
+        :data:`~pypepper_dramatiq.engine.concurrency.HOLD_SECONDS`, and this one is
+        acknowledged unrun, no attempt counted. A transport that cannot be reached
+        holds it ``defer_seconds``."""
+        wait = concurrency.HOLD_SECONDS
+        try:
+            slots = concurrency.try_start(
+                channel_id, concurrency_key, step.job_id, self.owner, self.lease_seconds
+            )
+        except BrokerUnavailableError as exc:
+            self.logger.warning(
+                "job %s: its concurrency limit could not be asked (%s); held %.1fs",
+                step.job_id,
+                exc,
+                self.defer_seconds,
+            )
+            slots, wait = None, self.defer_seconds
+        if slots is not None:
+            return slots
+        self.logger.debug(
+            "job %s: held %.3fs by a concurrency limit (channel %s, key %s)",
+            step.job_id,
+            wait,
+            channel_id,
+            concurrency_key,
+            extra={"action": "concurrency_hold", "job_id": step.job_id},
+        )
+        held = step.to_message(message.queue_name, _same_priority(message))
+        if not self._enqueue(broker, held, delay=wait):
+            self.logger.warning(
+                "job %s: message held by a concurrency limit not put back; the recovery "
+                "sweep sends it again",
+                step.job_id,
+            )
+        return None
+
+    def _held_for_its_turn(
+        self,
+        broker: Broker,
+        step: StepMessage,
+        message: Any,
+        channel_id: str,
+        rate_key: str | None,
+    ) -> bool:
         """Whether the step may not start yet under its channel's rate limit: then its
         message is sent again, due when the limiter said to ask again, and this one is
         acknowledged unrun, no attempt counted. A transport that cannot be reached
         holds it ``defer_seconds``."""
-        channel_id = _channel_of(message, step)
         try:
-            wait = rate_limits.start_or_wait(channel_id, _step_rate_key(step))
+            wait = rate_limits.start_or_wait(channel_id, rate_key)
         except BrokerUnavailableError as exc:
             self.logger.warning(
                 "job %s: its channel's rate limit could not be asked (%s); held %.1fs",
@@ -396,6 +459,21 @@ class WorkflowMiddleware(Middleware):
             return
         claim: Claim | None = getattr(step_actor.current, "claim", None)
         outcome: Outcome | None = getattr(step_actor.current, "outcome", None)
+        try:
+            self._after_step(broker, message, claim, outcome, exception)
+        finally:
+            _release_slots()  # if no outcome was recorded, none will be by this thread
+
+    def _after_step(
+        self,
+        broker: Broker,
+        message: Any,
+        claim: Claim | None,
+        outcome: Outcome | None,
+        exception: Any,
+    ) -> None:
+        """Record the outcome of the attempt the message ran (if it ran one) and carry
+        the job on: :meth:`after_process_message` without the slots."""
         reporter = getattr(step_actor.current, "reporter", None)
         since: float = getattr(step_actor.current, "since", None) or time.monotonic()
         if reporter is not None:  # closed already unless the actor never ran
@@ -444,10 +522,11 @@ class WorkflowMiddleware(Middleware):
         """
         self.inflight.remove(claim.record.id)
         if outcome is step_actor.HANDED_BACK:
+            _release_slots()
             self._hand_back(
                 broker,
                 claim,
-                StepMessage(claim.record.id, claim.position, rate_key=_rate_key(claim)),
+                StepMessage.keyed(claim.record.id, claim.position, claim.record.payload),
             )
             return None
         if outcome.unknown_task:
@@ -463,8 +542,12 @@ class WorkflowMiddleware(Middleware):
             )
             # A step of a paused channel or task goes as a message: its claim holds it.
             paused = step.position is not None and self._paused(claim, step.position)
-            # A step of a rate-limited channel goes as a message: it takes its turn.
-            limited = rate_limits.limited(claim.record.channel_id, _rate_key(claim))
+            # A step under a rate or concurrency limit goes as a message: it takes its
+            # turn, or its slot.
+            rate_key, concurrency_key = _keys(claim)
+            limited = rate_limits.limited(claim.record.channel_id, rate_key) or concurrency.limited(
+                claim.record.channel_id, concurrency_key
+            )
             return (
                 not late
                 and not paused
@@ -492,14 +575,15 @@ class WorkflowMiddleware(Middleware):
                 exc,
             )
             return None
+        _release_slots()  # the step ended: its next one (a message) takes a slot of its own
         if recorded is None or recorded.decision.action is not Action.RUN:
             return None
         decision = recorded.decision
         assert decision.position is not None
         if recorded.record.lease_owner == self.owner:  # claimed by the write: run it here
             return Claim(recorded.record, decision.position, claim.tasks)
-        next_message = StepMessage(
-            claim.record.id, decision.position, rate_key=_rate_key(claim)
+        next_message = StepMessage.keyed(
+            claim.record.id, decision.position, claim.record.payload
         ).to_message(queue_name, priority_options(claim.record.state, broker))
         if not self._enqueue(broker, next_message, delay=decision.delay):
             self.logger.warning(
@@ -560,8 +644,8 @@ class WorkflowMiddleware(Middleware):
         self._hand_back(
             broker,
             claim,
-            StepMessage(
-                claim.record.id, claim.position, unknown_since=since, rate_key=_rate_key(claim)
+            StepMessage.keyed(
+                claim.record.id, claim.position, claim.record.payload, unknown_since=since
             ),
             delay=delay,
         )
@@ -623,14 +707,14 @@ def _owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _rate_key(claim: Claim) -> str | None:
-    """The rate limit key of ``claim``'s job (carried by its next messages)."""
-    return rate_key_of(claim.record.payload)
+def _release_slots() -> None:
+    """Give back the concurrency slots this thread's step holds (none: nothing)."""
+    slots: concurrency.Slots | None = getattr(step_actor.current, "slots", None)
+    step_actor.current.slots = None
+    if slots is not None:
+        slots.release()
 
 
-def _step_rate_key(step: StepMessage) -> str | None:
-    """The rate limit key a step message names, or its job's record does (a first
-    message carries the record)."""
-    if step.rate_key is not None or step.record is None:
-        return step.rate_key
-    return rate_key_of(step.record.payload)
+def _keys(claim: Claim) -> tuple[str | None, str | None]:
+    """The rate limit key and the concurrency key of ``claim``'s job."""
+    return StepMessage.keyed(claim.record.id, claim.position, claim.record.payload).keys

@@ -45,7 +45,7 @@ from ...engine.job_io import release_held, send_step
 from ...engine.step_io import StepIO, cursor_of
 from ...engine.waiting import Settled, settle
 from ...errors import StoreError, describe
-from ...limits.rates import IDLE_KEEP_SECONDS, rate_key_of
+from ...limits.rates import IDLE_KEEP_SECONDS
 from ...ops import observers
 from ...ops.display import printable
 from ...ops.isolation import RowGuard
@@ -327,7 +327,7 @@ class RecoverySweeper(threading.Thread):
         for record in self.rows.readable("recover_leases", recovered):
             position = cursor_of(record) or Position()
             try:
-                step = StepMessage(record.id, position, rate_key=rate_key_of(record.payload))
+                step = StepMessage.keyed(record.id, position, record.payload)
                 self._send(step, record.channel_id)
             except Exception as exc:
                 if is_outage(exc):

@@ -18,6 +18,7 @@ from ...config import config, count, section
 from ...defaults import installed_defaults
 from ...engine.job_io import JOB_IO
 from ...errors import ConfigError
+from ...limits.concurrency import KeyConcurrency, check_limit, key_concurrency
 from ...limits.rates import KeyLimits, Rate, key_limits, parse_rate
 from ...metrics.prometheus import install_metrics
 from ...metrics.tracing import install_tracing
@@ -35,7 +36,14 @@ _RABBITMQ_SCHEMES = ("amqp://", "amqps://")
 
 
 #: The keys ``setup()`` reads under ``scheduler`` in the YAML file.
-_SCHEDULER_KEYS = ("broker", "channels", "jobStore", "rateLimits", *YAML_KEYS.values())
+_SCHEDULER_KEYS = (
+    "broker",
+    "channels",
+    "jobStore",
+    "rateLimits",
+    "concurrency",
+    *YAML_KEYS.values(),
+)
 
 
 def _refuse_unknown(
@@ -135,6 +143,7 @@ def setup(
     broker: Broker | None = None,
     channels: dict[str, int | dict[str, Any] | None] | list[str] | None = None,
     rate_limits: Mapping[str, str] | None = None,
+    concurrency: Mapping[str, int] | None = None,
     migrate: bool = False,
     lease_seconds: float | None = None,
     sweep_interval: float | None = None,
@@ -171,21 +180,32 @@ def setup(
             without it the YAML's ``scheduler.jobStore`` (if any) or memory.
         config_path: a YAML file; ``scheduler.broker.url``, ``scheduler.jobStore``
             and ``scheduler.channels`` (id -> maxsize, or id -> ``{maxsize: 0,
-            rateLimit: "50/s"}``) are read from it.
+            rateLimit: "50/s", maxRunning: 3}``) are read from it.
         broker: a broker you built yourself (our middleware is added to it); a
             ``RabbitmqBroker`` needs the PostgreSQL job store, as ``amqp://`` does.
         channels: channel ids (or id -> maxsize, or id -> ``{"maxsize": 0,
-            "rate_limit": "50/s"}``) to declare now, so that a ``dramatiq`` worker
-            importing this module consumes them. ``rate_limit`` bounds the step
-            starts of the channel per second, minute or hour for every worker
-            together (docs/howto/rate-limits.md); a malformed one is an
+            "rate_limit": "50/s", "max_running": 3}``) to declare now, so that a
+            ``dramatiq`` worker importing this module consumes them. ``rate_limit``
+            bounds the step starts of the channel per second, minute or hour for
+            every worker together (docs/howto/rate-limits.md); a malformed one is an
             ``InvalidRateLimitError`` (a ``ConfigError``) naming the channel.
+            ``max_running`` bounds how many of its steps run at once on every worker
+            together (docs/howto/concurrency-limits.md); one that is not a whole
+            number of at least 1 is an ``InvalidConcurrencyLimitError`` (a
+            ``ConfigError``) naming the channel.
         rate_limits: the rate limits of job keys, by shell-style pattern
             (``{"tenant-*": "10/s"}``; YAML ``scheduler.rateLimits``, winning key by
             key): every step start of a job scheduled with a ``rate_key`` the
             pattern matches counts against that key's own limit, for every worker
             together (the first pattern that matches, in order). A malformed rate
             is an ``InvalidRateLimitError`` naming the pattern, raised here.
+        concurrency: the concurrency limits of job keys, by shell-style pattern
+            (``{"tenant-*": 3}``; YAML ``scheduler.concurrency``, winning key by key):
+            each key the pattern matches (``scheduled(concurrency_key="tenant-42")``)
+            has at most that many steps of its jobs running at once, for every worker
+            together (the first pattern that matches, in order; each key its own
+            count). A limit that is not a whole number of at least 1 is an
+            ``InvalidConcurrencyLimitError`` naming the pattern, raised here.
         migrate: upgrade the database schema first.
         lease_seconds: one of the timing settings, as are ``sweep_interval``,
             ``cancel_grace``, ``dispatch_seconds``, ``shutdown_grace``,
@@ -244,21 +264,26 @@ def setup(
     # stored bound is kept, while a given one replaces it (see RedisGate).
     declared: dict[str, int | None] = {}
     rates: dict[str, Rate] = {}
+    running: dict[str, int] = {}
     yaml_channels = section(yml, "scheduler", "channels")
-    for source, rate_key in ((yaml_channels, "rateLimit"), (channels or {}, "rate_limit")):
+    for source, words in ((yaml_channels, _YAML_WORDS), (channels or {}, _CODE_WORDS)):
         items = source.items() if isinstance(source, dict) else ((c, None) for c in source)
         for channel_id, spec in items:
-            maxsize, rate = _channel_spec(str(channel_id), spec, rate_key)
+            maxsize, rate, max_running = _channel_spec(str(channel_id), spec, words)
             if maxsize is not None:
                 declared[str(channel_id)] = maxsize
             else:  # naming a channel again without a bound keeps the one the YAML gave
                 declared.setdefault(str(channel_id), None)
             if rate is not None:
                 rates[str(channel_id)] = rate
+            if max_running is not None:
+                running[str(channel_id)] = max_running
 
     key_rates = {**(rate_limits or {}), **section(yml, "scheduler", "rateLimits")}
     parsed_key_rates = KeyLimits()
     parsed_key_rates.configure(key_rates)  # refused here, before anything is installed
+    key_running = {**(concurrency or {}), **section(yml, "scheduler", "concurrency")}
+    KeyConcurrency().configure(key_running)  # refused here, before anything is installed
 
     settings = Settings.of(
         scheduler,
@@ -315,34 +340,57 @@ def setup(
     declare_step_actor(broker)
     guard_against_undecodable(broker)  # raw data that is no message: dead-lettered
     key_limits.configure(key_rates)
+    key_concurrency.configure(key_running)
     manager.clear()
     for channel_id, maxsize in declared.items():
         # No Redis I/O: the bound waits for a first call.
-        manager.new(channel_id, maxsize, rate_limit=rates.get(channel_id))
+        manager.new(
+            channel_id,
+            maxsize,
+            rate_limit=rates.get(channel_id),
+            max_running=running.get(channel_id),
+        )
 
     return broker
 
 
-def _channel_spec(channel_id: str, spec: Any, rate_key: str) -> tuple[int | None, Rate | None]:
-    """A channel's bound and rate limit as ``setup(channels=...)`` or the YAML gives them:
-    a bound (or None), or a mapping of ``maxsize`` and ``rate_key`` (``rate_limit`` in
-    code, ``rateLimit`` in YAML).
+#: The keys of a channel's mapping in code: its rate limit, its concurrency limit.
+_CODE_WORDS = ("rate_limit", "max_running")
+#: The same keys in the YAML file.
+_YAML_WORDS = ("rateLimit", "maxRunning")
+
+
+def _channel_spec(
+    channel_id: str, spec: Any, words: tuple[str, str]
+) -> tuple[int | None, Rate | None, int | None]:
+    """A channel's bound, rate limit and concurrency limit as ``setup(channels=...)`` or
+    the YAML gives them: a bound (or None), or a mapping of ``maxsize`` and ``words``
+    (``rate_limit`` and ``max_running`` in code, ``rateLimit`` and ``maxRunning`` in
+    YAML).
 
     Raises:
-        ConfigError: an unknown key, a bound that is no whole number >= 0, or a
-            malformed rate limit (``InvalidRateLimitError``), naming the channel.
+        ConfigError: an unknown key, a bound that is no whole number >= 0, a
+            malformed rate limit (``InvalidRateLimitError``), or a concurrency limit
+            that is no whole number >= 1 (``InvalidConcurrencyLimitError``), naming
+            the channel.
     """
     if not isinstance(spec, dict):
-        return (None if spec is None else count(f"maxsize of channel {channel_id!r}", spec)), None
-    unknown = sorted(set(map(str, spec)) - {"maxsize", rate_key})
+        maxsize = None if spec is None else count(f"maxsize of channel {channel_id!r}", spec)
+        return maxsize, None, None
+    rate_word, running_word = words
+    unknown = sorted(set(map(str, spec)) - {"maxsize", rate_word, running_word})
     if unknown:
         raise ConfigError(
             f"channel {channel_id!r}: unknown key(s) {', '.join(map(repr, unknown))}; "
-            f"expected 'maxsize' and {rate_key!r}"
+            f"expected 'maxsize', {rate_word!r} and {running_word!r}"
         )
     maxsize = spec.get("maxsize")
-    rate = spec.get(rate_key)
+    rate = spec.get(rate_word)
+    max_running = spec.get(running_word)
     return (
         None if maxsize is None else count(f"maxsize of channel {channel_id!r}", maxsize),
-        None if rate is None else parse_rate(rate, f"{rate_key} of channel {channel_id!r}"),
+        None if rate is None else parse_rate(rate, f"{rate_word} of channel {channel_id!r}"),
+        None
+        if max_running is None
+        else check_limit(max_running, f"{running_word} of channel {channel_id!r}"),
     )

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
-from ...engine import rate_limits, step_io, waiting
+from ...engine import concurrency, rate_limits, step_io, waiting
 from ...engine.job_io import JOB_IO
 from ...engine.pausing import paused_here, why_held
 from ...engine.running import running_here
@@ -186,41 +186,63 @@ class Worker:
         if job.start_deadline is not None and job.start_deadline < utcnow():
             self._cancel_overdue(job)
             return True
-        if rate_limits.limited(job.channel_id, job.rate_key):
-            # Its turn under the channel's rate limit, awaited without a thread.
+        slots: concurrency.Slots | None = None
+        if concurrency.limited(job.channel_id, job.concurrency_key):
+            # A slot under its channel's or key's concurrency limit, awaited without a
+            # thread (its first step's: given back once that step is recorded).
             try:
-                await _turn(job)
+                slots = await _slot(job)
             except asyncio.CancelledError:
                 self._put_back(job)
                 raise
-            if _cancelled(job):
+            if slots is None:  # cancelled while it waited
                 self._settle_cancelled(job)
                 return True
-        if not self._start(job):
-            return True
-        _log(job, "start")
-        job.share_cancel_event()
-        carried = _Carried(job)
+        handed = False  # once the job's thread has the slots, it gives them back
         try:
-            await asyncio.to_thread(self._carry, job, carried)
-        except asyncio.CancelledError:
-            carried.detach()
-            raise
+            if rate_limits.limited(job.channel_id, job.rate_key):
+                # Its turn under the channel's rate limit, awaited without a thread.
+                try:
+                    await _turn(job)
+                except asyncio.CancelledError:
+                    self._put_back(job)
+                    raise
+                if _cancelled(job):
+                    self._settle_cancelled(job)
+                    return True
+            if not self._start(job):
+                return True
+            _log(job, "start")
+            job.share_cancel_event()
+            carried = _Carried(job)
+            handed = True
+            try:
+                await asyncio.to_thread(self._carry, job, carried, slots)
+            except asyncio.CancelledError:
+                carried.detach()
+                raise
+        finally:
+            if slots is not None and not handed:
+                slots.release()
         carried.raise_error()
         return True
 
-    def _carry(self, job: Job, carried: _Carried) -> None:
+    def _carry(self, job: Job, carried: _Carried, slots: concurrency.Slots | None) -> None:
         """In the job's thread: its steps, then its end (its state machine, the end's
-        snapshot); an error of this code goes to ``carried``."""
+        snapshot); an error of this code goes to ``carried``. ``slots``: those its
+        first step took already (given back here, whatever happens)."""
         try:
-            self._run_to_the_end(job)
+            self._run_to_the_end(job, slots)
         except Exception as exc:
             carried.failed(exc)
+        finally:
+            if slots is not None:
+                slots.release()
 
-    def _run_to_the_end(self, job: Job) -> None:
+    def _run_to_the_end(self, job: Job, slots: concurrency.Slots | None = None) -> None:
         with running_here.holding(job.id, job.cancel_event):
             try:
-                ended = self._run_steps(job)
+                ended = self._run_steps(job, slots)
             except step_io.OutcomeNotRecorded as exc:
                 # The work is done; only its last write failed: keep the ending
                 # the rules decided and retry the snapshot (never re-run).
@@ -257,7 +279,7 @@ class Worker:
             return
         _log(job, "put_back")
 
-    def _run_steps(self, job: Job) -> JobRecord | None:
+    def _run_steps(self, job: Job, slots: concurrency.Slots | None = None) -> JobRecord | None:
         """Run the job's steps in this thread through the shared engine.
 
         Each attempt is recorded in the job row as the Dramatiq driver records
@@ -273,6 +295,21 @@ class Worker:
             for workflow in job.workflows
         ]
         record = job.to_record()
+        try:
+            return self._steps_recorded(job, record, tasks, slots)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    def _steps_recorded(
+        self,
+        job: Job,
+        record: JobRecord,
+        tasks: list[list[dict[str, object]]],
+        slots: concurrency.Slots | None,
+    ) -> JobRecord | None:
+        """:meth:`_run_steps` from the job's row: each step under its limits
+        (``slots``: the first step's, taken already; later steps take their own)."""
         # A retry starts at its stored cursor, with the results of the tasks before it.
         step = rules.first_step(
             step_io.plan_of(tasks), cancelled=job.is_cancelled, start=step_io.cursor_of(record)
@@ -292,28 +329,36 @@ class Worker:
                 return None
             if not self._unpaused(job, tasks[position.workflow][position.task]):
                 return None
-            if not first and not _turn_came(job):
-                return None
-            first = False
-            workflow = job.workflows[position.workflow]
-            task = workflow.get_tasks()[position.task]
-            now = utcnow()
-            if late_retry(record.start_deadline, position.to_list(), now):
-                # Picked up after the job's start deadline: the job ends Cancelled,
-                # as the Dramatiq driver's claim ends it (None: the row moved on).
-                _log(job, "deadline_cancel", task.name)
-                return book.cancel_overdue(record, now, retry_of=task.name)
-            claim = step_io.Claim(record, position, tasks)
-            traced = observers.observing()
-            if traced:
-                observers.attempt_started(
-                    record, task.name, position.attempt + 1, position.round + 1
-                )
+            if slots is None:
+                slots = _slot_came(job)
+                if slots is None:  # cancelled while it waited
+                    return None
             try:
-                outcome, recorded = self._attempt_recorded(book, claim, workflow, task, job)
-            finally:
+                if not first and not _turn_came(job):
+                    return None
+                first = False
+                workflow = job.workflows[position.workflow]
+                task = workflow.get_tasks()[position.task]
+                now = utcnow()
+                if late_retry(record.start_deadline, position.to_list(), now):
+                    # Picked up after the job's start deadline: the job ends Cancelled,
+                    # as the Dramatiq driver's claim ends it (None: the row moved on).
+                    _log(job, "deadline_cancel", task.name)
+                    return book.cancel_overdue(record, now, retry_of=task.name)
+                claim = step_io.Claim(record, position, tasks)
+                traced = observers.observing()
                 if traced:
-                    observers.attempt_ended(job.id)
+                    observers.attempt_started(
+                        record, task.name, position.attempt + 1, position.round + 1
+                    )
+                try:
+                    outcome, recorded = self._attempt_recorded(book, claim, workflow, task, job)
+                finally:
+                    if traced:
+                        observers.attempt_ended(job.id)
+            finally:
+                slots.release()  # the step is recorded: the next one takes a slot of its own
+                slots = None
             if recorded is None:
                 return None
             step, record = recorded.decision, recorded.record
@@ -751,6 +796,52 @@ def _start_or_wait(job: Job) -> float:
         return RATE_RETRY_SECONDS
 
 
+async def _slot(job: Job) -> concurrency.Slots | None:
+    """Wait, no thread held, until the job's first step may run under its concurrency
+    limits (asking every :data:`~pypepper_dramatiq.engine.concurrency.HOLD_SECONDS`;
+    every :data:`RATE_RETRY_SECONDS` while the transport is out of reach): its slots;
+    None when the job was cancelled meanwhile."""
+    told = False
+    while not job.is_cancelled:
+        slots, wait = _try_slot(job)
+        if slots is not None:
+            return slots
+        if not told:
+            _log(job, "concurrency_hold")
+            told = True
+        await _until(utcnow() + timedelta(seconds=wait), job.cancel_event)
+    return None
+
+
+def _slot_came(job: Job) -> concurrency.Slots | None:
+    """In the job's thread: wait until its next step may run under its concurrency
+    limits: its slots (empty ones when it is under none); None if the job was
+    cancelled meanwhile."""
+    told = False
+    while not job.is_cancelled:
+        slots, wait = _try_slot(job)
+        if slots is not None:
+            return slots
+        if not told:
+            _log(job, "concurrency_hold")
+            told = True
+        job.cancel_event.wait(wait)
+    return None
+
+
+def _try_slot(job: Job) -> tuple[concurrency.Slots | None, float]:
+    """The job's slots now, or None and how long to wait before asking again (a
+    transport out of reach, logged: :data:`RATE_RETRY_SECONDS`)."""
+    try:
+        slots = concurrency.try_start(
+            job.channel_id, job.concurrency_key, job.id, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE
+        )
+    except BrokerUnavailableError as exc:
+        logger.warning("job %s: its concurrency limit could not be asked: %s", job.id, exc)
+        return None, RATE_RETRY_SECONDS
+    return slots, concurrency.HOLD_SECONDS
+
+
 def _attempt(
     workflow: Workflow, task: Task, position: rules.Position, reporter: ProgressReporter
 ) -> step_io.Outcome:
@@ -796,6 +887,7 @@ _WORDS = {
     "redelivery_failed": " failed: {error}",
     "pause_hold": ": {detail}; held unstarted until it is resumed",
     "pause_wait": ": {detail}; its next task waits, unstarted, until it is resumed",
+    "concurrency_hold": ": a concurrency limit is reached; held unstarted until a slot frees",
 }
 
 

@@ -11,7 +11,12 @@ import psycopg
 from sqlalchemy import Engine, text
 
 from ...limits.rates import IDLE_KEEP_SECONDS, Rate
-from ...limits.storable import RATE_KEY_LENGTH, check_text
+from ...limits.storable import (
+    CONCURRENCY_HOLDER_LENGTH,
+    CONCURRENCY_SLOT_KEY_LENGTH,
+    RATE_KEY_LENGTH,
+    check_text,
+)
 from ..base import ChannelState, Gate, Subscription, Topic, Transport
 from . import batch
 from .connections import dedicated
@@ -33,6 +38,27 @@ _PRUNE = text(
     " WHERE greatest(tail_at, coalesce(starts[array_upper(starts, 1)], 0))"
     " < extract(epoch FROM clock_timestamp()) - :idle"
     " LIMIT :limit FOR UPDATE SKIP LOCKED) RETURNING key"
+)
+
+#: Takes a slot of each of some concurrency limits, all or none
+#: (``Transport.acquire_slots``): one call of the function of migration 0017.
+_ACQUIRE_SLOTS = text("SELECT pypepper_slots_acquire(:keys, :limits, :holder, :lease)")
+#: Gives a holder's slots back.
+_RELEASE_SLOTS = text(
+    "DELETE FROM scheduler_concurrency_slots WHERE key = ANY(:keys) AND holder = :holder"
+)
+#: Renews slots whose lease has not lapsed.
+_RENEW_SLOTS = text(
+    "UPDATE scheduler_concurrency_slots AS s"
+    " SET expires_at = extract(epoch FROM clock_timestamp()) + :lease"
+    " FROM unnest(CAST(:keys AS text[]), CAST(:holders AS text[])) AS h(key, holder)"
+    " WHERE s.key = h.key AND s.holder = h.holder"
+    " AND s.expires_at > extract(epoch FROM clock_timestamp())"
+)
+#: A key's holders whose lease has not lapsed.
+_SLOTS_HELD = text(
+    "SELECT holder FROM scheduler_concurrency_slots WHERE key = :key"
+    " AND expires_at > extract(epoch FROM clock_timestamp()) ORDER BY holder"
 )
 
 
@@ -97,6 +123,51 @@ class PostgresTransport(Transport):
     def prune_rate_keys(self, idle_seconds: float = IDLE_KEEP_SECONDS, limit: int = 1000) -> int:
         rows = run(self.engine, "pruning rate limit keys", _PRUNE, idle=idle_seconds, limit=limit)
         return len(rows)
+
+    # -- concurrency limits --------------------------------------------------------------
+
+    def acquire_slots(
+        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+    ) -> bool:
+        keys = [
+            check_text("concurrency limit key", k, CONCURRENCY_SLOT_KEY_LENGTH) for k, _ in limits
+        ]
+        check_text("concurrency slot holder", holder, CONCURRENCY_HOLDER_LENGTH)
+        rows = run(
+            self.engine,
+            "concurrency limits " + ", ".join(keys),
+            _ACQUIRE_SLOTS,
+            keys=keys,
+            limits=[limit for _, limit in limits],
+            holder=holder,
+            lease=float(lease_seconds),
+        )
+        return bool(rows[0][0])
+
+    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+        run(
+            self.engine,
+            "concurrency limits " + ", ".join(keys),
+            _RELEASE_SLOTS,
+            keys=list(keys),
+            holder=holder,
+        )
+
+    def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
+        if not held:
+            return
+        run(
+            self.engine,
+            "concurrency slots' renewal",
+            _RENEW_SLOTS,
+            keys=[key for key, _ in held],
+            holders=[holder for _, holder in held],
+            lease=float(lease_seconds),
+        )
+
+    def slots_held(self, key: str) -> list[str]:
+        rows = run(self.engine, f"concurrency limit {key}", _SLOTS_HELD, key=key)
+        return [str(row[0]) for row in rows]
 
     # -- notices -------------------------------------------------------------------------
 

@@ -49,6 +49,9 @@ LISTENING_CHANNEL = f"{KEY_PREFIX}:listening"
 #: ``<prefix><key>``; ``<prefix><key>:starts`` is the sorted set of its starts granted
 #: within the last period (seconds of Redis's clock).
 RATE_KEY_PREFIX = f"{KEY_PREFIX}:rate:"
+#: Prefix of a concurrency limit's sorted set: ``<prefix><key>``, its holders scored
+#: by when their lease lapses (seconds of Redis's clock).
+SLOTS_KEY_PREFIX = f"{KEY_PREFIX}:slots:"
 #: The lock the recovery sweeper's leader holds.
 LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
 

@@ -15,7 +15,17 @@ from typing import Any
 from ..per_client import PerClient
 
 #: The scripts, by the name of their file (without ``.lua``).
-NAMES = ("admit", "check", "admit_released", "admit_and_enqueue", "set_bound", "ask_start")
+NAMES = (
+    "admit",
+    "check",
+    "admit_released",
+    "admit_and_enqueue",
+    "set_bound",
+    "ask_start",
+    "acquire_slots",
+    "renew_slots",
+    "slots_held",
+)
 
 
 @cache
@@ -34,6 +44,9 @@ class Scripts:
     admit_and_enqueue: Any
     set_bound: Any
     ask_start: Any
+    acquire_slots: Any
+    renew_slots: Any
+    slots_held: Any
 
 
 def _register(client: Any) -> Scripts:

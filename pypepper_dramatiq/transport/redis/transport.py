@@ -5,7 +5,8 @@ Every Redis call of the package goes through here (or :mod:`.gate`, :mod:`.batch
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dramatiq.common import dq_name
@@ -26,6 +27,18 @@ from ..base import (
 from . import batch, layout
 from .gate import RedisGate, admit_and_enqueue, channel_states, is_redis_error
 from .scripts import scripts_of
+
+
+@contextmanager
+def _unreachable(what: str) -> Iterator[None]:
+    """Raise a Redis error of the block as BrokerUnavailableError naming ``what``."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_redis_error(exc):
+            raise
+        raise BrokerUnavailableError(f"Redis unreachable for {what}: {exc}") from exc
+
 
 #: The pub/sub channel of each topic.
 CHANNELS = {
@@ -139,6 +152,36 @@ class RedisTransport(Transport):
                 raise
             raise BrokerUnavailableError(f"Redis unreachable for rate limit {key}: {exc}") from exc
         return max(0.0, float(answer))
+
+    # -- concurrency limits --------------------------------------------------------------
+
+    def acquire_slots(
+        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+    ) -> bool:
+        keys = [layout.SLOTS_KEY_PREFIX + key for key, _ in limits]
+        args = [holder, repr(float(lease_seconds)), *(limit for _, limit in limits)]
+        with _unreachable("concurrency limits " + ", ".join(key for key, _ in limits)):
+            return bool(scripts_of(self.client).acquire_slots(keys=keys, args=args))
+
+    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+        with _unreachable("concurrency limits " + ", ".join(keys)):
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.zrem(layout.SLOTS_KEY_PREFIX + key, holder)
+            pipe.execute()
+
+    def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
+        if not held:
+            return
+        keys = [layout.SLOTS_KEY_PREFIX + key for key, _ in held]
+        args = [repr(float(lease_seconds)), *(holder for _, holder in held)]
+        with _unreachable("concurrency slots' renewal"):
+            scripts_of(self.client).renew_slots(keys=keys, args=args)
+
+    def slots_held(self, key: str) -> list[str]:
+        with _unreachable(f"concurrency limit {key}"):
+            held = scripts_of(self.client).slots_held(keys=[layout.SLOTS_KEY_PREFIX + key])
+        return sorted(h.decode() if isinstance(h, bytes) else str(h) for h in held)
 
     # -- notices -------------------------------------------------------------------------
 

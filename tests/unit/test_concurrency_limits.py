@@ -1,0 +1,152 @@
+"""Concurrency limits as written (``max_running=3``, ``{"tenant-*": 3}``) and a job's
+``concurrency_key``: checked at the boundary, refused by a typed error naming the
+culprit, nothing declared or stored; a step under no limit asks nothing."""
+
+from __future__ import annotations
+
+import pytest
+from dramatiq.brokers.stub import StubBroker
+from process_state import clean_process_state
+
+from pypepper_dramatiq import (
+    ConfigError,
+    InvalidConcurrencyKeyError,
+    InvalidConcurrencyLimitError,
+    Job,
+    get_job_store,
+    manager,
+    setup,
+)
+from pypepper_dramatiq.engine import concurrency
+from pypepper_dramatiq.limits.concurrency import (
+    MAX_RUNNING,
+    KeyConcurrency,
+    check_concurrency_key,
+    check_limit,
+    key_concurrency,
+)
+from pypepper_dramatiq.transport import LocalTransport
+
+
+@pytest.fixture(autouse=True)
+def clean() -> object:
+    with clean_process_state():
+        yield
+
+
+@pytest.mark.parametrize("good", [1, 3, MAX_RUNNING])
+def test_a_limit_is_a_whole_number_of_at_least_one(good: int) -> None:
+    assert check_limit(good) == good
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_RUNNING + 1, 2.5, "3", None, True])
+def test_a_bad_limit_is_a_typed_error_naming_where_and_what(bad: object) -> None:
+    with pytest.raises(InvalidConcurrencyLimitError) as caught:
+        check_limit(bad, "max_running of 'etl'")
+    assert "max_running of 'etl'" in str(caught.value)
+    assert repr(bad) in str(caught.value)
+    assert isinstance(caught.value, ConfigError) and isinstance(caught.value, TypeError)
+    assert caught.value.value is bad
+
+
+@pytest.mark.parametrize("bad", ["", "k" * 129, "a\x00b", 42, b"tenant"])
+def test_a_bad_concurrency_key_is_a_typed_error_naming_it(bad: object) -> None:
+    with pytest.raises(InvalidConcurrencyKeyError, match="concurrency_key") as caught:
+        check_concurrency_key(bad)
+    assert caught.value.value == bad
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, TypeError)
+
+
+def test_key_limits_take_the_first_pattern_that_matches() -> None:
+    limits = KeyConcurrency()
+    limits.configure({"tenant-vip-*": 10, "tenant-*": 3})
+    assert limits.of("tenant-vip-1") == 10
+    assert limits.of("tenant-42") == 3
+    assert limits.of("other") is None
+    assert limits.of(None) is None
+
+
+def test_a_bad_key_limit_names_its_pattern_and_keeps_the_limits_in_force() -> None:
+    key_concurrency.configure({"tenant-*": 3})
+    with pytest.raises(InvalidConcurrencyLimitError, match=r"concurrency\['tenant-\*'\]"):
+        key_concurrency.configure({"a": 1, "tenant-*": 0})
+    assert key_concurrency.of("tenant-1") == 3
+    assert key_concurrency.of("a") is None
+
+
+def test_a_bad_max_running_declares_no_channel() -> None:
+    with pytest.raises(InvalidConcurrencyLimitError, match="'etl'"):
+        manager.new("etl", max_running=0)
+    assert manager.get("etl") is None
+    with pytest.raises(InvalidConcurrencyLimitError, match="max_running of channel 'etl'"):
+        setup(broker=StubBroker(), channels={"ok": 1, "etl": {"max_running": "3"}})
+    assert manager.get("ok") is None and manager.get("etl") is None
+    with pytest.raises(InvalidConcurrencyLimitError, match=r"concurrency\['t-\*'\]"):
+        setup(broker=StubBroker(), channels=["ok"], concurrency={"t-*": -2})
+    assert manager.get("ok") is None
+
+
+def test_setup_and_the_yaml_declare_channel_and_key_limits(tmp_path: object) -> None:
+    from pathlib import Path
+
+    setup(
+        broker=StubBroker(),
+        channels={"etl": {"maxsize": 3, "max_running": 2}, "mail": 5},
+        concurrency={"tenant-*": 3},
+    )
+    assert manager.max_running("etl") == 2 and manager.max_running("mail") is None
+    assert key_concurrency.of("tenant-9") == 3
+    path = Path(str(tmp_path)) / "app.yaml"
+    path.write_text(
+        "scheduler:\n"
+        "  channels:\n"
+        "    etl: {maxsize: 0, maxRunning: 4}\n"
+        "  concurrency:\n"
+        '    "acme-*": 1\n'
+        "  jobStore: {backend: memory}\n"
+    )
+    setup(config_path=path, broker=StubBroker(), concurrency={"acme-*": 9, "x": 2})
+    assert manager.max_running("etl") == 4
+    assert key_concurrency.of("acme-1") == 1  # the YAML wins, key by key
+    assert key_concurrency.of("x") == 2
+    with pytest.raises(ConfigError, match="max_runing"):
+        setup(broker=StubBroker(), channels={"etl": {"max_runing": 2}})
+
+
+@pytest.mark.parametrize("bad", ["", "k" * 200])
+def test_a_bad_concurrency_key_stores_nothing(bad: str) -> None:
+    setup(broker=StubBroker(), channels=["jobs"])
+    job = Job(category="c", channel_id="jobs")
+    with pytest.raises(InvalidConcurrencyKeyError):
+        job.scheduled(concurrency_key=bad)
+    assert get_job_store().get(job.id) is None
+    assert manager.available("jobs").gate.waiting() == 0
+
+
+def test_a_step_under_no_limit_asks_the_transport_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    setup(broker=StubBroker(), channels=["jobs"], concurrency={"tenant-*": 1})
+    transport = manager.available("jobs").transport
+    assert isinstance(transport, LocalTransport)
+
+    def refused(*args: object) -> bool:
+        raise AssertionError("asked")
+
+    monkeypatch.setattr(transport, "acquire_slots", refused)
+    assert not concurrency.limited("jobs", None) and not concurrency.limited("jobs", "other")
+    assert concurrency.try_start("jobs", "other", "j", "me", 30.0) is concurrency.NO_SLOTS
+
+
+def test_slots_are_given_back_once_and_renewed_while_held() -> None:
+    setup(broker=StubBroker(), channels={"jobs": {"max_running": 1}})
+    transport = manager.available("jobs").transport
+    first = concurrency.try_start("jobs", None, "j1", "me", 30.0)
+    assert first is not None and concurrency.held_here.holders() == [first.holder]
+    assert concurrency.try_start("jobs", None, "j2", "me", 30.0) is None
+    assert transport.slots_held("channel:jobs") == [first.holder]
+    first.release()
+    first.release()
+    assert concurrency.held_here.holders() == []
+    second = concurrency.try_start("jobs", None, "j2", "me", 30.0)
+    assert second is not None
+    second.release()
+    assert transport.slots_held("channel:jobs") == []
