@@ -66,6 +66,9 @@ class StepMessage:
     #: The job's concurrency key (``scheduled(concurrency_key=)``), on every message of
     #: its steps: a worker takes its slot before the claim, without reading the row.
     concurrency_key: str | None = None
+    #: How many times a concurrency limit held this step already (its next hold waits
+    #: longer: :func:`~pypepper_dramatiq.engine.concurrency.hold_seconds`).
+    holds: int = 0
 
     @classmethod
     def keyed(
@@ -114,6 +117,8 @@ class StepMessage:
             data["rk"] = self.rate_key
         if self.concurrency_key is not None:
             data["ck"] = self.concurrency_key
+        if self.holds:
+            data["hc"] = self.holds
         return dramatiq.Message(
             queue_name=queue_name,
             actor_name=STEP_ACTOR,
@@ -138,6 +143,7 @@ class StepMessage:
                 unknown_since=None if unknown_since is None else float(unknown_since),
                 rate_key=str(data["rk"]) if data.get("rk") is not None else None,
                 concurrency_key=str(data["ck"]) if data.get("ck") is not None else None,
+                holds=int(data.get("hc") or 0),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MessageError(

@@ -7,7 +7,7 @@ claimed, the driver takes a slot of each limit on the transport (Redis, PostgreS
 or this process), all or none, atomically, and gives them back once the step's
 outcome is recorded (or the step was not run after all). A start refused is not
 failed and counts no attempt: the driver holds it, its thread free, and asks again
-after :data:`HOLD_SECONDS` (the Dramatiq driver acknowledges its message and sends
+after :func:`hold_seconds` (the Dramatiq driver acknowledges its message and sends
 it again, due then; the in-process Worker awaits it).
 
 A slot is a lease: this process renews the leases of the slots it holds
@@ -37,9 +37,20 @@ logger = get_logger(__name__)
 
 #: The prefix of a job key's concurrency limit key on the transport.
 KEY_PREFIX = "key:"
-#: How long a start refused waits before it asks again (seconds): short, as a slot
-#: frees when a step ends, which no notice announces.
+#: How long a start refused the first time waits before it asks again (seconds): short,
+#: as a slot frees when a step ends, which no notice announces.
 HOLD_SECONDS = 0.25
+#: The longest wait between two asks of a start held many times (seconds): a backlog
+#: of N held steps costs about N asks a second, not 4 N.
+MAX_HOLD_SECONDS = 1.0
+
+
+def hold_seconds(holds: int) -> float:
+    """How long a start refused after ``holds`` earlier refusals waits before it asks
+    again: :data:`HOLD_SECONDS`, doubling, at most :data:`MAX_HOLD_SECONDS`."""
+    return min(MAX_HOLD_SECONDS, HOLD_SECONDS * float(1 << min(holds, 8)))
+
+
 #: The shortest interval between two renewals of the slots held here (seconds).
 MIN_RENEW_SECONDS = 0.2
 

@@ -150,3 +150,8 @@ def test_slots_are_given_back_once_and_renewed_while_held() -> None:
     assert second is not None
     second.release()
     assert transport.slots_held("channel:jobs") == []
+
+
+def test_a_start_held_again_and_again_asks_less_often_up_to_a_second() -> None:
+    assert [concurrency.hold_seconds(n) for n in range(5)] == [0.25, 0.5, 1.0, 1.0, 1.0]
+    assert concurrency.hold_seconds(10_000) == concurrency.MAX_HOLD_SECONDS

@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -329,10 +330,10 @@ class WorkflowMiddleware(Middleware):
     ) -> concurrency.Slots | None:
         """The slots of the step's concurrency limits, taken; None when a limit is
         reached: then its message is sent again, due in
-        :data:`~pypepper_dramatiq.engine.concurrency.HOLD_SECONDS`, and this one is
-        acknowledged unrun, no attempt counted. A transport that cannot be reached
-        holds it ``defer_seconds``."""
-        wait = concurrency.HOLD_SECONDS
+        :func:`~pypepper_dramatiq.engine.concurrency.hold_seconds` (longer each time
+        it is held), and this one is acknowledged unrun, no attempt counted. A
+        transport that cannot be reached holds it ``defer_seconds``."""
+        wait = concurrency.hold_seconds(step.holds)
         try:
             slots = concurrency.try_start(
                 channel_id, concurrency_key, step.job_id, self.owner, self.lease_seconds
@@ -355,7 +356,8 @@ class WorkflowMiddleware(Middleware):
             concurrency_key,
             extra={"action": "concurrency_hold", "job_id": step.job_id},
         )
-        held = step.to_message(message.queue_name, _same_priority(message))
+        again = replace(step, holds=step.holds + 1)
+        held = again.to_message(message.queue_name, _same_priority(message))
         if not self._enqueue(broker, held, delay=wait):
             self.logger.warning(
                 "job %s: message held by a concurrency limit not put back; the recovery "

@@ -798,17 +798,18 @@ def _start_or_wait(job: Job) -> float:
 
 async def _slot(job: Job) -> concurrency.Slots | None:
     """Wait, no thread held, until the job's first step may run under its concurrency
-    limits (asking every :data:`~pypepper_dramatiq.engine.concurrency.HOLD_SECONDS`;
+    limits (asking again after
+    :func:`~pypepper_dramatiq.engine.concurrency.hold_seconds`;
     every :data:`RATE_RETRY_SECONDS` while the transport is out of reach): its slots;
     None when the job was cancelled meanwhile."""
-    told = False
+    holds = 0
     while not job.is_cancelled:
-        slots, wait = _try_slot(job)
+        slots, wait = _try_slot(job, holds)
         if slots is not None:
             return slots
-        if not told:
+        if not holds:
             _log(job, "concurrency_hold")
-            told = True
+        holds += 1
         await _until(utcnow() + timedelta(seconds=wait), job.cancel_event)
     return None
 
@@ -817,21 +818,21 @@ def _slot_came(job: Job) -> concurrency.Slots | None:
     """In the job's thread: wait until its next step may run under its concurrency
     limits: its slots (empty ones when it is under none); None if the job was
     cancelled meanwhile."""
-    told = False
+    holds = 0
     while not job.is_cancelled:
-        slots, wait = _try_slot(job)
+        slots, wait = _try_slot(job, holds)
         if slots is not None:
             return slots
-        if not told:
+        if not holds:
             _log(job, "concurrency_hold")
-            told = True
+        holds += 1
         job.cancel_event.wait(wait)
     return None
 
 
-def _try_slot(job: Job) -> tuple[concurrency.Slots | None, float]:
-    """The job's slots now, or None and how long to wait before asking again (a
-    transport out of reach, logged: :data:`RATE_RETRY_SECONDS`)."""
+def _try_slot(job: Job, holds: int) -> tuple[concurrency.Slots | None, float]:
+    """The job's slots now, or None and how long to wait before asking again, after
+    ``holds`` refusals (a transport out of reach, logged: :data:`RATE_RETRY_SECONDS`)."""
     try:
         slots = concurrency.try_start(
             job.channel_id, job.concurrency_key, job.id, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE
@@ -839,7 +840,7 @@ def _try_slot(job: Job) -> tuple[concurrency.Slots | None, float]:
     except BrokerUnavailableError as exc:
         logger.warning("job %s: its concurrency limit could not be asked: %s", job.id, exc)
         return None, RATE_RETRY_SECONDS
-    return slots, concurrency.HOLD_SECONDS
+    return slots, concurrency.hold_seconds(holds)
 
 
 def _attempt(
