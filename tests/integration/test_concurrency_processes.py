@@ -97,7 +97,7 @@ def test_channel_and_key_limits_hold_across_workers_and_a_killed_workers_slot_co
     wait_for(lambda: running_in(cluster, victim, every), 60, "a step running in the victim")
     victim.kill()
     killed_at = time.time()
-    records = cluster.wait_status(every, 120)
+    records = cluster.wait_status(every, 90)
 
     assert {r.status for r in records.values()} == {Status.COMPLETED}
     runs = {job.id: runs_of(cluster, job, killed_at) for job in every}

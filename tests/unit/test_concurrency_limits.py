@@ -155,3 +155,15 @@ def test_slots_are_given_back_once_and_renewed_while_held() -> None:
 def test_a_start_held_again_and_again_asks_less_often_up_to_a_second() -> None:
     assert [concurrency.hold_seconds(n) for n in range(5)] == [0.25, 0.5, 1.0, 1.0, 1.0]
     assert concurrency.hold_seconds(10_000) == concurrency.MAX_HOLD_SECONDS
+
+
+def test_a_priority_queue_counts_under_its_channels_limits() -> None:
+    # On Redis a job of priority 5 travels on "<channel>.p5": its steps run under the
+    # channel's concurrency and rate limits all the same.
+    from pypepper_dramatiq.drivers.dramatiq.middleware import _channel_of
+
+    setup(broker=StubBroker(), channels={"etl": {"max_running": 1}})
+    assert _channel_of("etl") == "etl"
+    assert _channel_of("etl.p5") == "etl"
+    assert _channel_of("other.p5") == "other.p5"  # no channel "other" here
+    assert concurrency.limited(_channel_of("etl.p9"))
