@@ -1,5 +1,6 @@
 """Concurrency limits held across real ``dramatiq`` workers (two worker CLIs), on Redis
-(the slots in Redis) and on RabbitMQ (the slots in PostgreSQL), while one of them is
+with the PostgreSQL and the MariaDB stores (the slots in Redis) and on RabbitMQ (the
+slots in PostgreSQL), while one of them is
 SIGKILLed in the middle of a step.
 
 The channel allows 2 steps at once (``max_running=2``) and each tenant's key 1
@@ -70,11 +71,7 @@ def running_in(cluster: Cluster, worker: WorkerProcess, jobs: list[Job]) -> bool
     return False
 
 
-@pytest.mark.parametrize(
-    ("broker_kind", "store_backend"),
-    [BROKERS_AND_STORES[0], BROKERS_AND_STORES[2]],
-    indirect=True,
-)
+@pytest.mark.parametrize(("broker_kind", "store_backend"), BROKERS_AND_STORES, indirect=True)
 def test_channel_and_key_limits_hold_across_workers_and_a_killed_workers_slot_comes_back(
     cluster: Cluster,
 ) -> None:
