@@ -36,6 +36,7 @@ SCENARIOS = (
     "ceiling",
     "rate_limit",
     "priority_inversion",
+    "concurrency",
 )
 
 

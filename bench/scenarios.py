@@ -13,6 +13,7 @@ import contextlib
 import json
 import re
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,6 +58,7 @@ class Sizes:
     ceiling_reps: int = 2  #: scenario 18: runs of each competitor and shape
     rate_seconds: float = 30.0  #: scenario 19: how long the rate-limited backlog lasts
     inversion: tuple[int, int] = (10_000, 100)  #: scenario 20: low-priority jobs, then high
+    concurrency_per_key: int = 20  #: scenario 21: jobs per key (of 50 keys)
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -80,8 +82,9 @@ QUICK = replace(QUICK, params_jobs=500, tracing_jobs=500)
 QUICK = replace(QUICK, ceiling_jobs=1_000, ceiling_shapes=(1,), ceiling_reps=1)
 # Scenario 19 at the quick size.
 QUICK = replace(QUICK, rate_seconds=6.0)
-# Scenario 20 at the quick size.
+# Scenarios 20 and 21 at the quick size.
 QUICK = replace(QUICK, inversion=(1_000, 20))
+QUICK = replace(QUICK, concurrency_per_key=4)
 
 
 def median(values: list[float]) -> float:
@@ -1497,6 +1500,73 @@ def priority_inversion(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str
     return out
 
 
+# -- 21. concurrency limits per key -----------------------------------------------------------
+
+#: Scenario 21: how many keys, the limit of each, and how long each job works.
+CONCURRENCY_KEYS = 50
+CONCURRENCY_LIMIT = 3
+CONCURRENCY_WORK_SECONDS = 0.02
+
+
+def concurrency(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """50 keys limited to 3 steps at once each (``setup(concurrency={"tenant-*": 3})``),
+    two worker processes of 8 threads, ``concurrency_per_key`` jobs per key queued key
+    by key (so that a key's jobs arrive together and its limit binds), each working
+    20 ms: the most slots any key held at once, sampled every 10 ms from Redis (never
+    above 3), and the rate (first start to last end) against the same jobs without a
+    key (no limit)."""
+    jobs = CONCURRENCY_KEYS * sizes.concurrency_per_key
+    out: dict[str, Any] = {"keys": CONCURRENCY_KEYS, "limit": CONCURRENCY_LIMIT, "jobs": jobs}
+    for limited in (False, True):
+        stack.reset()
+        for k in range(CONCURRENCY_KEYS):
+            for n in range(sizes.concurrency_per_key):
+                job = durable.app.keyed_job(None, f"c{k}-{n}", CONCURRENCY_WORK_SECONDS)
+                job.scheduled(concurrency_key=f"tenant-{k}" if limited else None)
+        limits = json.dumps({"tenant-*": CONCURRENCY_LIMIT}) if limited else "null"
+        peak = [0]
+        sampling = threading.Event()
+        sampler = threading.Thread(
+            target=_most_slots_held, args=(stack, sampling, peak), daemon=True
+        )
+        with _environ(BENCH_CONCURRENCY=limits, dramatiq_worker_timeout="100"):
+            worker = durable.workers_apart(2, "durable-concurrency")
+        sampler.start()
+        try:
+            wait_until(lambda: durable.done() >= jobs, 300, "jobs", worker)
+            # From the first task's start to the last job's end: the workers' boot aside.
+            seconds = max(durable.done_times().values()) - min(durable.start_times().values())
+            worker.check()
+        finally:
+            sampling.set()
+            sampler.join()
+            worker.stop()
+        name = "limited" if limited else "unlimited"
+        out[f"{name}_rate"] = jobs / seconds
+        if limited:
+            out["max_running_per_key"] = peak[0]
+    out["ratio"] = out["limited_rate"] / out["unlimited_rate"]
+    print(
+        f"  {CONCURRENCY_KEYS} keys at {CONCURRENCY_LIMIT} each, 2 processes, {jobs} jobs of "
+        f"{CONCURRENCY_WORK_SECONDS * 1000:.0f} ms: most running per key "
+        f"{out['max_running_per_key']}; {out['limited_rate']:.0f} jobs/s limited, "
+        f"{out['unlimited_rate']:.0f} unlimited ({out['ratio']:.2f}x)",
+        flush=True,
+    )
+    return out
+
+
+def _most_slots_held(stack: Stack, stop: threading.Event, peak: list[int]) -> None:
+    """Until ``stop``: every 10 ms, the slots each key of scenario 21 holds in Redis;
+    the most seen goes to ``peak[0]``."""
+    keys = [f"pypepper:slots:key:tenant-{k}" for k in range(CONCURRENCY_KEYS)]
+    while not stop.wait(0.01):
+        pipe = stack.broker.pipeline(transaction=False)
+        for key in keys:
+            pipe.zcard(key)
+        peak[0] = max(peak[0], *pipe.execute())
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables (inherited by the workers started meanwhile)."""
@@ -1550,6 +1620,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ),
         ("rate_limit", lambda: rate_limit(stack, durable, sizes)),
         ("priority_inversion", lambda: priority_inversion(stack, durable, sizes)),
+        ("concurrency", lambda: concurrency(stack, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

@@ -62,6 +62,8 @@ broker = setup(
     os.environ["BENCH_STORE_URI"],
     # Scenario 18 (rate_limit) starts workers with the channel limited (``"50/s"``).
     channels={CHANNEL: {"maxsize": None, "rate_limit": os.environ.get("BENCH_RATE_LIMIT") or None}},
+    # Scenario 20 (concurrency) starts workers with the keys limited (``{"tenant-*": 3}``).
+    concurrency=json.loads(os.environ.get("BENCH_CONCURRENCY") or "null"),
     migrate=True,
     # Scenario 9 (purge) starts a worker with retention; the others keep every job.
     retention=json.loads(os.environ.get("BENCH_RETENTION") or "null"),
@@ -112,6 +114,20 @@ def progress_loop(task: Any, context: Any, calls: int = 100_000, report: bool = 
 def progress_job(calls: int, report: bool) -> Job:
     new = Job(category="progress", channel_id=CHANNEL)
     new.workflows.append(Workflow([progress_loop.task(name="loop", calls=calls, report=report)]))
+    return new
+
+
+@workflow_task(name="bench.busy")
+def busy(task: Any, context: Any, key: str | None = None, seconds: float = 0.02) -> None:
+    """Works ``seconds`` (a sleep: its thread free for the others), then marks ``key``."""
+    time.sleep(seconds)
+    probe.mark("durable", key)
+
+
+def keyed_job(concurrency_key: str | None, key: str, seconds: float) -> Job:
+    """A job of one :func:`busy` task, scheduled under ``concurrency_key`` by the caller."""
+    new = Job(category="bench", channel_id=CHANNEL)
+    new.workflows.append(Workflow([busy.task(key=key, seconds=seconds)]))
     return new
 
 

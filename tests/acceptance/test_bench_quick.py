@@ -35,6 +35,7 @@ SCENARIOS = (
     "ceiling",
     "rate_limit",
     "priority_inversion",
+    "concurrency",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]
