@@ -25,6 +25,7 @@ from pypepper_dramatiq.limits.concurrency import (
     check_limit,
     key_concurrency,
 )
+from pypepper_dramatiq.rules.priorities import channel_of_queue
 from pypepper_dramatiq.transport import LocalTransport
 
 
@@ -159,11 +160,9 @@ def test_a_start_held_again_and_again_asks_less_often_up_to_a_second() -> None:
 
 def test_a_priority_queue_counts_under_its_channels_limits() -> None:
     # On Redis a job of priority 5 travels on "<channel>.p5": its steps run under the
-    # channel's concurrency and rate limits all the same.
-    from pypepper_dramatiq.drivers.dramatiq.middleware import _channel_of
-
+    # channel's concurrency limit all the same (the queue is mapped back to it).
     setup(broker=StubBroker(), channels={"etl": {"max_running": 1}})
-    assert _channel_of("etl") == "etl"
-    assert _channel_of("etl.p5") == "etl"
-    assert _channel_of("other.p5") == "other.p5"  # no channel "other" here
-    assert concurrency.limited(_channel_of("etl.p9"))
+    assert channel_of_queue("etl") == "etl"
+    assert channel_of_queue("etl.p5") == "etl"
+    assert concurrency.limited(channel_of_queue("etl.p9"))
+    assert not concurrency.limited("etl.p9")  # the queue's own name is no channel
