@@ -678,8 +678,11 @@ class Job:
             raise UnknownJobError(self.id)
         return record.result(name, workflow)
 
-    def to_record(self) -> JobRecord:
-        """A snapshot; workflows are included only when every task has an executor_id."""
+    def to_record(self, *, updated: datetime | None = None) -> JobRecord:
+        """A snapshot; workflows are included only when every task has an executor_id.
+
+        ``updated``: the snapshot's time of writing, instead of the job's own (a
+        write's record, made once rather than made and then changed)."""
         with self._lock:
             return JobRecord(
                 id=self.id,
@@ -688,7 +691,7 @@ class Job:
                 status=self.status,
                 version=self.version,
                 created=self.created,
-                updated=self.updated,
+                updated=self.updated if updated is None else updated,
                 payload=self._payload(),
                 state=dict(self.state),
                 error=self.error,

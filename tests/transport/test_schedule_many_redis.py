@@ -75,19 +75,32 @@ def broker(redis_url: str) -> Iterator[RedisBroker]:
 
 
 class Recorder:
-    """Records the name of every command the broker's client sends."""
+    """Records every command the broker's client sends on its pooled connections:
+    through the client's own call, or straight on a connection (the one script call
+    of ``scheduled()`` and ``schedule_many()``)."""
 
     def __init__(self, client: Any) -> None:
         self.commands: list[str] = []
         self.calls: list[tuple[Any, ...]] = []
-        self._send = client.execute_command
+        wrapped: set[int] = set()
+        pool = client.connection_pool
+        get_connection = pool.get_connection
 
-        def execute_command(*args: Any, **options: Any) -> Any:
-            self.commands.append(str(args[0]).upper())
-            self.calls.append(args)
-            return self._send(*args, **options)
+        def recording(*args: Any, **options: Any) -> Any:
+            connection = get_connection(*args, **options)
+            if id(connection) not in wrapped:
+                wrapped.add(id(connection))
+                send = connection.send_command
 
-        client.execute_command = execute_command
+                def send_command(*command: Any, **sent: Any) -> Any:
+                    self.commands.append(str(command[0]).upper())
+                    self.calls.append(command)
+                    return send(*command, **sent)
+
+                connection.send_command = send_command
+            return connection
+
+        pool.get_connection = recording
 
 
 def job(channel: str = CHANNEL) -> Job:

@@ -67,6 +67,18 @@ def pg_params(record: JobRecord) -> dict[str, Any]:
     return params
 
 
+def pg_insert_params(record: JobRecord) -> dict[str, Any]:
+    """Parameters of PG_INSERT (a first write): the row's columns, JSON as text."""
+    params = row_values(record)
+    del params["version"]  # always 1
+    params.update(
+        payload=None if record.payload is None else json_text(record.payload),
+        state=json_text(record.state),
+        waits=None if record.waits is None else json_text(record.waits),
+    )
+    return params
+
+
 def pg_claim_arrays(requests: Sequence[StepClaim], chosen: Sequence[int]) -> dict[str, Any]:
     """The parameters of PG_CLAIM_MANY: one array per column, a row per request."""
     picked = [requests[n] for n in chosen]

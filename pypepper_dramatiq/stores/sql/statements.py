@@ -115,6 +115,20 @@ ON CONFLICT (id) DO UPDATE SET
 WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
 """
 
+#: A job's first write (its version 0): PG_UPSERT's insert, without the update that
+#: no stored row (version 1 or more) could pass.
+PG_INSERT = f"""
+INSERT INTO scheduler_jobs ({COLUMNS})
+SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, 1,
+       %(created)s::timestamptz, %(updated)s::timestamptz, %(payload)s::jsonb,
+       %(state)s::jsonb, %(error)s, %(lease_owner)s, %(lease_expires)s::timestamptz,
+       %(not_before)s::timestamptz, %(release_at)s::timestamptz,
+       %(start_deadline)s::timestamptz, %(unique_key)s, %(waits)s::jsonb,
+       %(waiting_since)s::timestamptz
+WHERE NOT EXISTS (SELECT 1 FROM scheduler_purged WHERE job_id = %(id)s::text)
+ON CONFLICT (id) DO NOTHING
+"""
+
 PG_ADVANCE = """
 UPDATE scheduler_jobs SET
     status = %(status)s, version = version + 1, updated = %(updated)s,

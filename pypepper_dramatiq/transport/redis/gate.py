@@ -29,7 +29,7 @@ from ..base import (
 )
 from . import batch
 from .layout import CHANNEL_KEY_PREFIX, RATE_KEY_PREFIX, WAITING_SUFFIX, messages_key, queue_key
-from .scripts import scripts_of
+from .scripts import call_script, scripts_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -279,7 +279,7 @@ def run_offers(script: Any, offers: Sequence[Admission], broker: Any) -> list[Se
                 messages_key(broker, queue),
             ]
         args += [pair, offer.job_id, offer.message.options["redis_message_id"], offer.data]
-    answers = script(keys=keys, args=args)
+    answers = call_script(script, keys, args)
     return [
         cast(SendResult, answer.decode() if isinstance(answer, bytes) else answer)
         for answer in answers

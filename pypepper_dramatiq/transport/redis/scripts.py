@@ -7,10 +7,15 @@ registered once per Redis client.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..per_client import PerClient
 
@@ -55,3 +60,35 @@ def _register(client: Any) -> Scripts:
 
 #: The scripts registered on a Redis client, registered on its first use.
 scripts_of: PerClient[Scripts] = PerClient(_register)
+
+
+def call_script(script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    """``script(keys=keys, args=args)`` through fewer of redis-py's layers: EVALSHA
+    sent on a connection of the client's pool, and its answer read.
+
+    A client call wraps every command in layers (its retry loop, a checkout per
+    command name, the script's own checks) that cost about 18 us of CPU a call,
+    a third of the round trip's: ``scheduled()`` pays it once a job. Whatever is
+    not the plain case takes the script's own call, which does what it always
+    did: a client holding one connection, Redis lacking the script (loaded, then
+    run), a connection that failed (reconnected and the command sent again, as
+    redis-py's retries send it).
+    """
+    client = script.registered_client
+    if getattr(client, "connection", None) is not None:  # a single-connection client
+        return script(keys=keys, args=args)
+    pool = client.connection_pool
+    try:
+        connection = pool.get_connection()
+    except (RedisConnectionError, RedisTimeoutError):
+        return script(keys=keys, args=args)
+    try:
+        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return connection.read_response()
+    except NoScriptError:
+        pass
+    except (RedisConnectionError, RedisTimeoutError):
+        connection.disconnect()
+    finally:
+        pool.release(connection)
+    return script(keys=keys, args=args)
