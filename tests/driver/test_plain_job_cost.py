@@ -1,7 +1,9 @@
 """A plain job (no scheduling option) costs the store calls it cost before keys and waits.
 
 Counted on the Dramatiq driver with a store that records every call: one write
-at ``scheduled()``, and for a one-task job one claim and one record.
+at ``scheduled()``, and for a one-task job one claim and one record. On PostgreSQL
+that write is one statement, the insert of a first write (the one Redis call of
+``scheduled()`` is counted in ``tests/transport/test_schedule_many_redis.py``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from collections import Counter
 from typing import Any
 
 import dramatiq
+import psycopg
+import pytest
 from dramatiq.brokers.stub import StubBroker
+from process_state import redis_channel_setup
 
-from pypepper_dramatiq import Context, Status, Task, set_job_store, workflow_task
+from pypepper_dramatiq import Context, Job, Status, Task, Workflow, set_job_store, workflow_task
 from pypepper_dramatiq.stores.memory import MemoryJobStore
+from pypepper_dramatiq.stores.sql import SqlJobStore
 
 from .drivers import DramatiqDriver, make_job
 
@@ -84,3 +90,34 @@ def test_a_plain_job_makes_one_store_write_to_schedule_and_two_to_run(
     assert store.calls["claim_step"] == 1
     assert store.calls["advance"] == 1
     assert store.calls["put"] == 0 and store.calls["get_many"] == 0
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_a_plain_scheduled_sends_postgresql_one_insert(
+    redis_url: str, pg_store: SqlJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with redis_channel_setup(redis_url, "plain-cost"):
+        set_job_store(pg_store)
+        first = Job(channel_id="plain-cost")
+        first.workflows.append(Workflow([noop.task(name="noop")]))
+        first.scheduled()  # the pool's connection opened, the statement prepared
+        sent: list[str] = []
+        execute = psycopg.Cursor.execute
+
+        def counting(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(" ".join(str(query).split()))
+            return execute(cursor, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counting)
+        job = Job(channel_id="plain-cost")
+        job.workflows.append(Workflow([noop.task(name="noop")]))
+        job.scheduled()
+        monkeypatch.undo()
+
+        [statement] = sent
+        assert statement.startswith("INSERT INTO scheduler_jobs")
+        # A first write: no update that no stored row could pass.
+        assert statement.endswith("ON CONFLICT (id) DO NOTHING")
+        stored = pg_store.get(job.id)
+        assert stored is not None and stored.status is Status.SCHEDULED and stored.version == 1
