@@ -161,31 +161,12 @@ class JobIO:
             job, before, manager.available, "check" if hold else "send", wait if shared else 0.0
         )
         _log_scheduled(job, channel.id)
-        if not self._write_scheduled(job, store):
+        # The user's values were checked before the message went: the write does not
+        # check them again (nor build its record twice: about 20 us of a plain job).
+        if not self.persist(job, SAVE_ATTEMPTS, checked=True):
             # The job is on the channel: do not roll back. The worker heals the row.
             logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
         return job.id
-
-    def _write_scheduled(self, job: Job, store: IJobStore) -> bool:
-        """Store the Scheduled row of ``job``, just sent (or held): :meth:`persist`,
-        whose first try is one ``store.put`` of a record made once.
-
-        The user's values were checked before the message went (``_schedule``), and
-        the message recorded since is the engine's own: ``save``'s second check and
-        its copy of the record would only cost a plain job's path about 20 us. Any
-        other outcome than a stored row (another writer's row, a store error) is
-        :meth:`persist`'s, as before.
-        """
-        with job.write_lock:
-            now = utcnow()
-            try:
-                written = store.put(job.to_record(updated=now))
-            except StoreError:
-                written = False  # persist logs it if it happens again
-            if written:
-                job.mark_saved(job.version + 1, now)
-                return True
-        return self.persist(job, SAVE_ATTEMPTS)
 
     def schedule_many(
         self, jobs: Iterable[Job], *, priority: int | None = None, rate_key: str | None = None
@@ -463,15 +444,20 @@ class JobIO:
 
     # -- snapshots --------------------------------------------------------------------
 
-    def save(self, job: Job) -> bool:
+    def save(self, job: Job, *, checked: bool = False) -> bool:
         """Write ``job``'s snapshot; True if the store took it (see ``Job.save``).
+
+        ``checked``: the caller checked the job's user values already (``scheduled()``
+        did, just before its message went), so they are not checked again.
 
         Raises:
             ValueError, TypeError: the row cannot hold a value of the job (named).
         """
         with job.write_lock:
             now = utcnow()
-            record = check_job_record(job.to_record().evolve(updated=now))
+            record = job.to_record(updated=now)
+            if not checked:
+                check_job_record(record)
             if not get_job_store().put(record):
                 return False
             job.mark_saved(record.version + 1, now)
@@ -481,22 +467,35 @@ class JobIO:
             wake(job.id)  # cancel() publishes on the cancel channel, which waiters hear
         return True
 
-    def persist(self, job: Job, attempts: int, keep: Mapping[str, Any] | None = None) -> bool:
+    def persist(
+        self,
+        job: Job,
+        attempts: int,
+        keep: Mapping[str, Any] | None = None,
+        *,
+        checked: bool = False,
+    ) -> bool:
         """``save``, retried; never raises for store failures (see ``Job.persist``).
 
         ``keep``: state keys this write adds, written again over the stored
-        progress a retry adopts (a cancel's ``cancelled_by``)."""
-        return self.persist_own(job, attempts, keep) is not None
+        progress a retry adopts (a cancel's ``cancelled_by``). ``checked``: as
+        :meth:`save`'s."""
+        return self.persist_own(job, attempts, keep, checked=checked) is not None
 
     def persist_own(
-        self, job: Job, attempts: int, keep: Mapping[str, Any] | None = None
+        self,
+        job: Job,
+        attempts: int,
+        keep: Mapping[str, Any] | None = None,
+        *,
+        checked: bool = False,
     ) -> bool | None:
         """:meth:`persist`, saying whose write holds the snapshot: True this call's,
         False another writer's (the row already held what it would write: adopted),
         None if nothing was stored. An end is counted only by its own writer."""
         for attempt in range(attempts):
             try:
-                if self.save(job):
+                if self.save(job, checked=checked):
                     return True
                 store = get_job_store()
                 durable = store.get(job.id)
