@@ -175,16 +175,17 @@ class JobIO:
         admission and the first message of all of them (see :func:`schedule_many`);
         a tracing observer wraps each job's scheduling, as :meth:`schedule`'s."""
         _require_sync()
-        batch = _checked_batch(jobs, priority, rate_key)
+        batch, checked = _checked_batch(jobs, priority, rate_key)
         if not observers.observing():
-            return self._schedule_many(batch)
+            return self._schedule_many(batch, checked)
         with ExitStack() as stack:
             for job in batch:
                 _carry(job, stack.enter_context(observers.scheduling(job.id, job.channel_id)))
-            return self._schedule_many(batch)
+            return self._schedule_many(batch, checked)
 
-    def _schedule_many(self, batch: list[Job]) -> list[Scheduled]:
-        """:meth:`schedule_many` of the checked ``batch``."""
+    def _schedule_many(self, batch: list[Job], checked: list[JobRecord]) -> list[Scheduled]:
+        """:meth:`schedule_many` of the checked ``batch`` (``checked``: their records,
+        as they were checked)."""
         store = get_job_store()  # a YAML durable backend never set up fails here, first
         if not batch:
             return []
@@ -197,12 +198,14 @@ class JobIO:
         prepared: list[tuple[Admission, Any] | None] = []
         records: list[JobRecord] = []
         try:
-            for job in batch:
+            for job, seen in zip(batch, checked, strict=True):
                 job.apply_event(INIT)
                 job.apply_event(SCHEDULE)
                 job.not_before = job.start_deadline = job.release_at = None
                 job.mark_saved(0, now)  # the row's version and time, without a copy
-                record = job.to_record()
+                # The checked record, Scheduled now (its state: a tracing observer's
+                # context may have joined it since), not the job's made again.
+                record = seen.scheduled_copy(job.status, now, dict(job.state))
                 if one_call:
                     # The row records the message before it is sent: were it never
                     # sent, the recovery sweep finds the row without it and sends one.
@@ -924,10 +927,10 @@ def _admit(
 
 def _checked_batch(
     jobs: Iterable[Job], priority: int | None = None, rate_key: str | None = None
-) -> list[Job]:
+) -> tuple[list[Job], list[JobRecord]]:
     """``jobs`` as a list, each a new job given once, given ``priority`` and ``rate_key``
-    (None: its own); raises TypeError or ValueError (the options' typed errors first,
-    before any job is changed)."""
+    (None: its own), and the record of each, checked; raises TypeError or ValueError
+    (the options' typed errors first, before any job is changed)."""
     if priority is not None:
         priority = check_priority(priority)
     if rate_key is not None:
@@ -936,6 +939,7 @@ def _checked_batch(
         raise TypeError(f"schedule_many() takes a list of jobs, not {type(jobs).__name__}")
     batch = list(jobs)
     seen: set[str] = set()
+    records: list[JobRecord] = []
     for index, job in enumerate(batch):
         if not isinstance(job, Job):
             raise TypeError(f"schedule_many(): item {index} is a {type(job).__name__}, not a Job")
@@ -955,8 +959,8 @@ def _checked_batch(
             job.rate_key = rate_key
         elif job.rate_key is not None:
             check_rate_key(job.rate_key)  # set on the job directly: checked as scheduled()'s
-        check_job_record(job.to_record())  # before any row or message of the batch
-    return batch
+        records.append(check_job_record(job.to_record()))  # before any row or message
+    return batch, records
 
 
 def _require_storable_id(job_id: str) -> None:

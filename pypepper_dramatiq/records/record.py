@@ -120,6 +120,27 @@ class JobRecord:
         changed.__dict__["state"] = state
         return changed
 
+    def scheduled_copy(self, status: Status, updated: datetime, state: dict[str, Any]) -> JobRecord:
+        """This record as its job is stored and sent by ``schedule_many``: with
+        ``status``, written at ``updated`` (aware UTC), with ``state``, no planned
+        start, deadline or release.
+
+        ``evolve(...)`` without its checks, which this record passed when it was made
+        a moment before (the batch's records are checked before anything is done):
+        a copy of the fields, about 1 us against 10 for the job's record made again.
+        """
+        changed = object.__new__(type(self))
+        changed.__dict__.update(self.__dict__)
+        changed.__dict__.update(
+            status=status,
+            updated=updated,
+            state=state,
+            not_before=None,
+            release_at=None,
+            start_deadline=None,
+        )
+        return changed
+
     def waiting_for(self, now: datetime | None = None) -> list[str]:
         """What this job waits for before it may start, in words (empty unless Scheduled)."""
         if self.status is not Status.SCHEDULED:

@@ -263,3 +263,16 @@ def test_each_channel_of_one_call_keeps_its_own_bound(broker: RedisBroker) -> No
     assert admitted == [True, True, True, False, False, False]
     assert manager.available(CHANNEL).length() == 2
     assert manager.available(OTHER).length() == 1
+
+
+def test_each_row_stored_is_the_record_of_its_job_as_scheduled(broker: RedisBroker) -> None:
+    # The rows are made from the records checked before anything was done, copied as
+    # Scheduled: each must be the job's own record once scheduled, field for field.
+    batch = [job() for _ in range(3)]
+    batch[1].priority = 7
+    batch[2].category = "copied"
+    assert schedule_many(batch) == [j.id for j in batch]
+    store = pypepper_dramatiq.get_job_store()
+    for made in batch:
+        assert made.status is Status.SCHEDULED and made.version == 1
+        assert store.get(made.id) == made.to_record()
