@@ -67,7 +67,7 @@ nothing stuck):
 7. **purged jobs stay purged**: a job's first message that comes back after
    retention deleted the job (the message of a first step whose worker was
    SIGKILLed, which Dramatiq requeues) is dropped by the purge's tombstone: no
-   job is healed and started again after it had ended (``resurrected_after_purge``
+   task of a job starts after retention deleted it (``resurrected_after_purge``
    must be empty; ``tests/driver/test_purged_job_messages.py``). The drops the
    workers logged are counted (``purged_messages_dropped``).
 """
@@ -673,22 +673,36 @@ class Seed002:
 
     def resurrected(self, chaos: ChaosRun) -> dict[str, float]:
         """The jobs run again after retention deleted them (issue 22: a stale first
-        message of a purged job healed its row), with when they had ended: healed by
-        a worker, and started after they ended. Must be none (invariant 7).
+        message of a purged job healed its row), with when they were deleted: a task
+        of theirs started after their purge. Must be none (invariant 7).
+
+        A start is compared with the purge, not with the job's end: a job cancelled
+        as soon as it is scheduled (``cancel_queued``) may be taken by a worker faster
+        than its producer, which heals the row and starts the task while the cancel is
+        being written; that one start is stamped after the Cancelled row's ``updated``,
+        yet it is no run again (seed 997046 on RabbitMQ, issue 25). The purge's time is
+        its tombstone's ``purged_at``, or when the harvester first saw the row gone if
+        that is earlier (an id purged twice has the later tombstone).
 
         Call it after reading the traces a check judges: a rerun's start is traced
         after its heal is logged."""
-        healed = {m[1] for w in chaos.cluster.workers for m in HEAL_LINE.finditer(w.log())}
-        by_id = {p.job.id: p for p in chaos.accepted}
+        tombstones = {
+            job_id: when.timestamp()
+            for job_id, when in raw(
+                self.cluster.store_uri, "SELECT job_id, purged_at FROM scheduler_purged"
+            )
+        }
+        vanished = self.harvester.vanished
         found: dict[str, float] = {}
-        for job_id in healed:
-            record, planned = self.harvester.records.get(job_id), by_id.get(job_id)
-            if record is None or planned is None:
+        for planned in chaos.accepted:
+            job_id = planned.job.id
+            seen = [t for t in (tombstones.get(job_id), vanished.get(job_id)) if t is not None]
+            if not seen:
                 continue
-            ended = record.updated.timestamp()
+            purged_at = min(seen)
             for name in planned.names:
-                if any(s > ended for s in self.cluster.times("starts", planned.job, name)):
-                    found[job_id] = ended
+                if any(s > purged_at for s in self.cluster.times("starts", planned.job, name)):
+                    found[job_id] = purged_at
         return found
 
     def dropped_after_purge(self, chaos: ChaosRun) -> int:

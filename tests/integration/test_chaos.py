@@ -68,7 +68,7 @@ from pypepper_dramatiq.errors import (
 from pypepper_dramatiq.stores.base import JobRecord
 
 from .chaos_plan import Planned, report
-from .chaos_seed002 import RETENTION, RETENTION_SECONDS, Seed002, wait_for_a_purge
+from .chaos_seed002 import HEAL_LINE, RETENTION, RETENTION_SECONDS, Seed002, wait_for_a_purge
 from .conftest import BOTH_BROKERS, flush_redis
 from .harness import READY_LINE, Cluster, WorkerProcess, raw
 from .worker_app import CHANNEL, ENV, probe
@@ -76,6 +76,9 @@ from .worker_app import CHANNEL, ENV, probe
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
 LONG = os.environ.get("PYPEPPER_CHAOS_LONG") == "1"
+#: ``PYPEPPER_CHAOS_DEBUG_STEPS=1``: the workers log every step's bookkeeping (claims,
+#: records, heals), to read a failure's path; by default only their heals.
+DEBUG_STEPS = os.environ.get("PYPEPPER_CHAOS_DEBUG_STEPS") == "1"
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class Chaos:
             heartbeat_timeout_ms=HEARTBEAT_MS,
             shutdown_grace=0,
             retention=RETENTION,
-            extra_env={ENV["log_heals"]: "1"},
+            extra_env={ENV["debug_steps" if DEBUG_STEPS else "log_heals"]: "1"},
             wait=False,
         )
 
@@ -355,25 +358,8 @@ def restarted_broker(request: pytest.FixtureRequest, broker_kind: str) -> tuple[
     return own_rabbitmq, redis_url
 
 
-#: On RabbitMQ one clean-clone run in two found a job run again after its purge (seed 997046,
-#: after a RabbitMQ restart): not strict until that path is found (issue 25).
-CHAOS_BROKERS = [
-    BOTH_BROKERS[0],
-    pytest.param(
-        "rabbitmq",
-        marks=[
-            pytest.mark.rabbitmq,
-            pytest.mark.xfail(
-                strict=False,
-                reason="issue 25: failed in one of two clean-clone runs, not yet explained",
-            ),
-        ],
-    ),
-]
-
-
 @pytest.mark.timeout(1800 if LONG else 400)
-@pytest.mark.parametrize("broker_kind", CHAOS_BROKERS)
+@pytest.mark.parametrize("broker_kind", BOTH_BROKERS)
 def test_chaos_every_job_ends_as_expected_and_no_finished_task_reruns(
     broker_kind: str, own_postgres: PostgresServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -514,6 +500,31 @@ def wait_for_ends(chaos: Chaos, timeout: float) -> dict[str, JobRecord]:
             time.sleep(0.3)
     records.update({r.id: r for r in stored if r.damaged is None and r.status.is_terminal})
     return records
+
+
+def resurrection_story(chaos: Chaos, job_id: str, purged_at: float) -> str:
+    """What the run knows of a job run again after its purge: when it ended and was
+    purged, its tasks' starts and ends, and every worker line naming it (to read
+    which path ran it)."""
+    planned = next(p for p in chaos.accepted if p.job.id == job_id)
+    cluster = chaos.cluster
+    assert chaos.seed002 is not None
+    ended = chaos.seed002.harvester.records.get(job_id)
+    traces = {
+        name: (cluster.times("starts", planned.job, name), cluster.times("ends", planned.job, name))
+        for name in planned.names
+    }
+    lines = [
+        f"{w.log_path.name}: {line}"
+        for w in cluster.workers
+        for line in w.log().splitlines()
+        if job_id in line
+    ]
+    return (
+        f"{planned.kind} job {job_id}: submitted at {planned.submitted_at}, ended at "
+        f"{None if ended is None else ended.updated.timestamp()}, purged at {purged_at}; "
+        f"(starts, ends) by task {traces}; worker lines:\n" + "\n".join(lines)
+    )
 
 
 def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
@@ -657,8 +668,10 @@ def check_outcomes(chaos: Chaos, seed: int, began: float) -> None:
     resurrected = chaos.seed002.resurrected(chaos)
     if resurrected:
         problems.append(f"jobs run again after retention deleted them: {sorted(resurrected)}")
+        problems += [resurrection_story(chaos, j, at) for j, at in resurrected.items()]
     figures["resurrected_after_purge"] = sorted(resurrected)
     figures["purged_messages_dropped"] = chaos.seed002.dropped_after_purge(chaos)
+    figures["rows_healed"] = len(jobs_logged(cluster, HEAL_LINE))
     figures["slots_given_back_by_sweep"] = reclaimed_slots
     figures["next_steps_sent_by_sweep"] = len(jobs_logged(cluster, NOT_ENQUEUED))
 
