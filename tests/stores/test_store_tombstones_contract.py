@@ -7,10 +7,12 @@ answers False, as a third-party store inherits it), PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import Engine, delete, insert, select, text, update
 
 from pypepper_dramatiq.rules.retention import TOMBSTONE_KEEP
 from pypepper_dramatiq.rules.status import Status
@@ -18,7 +20,9 @@ from pypepper_dramatiq.stores.base import IJobStore, JobRecord, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.schema import jobs, purged
 from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.stores.sql.engine import transaction
 from pypepper_dramatiq.stores.sql.mapping import row_values
+from pypepper_dramatiq.stores.sql.purge import bury
 
 from .test_store_contract import T0, MinimalStore, job, store
 
@@ -26,6 +30,16 @@ __all__ = ["store"]  # the fixture: every store of the contract
 
 #: Jobs ended at T0; the purge's cutoff is a day later.
 CUTOFF = T0 + timedelta(days=1)
+
+#: Sessions of the store's database waiting on a lock (held by another transaction).
+LOCK_WAITERS = {
+    "postgresql": "SELECT count(*) FROM pg_stat_activity "
+    "WHERE wait_event_type = 'Lock' AND datname = current_database()",
+    "mysql": "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'",
+}
+#: How long a write may take to reach its lock wait before the test gives up (not a
+#: measure: the test goes on as soon as it waits).
+REACH_LOCK_S = 60.0
 
 
 def keeps_tombstones(store: IJobStore) -> bool:
@@ -191,3 +205,59 @@ def test_an_id_is_inserted_again_once_its_tombstone_expired(store: IJobStore) ->
         assert store.purge(Status.COMPLETED, CUTOFF, 1) == ["other"]  # expires the old ones
     assert store.put(job("gone", status=Status.SCHEDULED))
     assert store.get("gone") is not None
+
+
+def wait_until_a_session_waits_on_a_lock(engine: Engine) -> None:
+    """Return once some session of ``engine``'s database waits on a row lock."""
+    query = text(LOCK_WAITERS[engine.dialect.name])
+    deadline = time.monotonic() + REACH_LOCK_S
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            if conn.execute(query).scalar():
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"no write waited on the purge's row lock within {REACH_LOCK_S} s")
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        job("gone", status=Status.SCHEDULED),  # a producer's first save, a heal
+        job("gone", status=Status.SCHEDULED, version=3),  # a save of a row read before
+        job("gone", status=Status.SCHEDULED, payload={"retry_of": "parent"}),  # with links
+    ],
+    ids=["first-save", "later-save", "with-links"],
+)
+def test_an_insert_waiting_on_the_row_the_purge_deletes_is_refused_too(
+    store: IJobStore, late: JobRecord
+) -> None:
+    # Issue 25: a write of a purged job that reached the row while the purge held it
+    # (deleted, its tombstone written, not yet committed) waits on the row's lock.
+    # PostgreSQL read the tombstone before the wait (its statement's snapshot), then
+    # inserted the row once the purge committed: the job was stored again, Scheduled.
+    # The interleaving is forced: the purge's transaction is held open (its own delete
+    # and tombstone, as ``purge`` writes them) until the write waits on the lock.
+    if not isinstance(store, SqlJobStore):
+        pytest.skip("a store in memory holds one lock for put and purge: they never interleave")
+    put_ended(store, "gone", "parent")
+    answer: dict[str, object] = {}
+
+    def late_write() -> None:
+        try:
+            answer["put"] = store.put(late)
+        except Exception as exc:  # reported below, in the test's thread
+            answer["error"] = exc
+
+    writer = threading.Thread(target=late_write)
+    with transaction(store.engine) as purge:
+        purge.execute(delete(jobs).where(jobs.c.id == "gone"))
+        bury(purge, ["gone"])
+        writer.start()
+        wait_until_a_session_waits_on_a_lock(store.engine)
+    writer.join()
+
+    assert "error" not in answer, answer
+    assert answer["put"] is False
+    assert store.get("gone") is None
+    assert store.was_purged("gone")
+    assert store.get("parent") is not None  # the purge took only "gone"

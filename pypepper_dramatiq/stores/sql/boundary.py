@@ -27,8 +27,11 @@ try:  # the PostgreSQL driver is an extra
         psycopg.InterfaceError,
     )
     _DRIVER_DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError,)
+    #: The isolation of the PostgreSQL store's own transactions on a driver connection.
+    READ_COMMITTED: Any = psycopg.IsolationLevel.READ_COMMITTED
 except ImportError:  # pragma: no cover - MySQL-only installs
     dict_row = None  # type: ignore[assignment]
+    READ_COMMITTED = None
     _DRIVER_ERRORS = DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = ()
 
 

@@ -19,7 +19,11 @@ from ..schema import jobs, links
 from .boundary import boundary, is_duplicate_key, once_more_if_stale, refused_by_key_index
 from .links import lock_parents
 from .parts import SqlStorePart
-from .statements import advance_statement, guarded_update, insert_unless_purged
+from .statements import advance_statement, guarded_update, insert_unless_purged, tombstone_of
+
+
+class _PurgedMeanwhile(Exception):
+    """An insert found the tombstone of its id once done: raised to roll it back."""
 
 
 class JobRows(SqlStorePart):
@@ -44,11 +48,17 @@ class JobRows(SqlStorePart):
                 lock_parents(connection, required_parents(found, waiting=waiting))
                 if connection.execute(insert_unless_purged(record)).rowcount == 0:
                     return False  # retention deleted this job: never inserted again
+                if connection.execute(tombstone_of(record.id)).first() is not None:
+                    # Purged while the insert waited on the row's lock (PostgreSQL then
+                    # inserts, its check read before): rolled back, never inserted again.
+                    raise _PurgedMeanwhile(record.id)
                 connection.execute(
                     insert(links),
                     [{"parent_id": k.parent, "child_id": k.child, "kind": k.kind} for k in found],
                 )
             return True
+        except _PurgedMeanwhile:
+            return False
         except sa_exc.IntegrityError as exc:
             if not is_duplicate_key(exc) or refused_by_key_index(exc):
                 raise

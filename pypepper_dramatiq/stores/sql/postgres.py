@@ -20,7 +20,7 @@ from ...rules.status import Status
 from ..base import JobRecord, StepClaim, utcnow
 from ..rows import job_record, listed_jobs
 from ..schema import jobs, purged
-from .boundary import DRIVER_DISCONNECTS, dict_row, once_more_if_stale
+from .boundary import DRIVER_DISCONNECTS, READ_COMMITTED, dict_row, once_more_if_stale
 from .engine import transaction
 from .mapping import (
     TIME_COLUMNS,
@@ -38,12 +38,17 @@ from .statements import (
     PG_GET,
     PG_INSERT,
     PG_INSERT_MANY,
+    PG_TOMBSTONE,
     PG_UPSERT,
     lapsed,
     purge_guard,
     unawaited,
 )
 from .store import SqlJobStore
+
+
+class _PurgedMeanwhile(Exception):
+    """An insert found the tombstone of its id once done: raised to roll it back."""
 
 
 class PostgresJobStore(SqlJobStore, backend="postgresql"):
@@ -83,12 +88,31 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
             return cursor.rowcount, row
 
     def _upsert(self, record: JobRecord) -> bool:
+        # A first write (version 0) is a plain insert: every stored row has a version
+        # of 1 or more, so the upsert's guarded update could never apply.
         if record.version == 0:
-            # A first write: every stored row has a version of 1 or more, so the
-            # upsert's guarded update could never apply; a plain insert decides the
-            # same with fewer parameters to send (a scheduled() pays it once a job).
-            return self._run(PG_INSERT, pg_insert_params(record))[0] == 1
-        return self._run(PG_UPSERT, pg_params(record))[0] == 1
+            statement, params = PG_INSERT, pg_insert_params(record)
+        else:
+            statement, params = PG_UPSERT, pg_params(record)
+        # One transaction: an insert that waited on the lock of the row a purge was
+        # deleting goes on once the purge commits (its tombstone check read before);
+        # the tombstone read again after it rolls such an insert back.
+        try:
+            with self._driver_cursor() as cursor:
+                connection = cursor.connection
+                connection.isolation_level = READ_COMMITTED
+                with connection.transaction():
+                    cursor.execute(statement, params, prepare=True)
+                    row = cursor.fetchone()
+                    if row is None:
+                        return False  # the guard refused the update, or a tombstone
+                    if row["inserted"]:
+                        cursor.execute(PG_TOMBSTONE, {"id": record.id}, prepare=True)
+                        if cursor.fetchone() is not None:
+                            raise _PurgedMeanwhile(record.id)  # rolls the insert back
+                    return True
+        except _PurgedMeanwhile:
+            return False  # retention deleted it while the insert waited: never again
 
     def _advance(self, record: JobRecord) -> bool:
         return self._run(PG_ADVANCE, pg_params(record))[0] == 1

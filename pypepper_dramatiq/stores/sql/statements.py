@@ -92,8 +92,11 @@ COLUMNS = (
 #: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
 #: on every call cost more CPU than the database spent running them.
 #: An id with a tombstone is not inserted again: the tombstone is checked in the
-#: insert itself (a purge committed before it is seen; one committing while it
-#: waits on the row's lock, which it then inserts once more, is not).
+#: insert itself. That check sees a purge committed before the statement began, not
+#: one committing while the insert waits on the lock of the row the purge deletes:
+#: the insert then goes on, the row gone. So ``inserted`` says a row was inserted
+#: (not updated), and the caller reads the tombstone again (:data:`PG_TOMBSTONE`) in
+#: the same transaction, rolling the insert back if the purge came in between.
 PG_UPSERT = f"""
 INSERT INTO scheduler_jobs ({COLUMNS})
 SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1,
@@ -113,6 +116,7 @@ ON CONFLICT (id) DO UPDATE SET
     unique_key = EXCLUDED.unique_key, waits = EXCLUDED.waits,
     waiting_since = EXCLUDED.waiting_since
 WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
+RETURNING (xmax = 0) AS inserted
 """
 
 #: A job's first write (its version 0): PG_UPSERT's insert, without the update that
@@ -127,7 +131,12 @@ SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, 1,
        %(waiting_since)s::timestamptz
 WHERE NOT EXISTS (SELECT 1 FROM scheduler_purged WHERE job_id = %(id)s::text)
 ON CONFLICT (id) DO NOTHING
+RETURNING true AS inserted
 """
+
+#: Whether the id has a tombstone, read by a statement of its own (under READ
+#: COMMITTED, a fresh snapshot: it sees a purge that committed during the insert).
+PG_TOMBSTONE = "SELECT 1 AS purged FROM scheduler_purged WHERE job_id = %(id)s"
 
 PG_ADVANCE = """
 UPDATE scheduler_jobs SET
@@ -205,6 +214,13 @@ WHERE j.id = a.id AND j.version = a.version
     AND j.status = ANY(string_to_array(a.allowed, ','))
 RETURNING a.n
 """
+
+
+def tombstone_of(job_id: str) -> Select[Any]:
+    """The tombstone of ``job_id`` (a row if the purge deleted it). Read after an
+    insert, in its transaction: a purge that committed while the insert waited on
+    the row it deleted is seen there, not by the insert's own check."""
+    return select(purged.c.job_id).where(purged.c.job_id == job_id)
 
 
 def insert_unless_purged(record: JobRecord) -> Any:
