@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, delete, insert, select, text, update
+from sqlalchemy import Engine, create_engine, delete, insert, select, text, update
 
 from pypepper_dramatiq.rules.retention import TOMBSTONE_KEEP
 from pypepper_dramatiq.rules.status import Status
@@ -35,7 +35,10 @@ CUTOFF = T0 + timedelta(days=1)
 LOCK_WAITERS = {
     "postgresql": "SELECT count(*) FROM pg_stat_activity "
     "WHERE wait_event_type = 'Lock' AND datname = current_database()",
-    "mysql": "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'",
+    # The insert statement still running: the purge's locks are all it can wait on
+    # (innodb_trx's LOCK WAIT was seen to miss it).
+    "mysql": "SELECT count(*) FROM information_schema.processlist "
+    "WHERE info LIKE 'INSERT INTO scheduler_jobs%%'",
 }
 #: How long a write may take to reach its lock wait before the test gives up (not a
 #: measure: the test goes on as soon as it waits).
@@ -207,16 +210,17 @@ def test_an_id_is_inserted_again_once_its_tombstone_expired(store: IJobStore) ->
     assert store.get("gone") is not None
 
 
-def wait_until_a_session_waits_on_a_lock(engine: Engine) -> None:
-    """Return once some session of ``engine``'s database waits on a row lock."""
+def wait_until_it_waits_on_a_lock(engine: Engine, writer: threading.Thread) -> None:
+    """Return once some session of ``engine``'s database waits on a row lock (or the
+    ``writer`` is done without waiting: its answer is judged all the same)."""
     query = text(LOCK_WAITERS[engine.dialect.name])
     deadline = time.monotonic() + REACH_LOCK_S
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and writer.is_alive():
         with engine.connect() as conn:
             if conn.execute(query).scalar():
                 return
         time.sleep(0.01)
-    raise AssertionError(f"no write waited on the purge's row lock within {REACH_LOCK_S} s")
+    assert not writer.is_alive(), f"the write neither waited nor ended in {REACH_LOCK_S} s"
 
 
 @pytest.mark.parametrize(
@@ -228,15 +232,17 @@ def wait_until_a_session_waits_on_a_lock(engine: Engine) -> None:
     ],
     ids=["first-save", "later-save", "with-links"],
 )
+@pytest.mark.parametrize("through", ["store", "caller"])
 def test_an_insert_waiting_on_the_row_the_purge_deletes_is_refused_too(
-    store: IJobStore, late: JobRecord
+    store: IJobStore, late: JobRecord, through: str
 ) -> None:
     # Issue 25: a write of a purged job that reached the row while the purge held it
     # (deleted, its tombstone written, not yet committed) waits on the row's lock.
     # PostgreSQL read the tombstone before the wait (its statement's snapshot), then
     # inserted the row once the purge committed: the job was stored again, Scheduled.
     # The interleaving is forced: the purge's transaction is held open (its own delete
-    # and tombstone, as ``purge`` writes them) until the write waits on the lock.
+    # and tombstone, as ``purge`` writes them) until the write waits on the lock. The
+    # write goes through the store, or through a caller's transaction (``within``).
     if not isinstance(store, SqlJobStore):
         pytest.skip("a store in memory holds one lock for put and purge: they never interleave")
     put_ended(store, "gone", "parent")
@@ -244,7 +250,16 @@ def test_an_insert_waiting_on_the_row_the_purge_deletes_is_refused_too(
 
     def late_write() -> None:
         try:
-            answer["put"] = store.put(late)
+            if through == "store":
+                answer["put"] = store.put(late)
+                return
+            # Transactional enqueue: the write in a caller's transaction (a savepoint).
+            caller = create_engine(store.engine.url)
+            try:
+                with caller.begin() as connection:
+                    answer["put"] = store.within(connection).put(late)
+            finally:
+                caller.dispose()
         except Exception as exc:  # reported below, in the test's thread
             answer["error"] = exc
 
@@ -253,10 +268,12 @@ def test_an_insert_waiting_on_the_row_the_purge_deletes_is_refused_too(
         purge.execute(delete(jobs).where(jobs.c.id == "gone"))
         bury(purge, ["gone"])
         writer.start()
-        wait_until_a_session_waits_on_a_lock(store.engine)
+        wait_until_it_waits_on_a_lock(store.engine, writer)
+        answer["waited"] = writer.is_alive()
     writer.join()
 
     assert "error" not in answer, answer
+    assert answer["waited"], "the write did not wait on the purge's row lock"
     assert answer["put"] is False
     assert store.get("gone") is None
     assert store.was_purged("gone")

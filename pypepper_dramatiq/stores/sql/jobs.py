@@ -6,7 +6,7 @@ import builtins
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy import exc as sa_exc
 
 from ...errors import DuplicateJobError, StoreError
@@ -24,6 +24,22 @@ from .statements import advance_statement, guarded_update, insert_unless_purged,
 
 class _PurgedMeanwhile(Exception):
     """An insert found the tombstone of its id once done: raised to roll it back."""
+
+
+def _insert_unless_purged(connection: Connection, record: JobRecord) -> bool:
+    """Insert ``record``'s row in ``connection``'s transaction unless its id has a
+    tombstone; False if the insert's own check found one.
+
+    That check reads the tombstones as its statement began: an insert that waited on
+    the lock of the row a purge was deleting goes on once the purge commits. The
+    tombstone read again after it (a statement of its own, READ COMMITTED) sees that
+    purge: :class:`_PurgedMeanwhile` is raised, to roll the transaction back.
+    """
+    if connection.execute(insert_unless_purged(record)).rowcount == 0:
+        return False
+    if connection.execute(tombstone_of(record.id)).first() is not None:
+        raise _PurgedMeanwhile(record.id)
+    return True
 
 
 class JobRows(SqlStorePart):
@@ -46,12 +62,8 @@ class JobRows(SqlStorePart):
             with self._linked_write() as connection:
                 waiting = record.waiting_since is not None
                 lock_parents(connection, required_parents(found, waiting=waiting))
-                if connection.execute(insert_unless_purged(record)).rowcount == 0:
+                if not _insert_unless_purged(connection, record):
                     return False  # retention deleted this job: never inserted again
-                if connection.execute(tombstone_of(record.id)).first() is not None:
-                    # Purged while the insert waited on the row's lock (PostgreSQL then
-                    # inserts, its check read before): rolled back, never inserted again.
-                    raise _PurgedMeanwhile(record.id)
                 connection.execute(
                     insert(links),
                     [{"parent_id": k.parent, "child_id": k.child, "kind": k.kind} for k in found],
@@ -80,9 +92,11 @@ class JobRows(SqlStorePart):
         # Insert, and on a duplicate key update under the guard (MySQL has no
         # conditional upsert that reports whether the guard held).
         try:
-            with self._engine.connect() as connection:
+            with self._linked_write() as connection:
                 # Nothing inserted: retention deleted this job (its tombstone).
-                return connection.execute(insert_unless_purged(record)).rowcount == 1
+                return _insert_unless_purged(connection, record)
+        except _PurgedMeanwhile:
+            return False
         except sa_exc.IntegrityError as exc:
             if not is_duplicate_key(exc) or refused_by_key_index(exc):
                 raise
