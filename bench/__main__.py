@@ -37,6 +37,7 @@ SCENARIOS = (
     "rate_limit",
     "priority_inversion",
     "concurrency",
+    "claims_ahead",
 )
 
 

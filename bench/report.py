@@ -392,6 +392,43 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
             ),
         )
     out += _ceiling_rows(results.get("ceiling"))
+    out += _ahead_rows(results.get("claims_ahead"))
+    return out
+
+
+def _ahead_rows(ahead: dict[str, Any] | None) -> list[list[str]]:
+    """Scenario 20: durable with ``claim_fetched`` off and on against plain Dramatiq,
+    and the blocking calls per job in the worker threads."""
+    if not ahead:
+        return []
+    out = []
+    for shape, figures in ahead["shapes"].items():
+        rates = figures["rates"]
+        out.append(
+            [
+                f"20. claims ahead, {ahead['jobs']:,} jobs, {shape} ({ahead['runs']} runs each)",
+                "processing (jobs/s): durable off / on",
+                _fmt(rates["plain"], 0),
+                f"{_fmt(rates['off'], 0)} / {_fmt(rates['on'], 0)}",
+                "-",
+                f"{figures['ratio_off']:.2f}x / {figures['ratio_on']:.2f}x",
+            ]
+        )
+    trips = ahead["trips_per_job"]
+
+    def in_workers(variant: str) -> float:
+        return sum(v for k, v in trips[variant].items() if k.startswith("worker:"))
+
+    out.append(
+        [
+            f"20. claims ahead, {ahead['jobs']:,} jobs, 1x8 (counted run)",
+            "blocking calls/job in worker threads: durable off / on",
+            _fmt(in_workers("plain"), 2),
+            f"{_fmt(in_workers('off'), 2)} / {_fmt(in_workers('on'), 2)}",
+            "-",
+            "-",
+        ]
+    )
     return out
 
 

@@ -59,6 +59,7 @@ class Sizes:
     rate_seconds: float = 30.0  #: scenario 19: how long the rate-limited backlog lasts
     inversion: tuple[int, int] = (10_000, 100)  #: scenario 20: low-priority jobs, then high
     concurrency_per_key: int = 20  #: scenario 21: jobs per key (of 50 keys)
+    ahead_jobs: int = 3_000  #: scenario 22: jobs drained per run
 
 
 QUICK = Sizes(2, 100, (1, 2), 100, 1, 100.0, 1.0, 120, (100, 500), 100, 10, (100, 500), 200, 15.0)
@@ -74,6 +75,8 @@ QUICK = replace(
     dashboard_rows=50_000,
     dashboard_requests=20,
 )
+# Scenario 20 at the quick size.
+QUICK = replace(QUICK, ahead_jobs=500)
 # Scenario 14 at the quick size.
 QUICK = replace(QUICK, metrics_jobs=1_000)
 # Scenarios 16 and 17 at the quick size.
@@ -1567,6 +1570,77 @@ def _most_slots_held(stack: Stack, stop: threading.Event, peak: list[int]) -> No
         peak[0] = max(peak[0], *pipe.execute())
 
 
+# -- 22. claims ahead of the worker threads ----------------------------------------------------
+
+#: The competitors of scenario 22: plain Dramatiq, and the durable worker with
+#: ``claim_fetched`` off and on.
+AHEAD_VARIANTS = ("plain", "off", "on")
+
+
+def claims_ahead(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> dict[str, Any]:
+    """The prototype of issue 29's first item: plain Dramatiq and the durable worker
+    with ``claim_fetched`` off and on, alternated, draining N one-task jobs at each
+    shape (rates and durable / plain ratios from the same run); then one counted
+    1x8 run of each (``BENCH_COUNT_TRIPS``: counting costs CPU, so it is kept
+    apart) giving the blocking calls per job made in Dramatiq's worker threads and
+    its consumer threads."""
+    from .apps import trips
+
+    jobs = sizes.ahead_jobs
+    rates: dict[str, dict[str, list[float]]] = {}
+    for rep in range(sizes.reps):
+        for processes in sizes.shapes:
+            shape = f"{processes}x8"
+            for variant in _rotate(list(AHEAD_VARIANTS), rep):
+                competitor = plain if variant == "plain" else durable
+                with _environ(BENCH_CLAIM_FETCHED="1" if variant == "on" else "0"):
+                    result = drain_run(stack, competitor, jobs, processes)
+                rates.setdefault(shape, {}).setdefault(variant, []).append(result["process_rate"])
+                print(
+                    f"  claims ahead {shape} {variant} rep {rep + 1}: "
+                    f"process {result['process_rate']:.0f} jobs/s",
+                    flush=True,
+                )
+    out: dict[str, Any] = {"jobs": jobs, "runs": sizes.reps, "shapes": {}}
+    for shape, by_variant in rates.items():
+        medians = {variant: median(values) for variant, values in by_variant.items()}
+        out["shapes"][shape] = {
+            "rates": medians,
+            "all_rates": by_variant,
+            "ratio_off": medians["off"] / medians["plain"],
+            "ratio_on": medians["on"] / medians["plain"],
+        }
+        print(
+            f"  claims ahead {shape}: durable / plain {out['shapes'][shape]['ratio_off']:.3f}x "
+            f"off, {out['shapes'][shape]['ratio_on']:.3f}x on",
+            flush=True,
+        )
+    counted: dict[str, dict[str, float]] = {}
+    for variant in AHEAD_VARIANTS:
+        competitor = plain if variant == "plain" else durable
+        flag = "1" if variant == "on" else "0"
+        competitor.warm()
+        stack.reset()
+        enqueue(competitor, jobs)
+        with _environ(BENCH_CLAIM_FETCHED=flag, BENCH_COUNT_TRIPS="1"):
+            worker = competitor.worker(1)
+        try:
+            wait_until(lambda c=competitor: c.done() >= jobs, 600, f"{variant} jobs", worker)
+            time.sleep(0.6)  # the counts are written every 0.2 s
+            counts = trips.read(stack.probe)
+        finally:
+            worker.stop()
+        counted[variant] = {kind: n / jobs for kind, n in sorted(counts.items())}
+        in_workers = sum(v for k, v in counted[variant].items() if k.startswith("worker:"))
+        print(
+            f"  claims ahead {variant}: {in_workers:.2f} blocking calls/job in worker threads "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in counted[variant].items())})",
+            flush=True,
+        )
+    out["trips_per_job"] = counted
+    return out
+
+
 @contextmanager
 def _environ(**values: str) -> Iterator[None]:
     """Set environment variables (inherited by the workers started meanwhile)."""
@@ -1621,6 +1695,7 @@ def run_all(stack: Stack, sizes: Sizes, only: set[str] | None = None) -> dict[st
         ("rate_limit", lambda: rate_limit(stack, durable, sizes)),
         ("priority_inversion", lambda: priority_inversion(stack, durable, sizes)),
         ("concurrency", lambda: concurrency(stack, durable, sizes)),
+        ("claims_ahead", lambda: claims_ahead(stack, plain, durable, sizes)),
     ]
     for name, step in steps:
         if only and name not in only:

@@ -62,6 +62,10 @@ class Settings:
             the start of its message; the step due after that goes back to its
             queue as a message, behind the jobs that waited meanwhile. 0 turns
             continuation off.
+        claim_fetched: claim the step messages of each fetch of the Redis consumer
+            together, in one store call, before they reach the worker threads
+            (:mod:`~pypepper_dramatiq.drivers.dramatiq.fetch_claims`); off by default:
+            a prototype whose measurements are in ``bench/README.md``.
         defaults: what a task or a job takes when neither it nor its handler class
             says (:class:`~pypepper_dramatiq.defaults.Defaults`: channel, retry count,
             delay, backoff, jitter and cap, ``round_timeout``, ``max_start_delay``),
@@ -80,6 +84,7 @@ class Settings:
     retention: Mapping[str, float | str | timedelta] | None = None
     continue_steps: int = 50
     continue_seconds: float = 1.0
+    claim_fetched: bool = False
     #: Checked into :class:`~pypepper_dramatiq.defaults.Defaults` (a mapping may be given).
     defaults: Defaults = field(default_factory=Defaults)
 
@@ -130,6 +135,7 @@ YAML_KEYS = {
     "retention": "retention",
     "continue_steps": "continueSteps",
     "continue_seconds": "continueSeconds",
+    "claim_fetched": "claimFetched",
     "defaults": "defaults",
 }
 
@@ -151,6 +157,10 @@ def _checked(name: str, label: str, value: object) -> Any:
         if label.startswith("scheduler."):  # the YAML's camelCase keys
             return Defaults.from_yaml(value, label)
         return Defaults.of(value, label)
+    if name == "claim_fetched":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{label} must be true or false, got {value!r}")
+        return value
     if name == "continue_steps":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{label} must be a whole number of steps >= 0, got {value!r}")

@@ -45,7 +45,7 @@ from ..records.record import JobRecord, utcnow
 from ..records.state import counting
 from ..records.storable_job import check_job_record
 from ..rules.events import FAIL, transition
-from ..rules.priorities import queue_names
+from ..rules.priorities import channel_of_queue, queue_names
 from ..rules.status import Status
 from ..rules.steps import Position
 from ..stores.registry import get_job_store
@@ -617,6 +617,19 @@ class ChannelManager:
                 "channel %s: slot of job %s not given back", channel_id, job_id, exc_info=True
             )
 
+    def release_slots(self, channel_id: str, job_ids: Sequence[str]) -> None:
+        """The jobs ``job_ids`` left ``channel_id`` together: their slots given back in
+        one call where the transport can (a failure is logged, as for one)."""
+        try:
+            self._gate_of(channel_id, None).release_many(job_ids)
+        except Exception:
+            logger.warning(
+                "channel %s: slots of %d jobs not given back",
+                channel_id,
+                len(job_ids),
+                exc_info=True,
+            )
+
     def admit_released(
         self, channel_id: str, job_ids: Sequence[str], broker: Broker | None = None
     ) -> list[bool]:
@@ -711,3 +724,12 @@ class ChannelConnector(threading.Thread):
 
 #: The process-wide channel manager.
 manager = ChannelManager()
+
+
+def channel_of_step(queue_name: str, step: StepMessage) -> str:
+    """The channel of ``step``, taken from the queue ``queue_name``: the one its record
+    names (a first step), else the one the queue serves (a priority's queue,
+    ``<channel>.p<n>``, is its channel's). Its limits and pauses are that channel's."""
+    if step.record is not None:
+        return step.record.channel_id
+    return queue_name if manager.get(queue_name) is not None else channel_of_queue(queue_name)

@@ -54,6 +54,9 @@ class Running:
     interrupted_at: float | None = None
     #: When the attempt must have ended (monotonic), or None: no limit here.
     deadline: float | None = None
+    #: Its thread took it: False while a step claimed ahead of its thread (with the
+    #: other messages of its fetch) waits for one, so that no interrupt is sent.
+    started: bool = True
 
 
 class InFlight:
@@ -79,6 +82,19 @@ class InFlight:
             entry.deadline = time.monotonic() + timeout
         if cancel_event is not None:
             entry.cancel_event = cancel_event
+        with self._lock:
+            reserved = self._steps.get(job_id)
+            if reserved is not None and not reserved.started and cancel_event is None:
+                # Claimed ahead: a cancel heard while it waited is this attempt's.
+                entry.cancel_event, entry.cancel_seen = reserved.cancel_event, reserved.cancel_seen
+            self._steps[job_id] = entry
+        return entry
+
+    def reserve(self, job_id: str) -> Running:
+        """Register a step claimed ahead of the thread that will run it: its lease is
+        renewed and a cancel sets its event (so its thread does not start it), but
+        it has no thread to interrupt until :meth:`start`."""
+        entry = Running(job_id, 0, started=False)
         with self._lock:
             self._steps[job_id] = entry
         return entry
@@ -139,7 +155,7 @@ class InFlight:
         sent = []
         with self._lock:
             for entry in self._steps.values():
-                if entry.running and not entry.interrupted:
+                if entry.running and entry.started and not entry.interrupted:
                     self._interrupt(entry, exc_type)
                     sent.append(entry.job_id)
         return sent
@@ -158,7 +174,7 @@ class InFlight:
         late = []
         with self._lock:
             for entry in self._steps.values():
-                if not entry.running or entry.interrupted:
+                if not entry.running or not entry.started or entry.interrupted:
                     continue
                 if entry.cancel_seen is not None and now - entry.cancel_seen >= grace:
                     self._interrupt(entry, StepCancelled)

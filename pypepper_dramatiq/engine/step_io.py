@@ -383,6 +383,42 @@ class StepIO:
         None when it is not (or the first position is unknown here): the caller
         then reads the row to learn why, heals it, or skips the message.
         """
+        asked = self._one_write_request(step)
+        if asked is None:
+            return None
+        return self._claimed(self.claims.submit(asked[0]), asked[1], asked[0])
+
+    def claim_ahead(self, steps: Sequence[StepMessage]) -> list[Claim | None]:
+        """Claim ``steps`` (the step messages of one fetch) in one store call, before
+        any thread runs them; one answer per step, in order.
+
+        An answer is None wherever the one-write claim did not take the step (not at
+        its cursor or not free, a first position unknown here, the store failed, or
+        something is paused now): that message then takes the ordinary path in its
+        thread (:meth:`claim`), which reads the row to learn why, heals it, holds it
+        for its pause or defers it, as it does for any message.
+        """
+        answers: list[Claim | None] = [None] * len(steps)
+        if not steps or self.pauses.current():
+            return answers  # a pause holds steps with writes of their own: the ordinary path
+        asked = [(n, self._one_write_request(step)) for n, step in enumerate(steps)]
+        chosen = [(n, request) for n, request in asked if request is not None]
+        if not chosen:
+            return answers
+        try:
+            records = self._claim_batch([request[0] for _, request in chosen])
+        except StoreError as exc:
+            logger.warning("claims of one fetch failed (%s); each is tried in its thread", exc)
+            return answers
+        for (n, request), record in zip(chosen, records, strict=True):
+            if isinstance(record, BaseException) or record is None:
+                continue
+            answers[n] = self._claimed(record, request[1], request[0])
+        return answers
+
+    def _one_write_request(self, step: StepMessage) -> tuple[StepClaim, Position] | None:
+        """What the one-write claim of ``step`` asks the store, with the cursor it
+        claims; None when the first position of a job is unknown here."""
         cursor, start = step.position, False
         if step.record is not None and step.position == Position():
             if step.record.payload is None:
@@ -395,16 +431,20 @@ class StepIO:
             cursor, start = first.position, True
         now = utcnow()
         lease = now + timedelta(seconds=self.lease_seconds)
-        record = self.claims.submit(
-            StepClaim(step.job_id, cursor.to_list(), self.owner, now, lease, start)
-        )
+        return StepClaim(step.job_id, cursor.to_list(), self.owner, now, lease, start), cursor
+
+    def _claimed(
+        self, record: JobRecord | None, cursor: Position, asked: StepClaim
+    ) -> Claim | None:
+        """The claim the one-write claim ``asked`` took (``record``: the row it
+        returned; None, not taken)."""
         if record is None or record.payload is None:
             return None
         tasks = [list(w.get("tasks", [])) for w in record.payload.get("workflows", [])]
         claim = Claim(record, cursor, tasks)
-        _log_claim(claim, started=start)
-        if start:
-            observers.job_started(record, now)
+        _log_claim(claim, started=asked.start)
+        if asked.start:
+            observers.job_started(record, asked.now)
         return claim
 
     def _claimable(

@@ -78,6 +78,12 @@ class Gate(abc.ABC):
         Called by every thread that ends a job: a transport may send the releases
         of concurrent callers together."""
 
+    def release_many(self, job_ids: Sequence[str]) -> None:
+        """The jobs ``job_ids`` left the channel together (the first steps of one
+        fetch, claimed ahead): a transport may give their slots back in one call."""
+        for job_id in job_ids:
+            self.release(job_id)
+
     @abc.abstractmethod
     def request_stop(self) -> None:
         """Refuse every later admission, until :meth:`resume`."""

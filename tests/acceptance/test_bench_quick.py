@@ -36,6 +36,7 @@ SCENARIOS = (
     "rate_limit",
     "priority_inversion",
     "concurrency",
+    "claims_ahead",
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pytest.mark.slow]

@@ -34,7 +34,7 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Interrupt, Middleware, Shutdown
 
 from ...channels.broker import priority_options, queue_for, transport_of
-from ...channels.channel import ChannelConnector, manager
+from ...channels.channel import ChannelConnector, channel_of_step, manager
 from ...channels.messages import STEP_ACTOR, StepMessage
 from ...engine import concurrency, rate_limits
 from ...engine.running import running_here
@@ -45,7 +45,6 @@ from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, shared_outage
 from ...records.record import utcnow
 from ...records.spec import TaskSpec
-from ...rules.priorities import channel_of_queue
 from ...rules.start_times import late_retry
 from ...rules.steps import Action, Position, Step, may_continue
 from ...settings import Settings
@@ -53,6 +52,7 @@ from ...stores.registry import get_job_store
 from ...transport import broker_name
 from . import step_actor
 from .cancel_listener import CancelListener
+from .fetch_claims import FetchClaims
 from .leases import LeaseKeeper
 from .orphans import AckKeeper
 from .recovery import RecoverySweeper
@@ -114,6 +114,10 @@ class WorkflowMiddleware(Middleware):
         self._stopping = threading.Event()
         self._shutdown_timer: threading.Timer | None = None
         self._store_outage = shared_outage(JOB_STORE)
+        #: The claims taken ahead of the worker threads (``claim_fetched``), or None.
+        self.fetch_claims = (
+            FetchClaims(self.book, self.inflight) if settings.claim_fetched else None
+        )
 
     # -- process lifecycle -----------------------------------------------------
 
@@ -121,6 +125,10 @@ class WorkflowMiddleware(Middleware):
         # A fresh id per worker process: leases belong to processes.
         self.owner = _owner_id()
         self.book.owner = self.owner
+
+    def before_worker_boot(self, broker: Broker, worker: Any) -> None:
+        if self.fetch_claims is not None:  # before the consumer threads start
+            self.fetch_claims.wrap(broker)
 
     def after_worker_boot(self, broker: Broker, worker: Any) -> None:
         if not manager.ids():
@@ -216,29 +224,43 @@ class WorkflowMiddleware(Middleware):
             self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
             message.fail()
             return
+        claims = self.fetch_claims
+        ahead = None if claims is None else claims.take(message)
         if self._stopping.is_set():
+            if claims is not None and ahead is not None:
+                claims.give_back(ahead)
             self._pass_on(broker, step, message)
             return
-        channel_id = _channel_of(message, step)
-        rate_key, concurrency_key = step.keys
+        claim: Claim | None
         slots: concurrency.Slots | None = None
-        if concurrency.limited(channel_id, concurrency_key):
-            slots = self._slots_or_held(broker, step, message, channel_id, concurrency_key)
-            if slots is None:
+        if claims is not None and ahead is not None:
+            if claims.cancelled(ahead):
+                # Cancelled (or its lease lost) while it waited for this thread:
+                # the row is no longer this worker's, the step does not start.
+                self.inflight.remove(ahead.record.id)
+                self.logger.debug("job %s: step claimed ahead not started: cancelled", step.job_id)
                 return
-        if rate_limits.limited(channel_id, rate_key) and (
-            self._held_for_its_turn(broker, step, message, channel_id, rate_key)
-        ):
-            if slots is not None:
-                slots.release()
-            return
-        claim = self._claim(broker, step, message)
-        if claim is None:
-            if slots is not None:
-                slots.release()
-            return
+            claim = ahead
+        else:
+            channel_id = channel_of_step(message.queue_name, step)
+            rate_key, concurrency_key = step.keys
+            if concurrency.limited(channel_id, concurrency_key):
+                slots = self._slots_or_held(broker, step, message, channel_id, concurrency_key)
+                if slots is None:
+                    return
+            if rate_limits.limited(channel_id, rate_key) and (
+                self._held_for_its_turn(broker, step, message, channel_id, rate_key)
+            ):
+                if slots is not None:
+                    slots.release()
+                return
+            claim = self._claim(broker, step, message)
+            if claim is None:
+                if slots is not None:
+                    slots.release()
+                return
+            self._left_channel(message, step)
         step_actor.current.slots = slots
-        self._left_channel(message, step)
         timeout = claim.spec.round_timeout
         if timeout > 0:
             message.options["time_limit"] = int(timeout * 1000)
@@ -453,6 +475,11 @@ class WorkflowMiddleware(Middleware):
                 continue
             shared_outage(broker_name(broker)).ok()
             return True
+
+    def after_skip_message(self, broker: Broker, message: Any) -> None:
+        # Another middleware skipped a message this process claimed ahead.
+        if self.fetch_claims is not None and message.actor_name == STEP_ACTOR:
+            self.fetch_claims.give_back_messages([message])
 
     def after_process_message(
         self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
@@ -682,15 +709,6 @@ class WorkflowMiddleware(Middleware):
                 "job %s: handed-back step not enqueued; recovery sends it", claim.record.id
             )
             self.book.due_now(claim.record.id, claim.position, delay)
-
-
-def _channel_of(message: Any, step: StepMessage) -> str:
-    """The channel of ``step``: the one its record names (a first step), else the one
-    its queue serves (a priority's queue, ``<channel>.p<n>``, is its channel's)."""
-    if step.record is not None:
-        return step.record.channel_id
-    queue = str(message.queue_name)
-    return queue if manager.get(queue) is not None else channel_of_queue(queue)
 
 
 def _same_priority(message: Any) -> dict[str, Any] | None:

@@ -159,6 +159,7 @@ def setup(
     continue_steps: int | None = None,
     continue_seconds: float | None = None,
     defaults: Mapping[str, Any] | None = None,
+    claim_fetched: bool | None = None,
 ) -> Broker:
     """Install the broker, the middleware, the step actor, the job store and the
     engine's job I/O (what the job methods call).
@@ -249,6 +250,10 @@ def setup(
             ``retention``. Checked here: an unknown key, a negative count, a value
             of the wrong type or a malformed duration is a ``ConfigError`` naming
             the key. The default channel is declared as ``channels`` are.
+        claim_fetched: claim the step messages of each Redis fetch in one store
+            call before the worker threads take them (YAML
+            ``scheduler.claimFetched``; default off: a prototype, see
+            ``bench/README.md``).
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
@@ -299,6 +304,7 @@ def setup(
         continue_steps=continue_steps,
         continue_seconds=continue_seconds,
         defaults=defaults,
+        claim_fetched=claim_fetched,
     )
     if settings.defaults.channel_id is not None:  # consumed by a worker of this module
         declared.setdefault(settings.defaults.channel_id, None)

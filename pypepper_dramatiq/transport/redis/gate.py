@@ -171,6 +171,11 @@ class RedisGate(Gate):
         batch.send(self.client, "SREM", self.waiting_key, job_id)
 
     @_connected_first
+    def release_many(self, job_ids: Sequence[str]) -> None:
+        if job_ids:  # one SREM for all of them
+            batch.send(self.client, "SREM", self.waiting_key, *job_ids)
+
+    @_connected_first
     def request_stop(self) -> None:
         self.client.hset(self.meta_key, "stopped", "1")
 
