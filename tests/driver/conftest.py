@@ -10,6 +10,7 @@ background threads.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from pypepper_dramatiq import WorkflowMiddleware
 
 from .drivers import CHANNEL, DramatiqDriver, Driver, InProcessDriver
 
-__all__ = ["CHANNEL", "workflow_middleware"]
+__all__ = ["CHANNEL", "make_driver", "workflow_middleware"]
 
 #: Short enough that a cancel is noticed by lease renewal within about a second.
 LEASE_SECONDS = 3.0
@@ -47,6 +48,11 @@ def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:
     return found[0]
 
 
+#: "1" in the environment: every Dramatiq driver test runs with claims ahead
+#: (``setup(claim_fetched=True)``), as the ``claims-ahead`` driver always does.
+CLAIMS_AHEAD_ENV = "PYPEPPER_TEST_CLAIM_FETCHED"
+
+
 @pytest.fixture
 def holds(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """The workers' log lines of every level: a held job or start says so (its ``action``)."""
@@ -55,8 +61,12 @@ def holds(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 
 @pytest.fixture
-def setup_options() -> dict[str, Any]:
+def setup_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     """More keyword arguments of the brokers' ``setup()`` (a test module overrides it)."""
+    callspec = getattr(request.node, "callspec", None)
+    ahead = callspec is not None and callspec.params.get("driver") == "claims-ahead"
+    if ahead or os.environ.get(CLAIMS_AHEAD_ENV) == "1":
+        return {"claim_fetched": True}
     return {}
 
 
@@ -145,6 +155,12 @@ def stub_worker(start_worker: Callable[[], dramatiq.Worker]) -> dramatiq.Worker:
 def driver(request: pytest.FixtureRequest) -> Driver:
     """The same ``setup()`` for each: the stub broker consumed in-process or by a
     ``dramatiq.Worker``, and Dramatiq's RabbitMQ broker consumed by a ``dramatiq.Worker``."""
+    return make_driver(request)
+
+
+def make_driver(request: pytest.FixtureRequest) -> Driver:
+    """The driver ``request.param`` names (``claims-ahead``: the stub broker's
+    ``dramatiq.Worker`` with ``claim_fetched`` on)."""
     if request.param == "rabbitmq":
         return DramatiqDriver(
             request.getfixturevalue("rabbitmq_broker"),

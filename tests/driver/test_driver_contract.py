@@ -33,7 +33,7 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 
-from .conftest import CHANNEL
+from .conftest import CHANNEL, make_driver
 from .drivers import (
     JOB_TIMEOUT,
     DramatiqDriver,
@@ -142,6 +142,20 @@ def wait_for_cancel(task: Task, context: Context, key: str, limit: float = 20.0)
         time.sleep(0.01)
     _call(f"{key}:saw-cancel")
     return "stopped"
+
+
+@pytest.fixture(
+    params=[
+        "inprocess",
+        "dramatiq",
+        "claims-ahead",
+        pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
+    ]
+)
+def driver(request: pytest.FixtureRequest) -> Driver:
+    """The drivers of ``conftest.py``, and the Dramatiq driver with its consumer's
+    messages claimed ahead of the worker threads (``claim_fetched``)."""
+    return make_driver(request)
 
 
 @pytest.fixture

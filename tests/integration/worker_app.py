@@ -91,6 +91,8 @@ ENV = {
     "max_running": "PYPEPPER_IT_MAX_RUNNING",
     #: ``setup(concurrency=...)`` as JSON (pattern -> limit); unset: none.
     "concurrency": "PYPEPPER_IT_CONCURRENCY",
+    #: "1": ``setup(claim_fetched=True)``: each Redis fetch claimed ahead of the threads.
+    "claim_fetched": "PYPEPPER_IT_CLAIM_FETCHED",
 }
 
 #: The channel every test job goes to.
@@ -205,6 +207,7 @@ if REDIS_URL and BROKER_URL and STORE_URI:
             else None
         ),
         defaults=json.loads(os.environ.get(ENV["defaults"]) or "null"),
+        claim_fetched=os.environ.get(ENV["claim_fetched"]) == "1",
     )
     if os.environ.get(ENV["metrics"]) == "1":
         from dramatiq.middleware.prometheus import Prometheus

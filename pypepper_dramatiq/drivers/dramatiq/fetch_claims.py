@@ -19,8 +19,9 @@ freed with an expiry, as a hand-back leaves it) so the next copy can claim it. A
 SIGKILLed worker's claims ahead are recovered like its running steps: by their
 leases' expiry.
 
-Only the Redis broker's consumer is wrapped (it keeps the fetched messages in a
-``message_cache`` the wrapper drains); a message whose claim did not succeed in
+The batches are the Redis broker's fetches (its consumer keeps a fetch in a
+``message_cache`` the wrapper drains); another broker's consumer is wrapped all
+the same, each message its own batch. A message whose claim did not succeed in
 the batch takes the ordinary path in its thread.
 """
 
@@ -69,8 +70,8 @@ class FetchClaims:
 
         def consuming(queue_name: str, prefetch: int = 1, timeout: int = 30000) -> Consumer:
             inner = consume(queue_name, prefetch=prefetch, timeout=timeout)
-            if not hasattr(inner, "message_cache") or queue_name.endswith(".DQ"):
-                return inner  # not Redis's consumer, or a delay queue (its messages wait)
+            if queue_name.endswith(".DQ"):
+                return inner  # a delay queue: its messages wait, then go to their queue
             return ClaimingConsumer(inner, self)
 
         consuming.claims_ahead = self  # type: ignore[attr-defined]
@@ -159,7 +160,9 @@ class ClaimingConsumer(Consumer):
             if first is None:
                 return None
             fetched = [first]
-            while self.inner.message_cache:  # decoded from the fetch already made: no I/O
+            # Redis's consumer keeps the rest of its fetch in a cache, decoded here with
+            # no I/O; another broker's consumer hands out one message at a time.
+            while getattr(self.inner, "message_cache", None):
                 message = next(self.inner)
                 if message is not None:
                     fetched.append(message)

@@ -1,0 +1,109 @@
+"""Claims ahead (``claim_fetched``) on the stub broker: the consumer thread claims the
+step messages before a worker thread takes them, and a batch the store fails
+leaves each step to the ordinary claim in its thread, none lost, none run twice.
+
+Real processes on Redis (fetches of many messages, a SIGKILL, a cancel) are in
+``tests/integration/test_claims_ahead.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+from pypepper_dramatiq import (
+    Context,
+    Job,
+    JobRecord,
+    Status,
+    StoreUnavailableError,
+    Task,
+    Workflow,
+    get_job_store,
+    set_job_store,
+    workflow_task,
+)
+from pypepper_dramatiq.stores.base import StepClaim
+from pypepper_dramatiq.stores.memory import MemoryJobStore
+
+from .conftest import CHANNEL, workflow_middleware
+
+JOBS = 6
+TIMEOUT_MS = 20_000
+
+_lock = threading.Lock()
+RUNS: Counter[str] = Counter()
+
+
+@workflow_task(name="driver-ahead.count")
+def count(task: Task, context: Context, key: str) -> None:
+    with _lock:
+        RUNS[key] += 1
+
+
+@pytest.fixture
+def setup_options() -> dict[str, Any]:
+    return {"claim_fetched": True}
+
+
+class FailingBatchStore(MemoryJobStore):
+    """A memory store whose first ``failures`` batch claims raise, as an outage would."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def claim_steps(self, requests: Sequence[StepClaim]) -> list[JobRecord | None]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StoreUnavailableError("the database went away mid-batch")
+        return super().claim_steps(requests)
+
+
+def run_jobs(broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]) -> list[str]:
+    """Schedule :data:`JOBS` counting jobs, run them all; their keys."""
+    keys = [uuid.uuid4().hex for _ in range(JOBS)]
+    jobs = []
+    for key in keys:
+        job = Job(category="ahead", channel_id=CHANNEL)
+        job.workflows.append(Workflow([count.task(name="count", key=key)]))
+        job.scheduled()
+        jobs.append(job)
+    worker = start_worker()
+    broker.join(CHANNEL, timeout=TIMEOUT_MS, fail_fast=True)
+    worker.join()
+    rows = [get_job_store().get(job.id) for job in jobs]
+    assert [row.status if row else None for row in rows] == [Status.COMPLETED] * JOBS
+    return keys
+
+
+def test_the_worker_threads_find_their_claims_taken_ahead(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]
+) -> None:
+    keys = run_jobs(stub_broker, start_worker)
+
+    assert [RUNS[key] for key in keys] == [1] * JOBS
+    # No worker thread claimed a step itself: each claim was ready when it came.
+    assert workflow_middleware(stub_broker).book.claims.stats.calls == 0
+
+
+def test_a_batch_claim_the_store_fails_leaves_each_step_to_its_thread(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker]
+) -> None:
+    store = set_job_store(FailingBatchStore(failures=2))
+    assert isinstance(store, FailingBatchStore)
+
+    keys = run_jobs(stub_broker, start_worker)
+
+    assert store.failures == 0
+    assert [RUNS[key] for key in keys] == [1] * JOBS
+    assert stub_broker.dead_letters == []
+    # The steps whose batch failed were claimed by their own threads.
+    assert workflow_middleware(stub_broker).book.claims.stats.calls >= 1
