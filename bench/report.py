@@ -414,6 +414,17 @@ def _ahead_rows(ahead: dict[str, Any] | None) -> list[list[str]]:
                 f"{figures['ratio_off']:.2f}x / {figures['ratio_on']:.2f}x",
             ]
         )
+        cpu = figures["cpu_ms"]
+        out.append(
+            [
+                f"20. claims ahead, {ahead['jobs']:,} jobs, {shape} ({ahead['runs']} runs each)",
+                "worker CPU (ms/job): durable off / on",
+                _fmt(cpu["plain"], 3),
+                f"{_fmt(cpu['off'], 3)} / {_fmt(cpu['on'], 3)}",
+                "-",
+                f"{cpu['off'] / cpu['plain']:.2f}x / {cpu['on'] / cpu['plain']:.2f}x",
+            ]
+        )
     trips = ahead["trips_per_job"]
 
     def in_workers(variant: str) -> float:

@@ -1577,28 +1577,65 @@ def _most_slots_held(stack: Stack, stop: threading.Event, peak: list[int]) -> No
 AHEAD_VARIANTS = ("plain", "off", "on")
 
 
+def _drain_with_cpu(
+    stack: Stack, competitor: Competitor, jobs: int, processes: int
+) -> tuple[float, float]:
+    """:func:`drain_run`'s processing rate, and the worker processes' CPU seconds per
+    job from the first job done to the last (boot left out): under the load of a
+    shared machine the rate follows the CPU the worker is given, its CPU per job
+    does not."""
+    competitor.warm()
+    stack.reset()
+    enqueue(competitor, jobs)
+    worker = competitor.worker(processes)
+    try:
+        wait_until(lambda: competitor.done() >= 1, 600, f"{competitor.name} first job", worker)
+        first, cpu = competitor.done(), _cpu_seconds(worker)
+        wait_until(lambda: competitor.done() >= jobs, 600, f"{competitor.name} jobs", worker)
+        used = _cpu_seconds(worker) - cpu
+        span = competitor.last_done() - competitor.first_start()
+    finally:
+        worker.stop()
+    return jobs / span, used / max(1, jobs - first)
+
+
+def _cpu_seconds(worker: Any) -> float:
+    """User and system CPU seconds of ``worker``'s processes so far."""
+    total = 0.0
+    for proc in worker.processes():
+        try:
+            times = proc.cpu_times()
+        except Exception:  # gone meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
 def claims_ahead(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> dict[str, Any]:
     """The prototype of issue 29's first item: plain Dramatiq and the durable worker
     with ``claim_fetched`` off and on, alternated, draining N one-task jobs at each
     shape (rates and durable / plain ratios from the same run); then one counted
     1x8 run of each (``BENCH_COUNT_TRIPS``: counting costs CPU, so it is kept
     apart) giving the blocking calls per job made in Dramatiq's worker threads and
-    its consumer threads."""
+    its consumer threads. Each uncounted run also gives the worker processes' CPU
+    per job."""
     from .apps import trips
 
     jobs = sizes.ahead_jobs
     rates: dict[str, dict[str, list[float]]] = {}
+    cpus: dict[str, dict[str, list[float]]] = {}
     for rep in range(sizes.reps):
         for processes in sizes.shapes:
             shape = f"{processes}x8"
             for variant in _rotate(list(AHEAD_VARIANTS), rep):
                 competitor = plain if variant == "plain" else durable
                 with _environ(BENCH_CLAIM_FETCHED="1" if variant == "on" else "0"):
-                    result = drain_run(stack, competitor, jobs, processes)
-                rates.setdefault(shape, {}).setdefault(variant, []).append(result["process_rate"])
+                    rate, cpu = _drain_with_cpu(stack, competitor, jobs, processes)
+                rates.setdefault(shape, {}).setdefault(variant, []).append(rate)
+                cpus.setdefault(shape, {}).setdefault(variant, []).append(cpu)
                 print(
                     f"  claims ahead {shape} {variant} rep {rep + 1}: "
-                    f"process {result['process_rate']:.0f} jobs/s",
+                    f"process {rate:.0f} jobs/s, worker CPU {cpu * 1000:.3f} ms/job",
                     flush=True,
                 )
     out: dict[str, Any] = {"jobs": jobs, "runs": sizes.reps, "shapes": {}}
@@ -1607,6 +1644,8 @@ def claims_ahead(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> 
         out["shapes"][shape] = {
             "rates": medians,
             "all_rates": by_variant,
+            "cpu_ms": {v: median(values) * 1000 for v, values in cpus[shape].items()},
+            "all_cpu_ms": {v: [c * 1000 for c in values] for v, values in cpus[shape].items()},
             "ratio_off": medians["off"] / medians["plain"],
             "ratio_on": medians["on"] / medians["plain"],
         }
