@@ -388,32 +388,31 @@ class StepIO:
             return None
         return self._claimed(self.claims.submit(asked[0]), asked[1], asked[0])
 
-    def claim_ahead(self, steps: Sequence[StepMessage]) -> list[Claim | None]:
+    def claim_ahead(self, steps: Sequence[StepMessage]) -> list[Claim | StoreError | None]:
         """Claim ``steps`` (the step messages of one fetch) in one store call, before
         any thread runs them; one answer per step, in order.
 
         An answer is None wherever the one-write claim did not take the step (not at
-        its cursor or not free, a first position unknown here, the store failed, or
-        something is paused now): that message then takes the ordinary path in its
-        thread (:meth:`claim`), which reads the row to learn why, heals it, holds it
-        for its pause or defers it, as it does for any message.
+        its cursor or not free, a first position unknown here, the store refused
+        its row, or something is paused now): that message then takes the ordinary
+        path in its thread (:meth:`claim`), which reads the row to learn why, heals
+        it, holds it for its pause or dead-letters it, as it does for any message.
+        It is the error where the store could not be reached (an outage a retry may
+        cure): its thread defers the message without asking the store again.
         """
-        answers: list[Claim | None] = [None] * len(steps)
+        answers: list[Claim | StoreError | None] = [None] * len(steps)
         if not steps or self.pauses.current():
             return answers  # a pause holds steps with writes of their own: the ordinary path
         asked = [(n, self._one_write_request(step)) for n, step in enumerate(steps)]
         chosen = [(n, request) for n, request in asked if request is not None]
         if not chosen:
             return answers
-        try:
-            records = self._claim_batch([request[0] for _, request in chosen])
-        except StoreError as exc:
-            logger.warning("claims of one fetch failed (%s); each is tried in its thread", exc)
-            return answers
+        records = self._claim_batch([request[0] for _, request in chosen])
         for (n, request), record in zip(chosen, records, strict=True):
-            if isinstance(record, BaseException) or record is None:
-                continue
-            answers[n] = self._claimed(record, request[1], request[0])
+            if isinstance(record, StoreError) and retry_may_cure(record):
+                answers[n] = record
+            elif record is not None and not isinstance(record, BaseException):
+                answers[n] = self._claimed(record, request[1], request[0])
         return answers
 
     def _one_write_request(self, step: StepMessage) -> tuple[StepClaim, Position] | None:

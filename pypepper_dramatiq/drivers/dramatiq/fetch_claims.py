@@ -58,6 +58,8 @@ class FetchClaims:
         self.book = book
         self.inflight = inflight
         self._held: dict[str, Claim] = {}
+        #: The store outages met by the batch, by message id: its thread defers it.
+        self._failed: dict[str, StoreError] = {}
         self._lock = threading.Lock()
 
     # -- the consumer ------------------------------------------------------------------
@@ -103,6 +105,9 @@ class FetchClaims:
         slots: dict[str, list[str]] = {}
         with self._lock:
             for message, step, claim in zip(kept, steps, claims, strict=True):
+                if isinstance(claim, StoreError):
+                    self._failed[message.message_id] = claim
+                    continue
                 if claim is None:
                     continue
                 self.inflight.reserve(claim.record.id)
@@ -118,6 +123,12 @@ class FetchClaims:
         """The claim taken ahead for ``message`` (None: none), no longer held here."""
         with self._lock:
             return self._held.pop(message.message_id, None)
+
+    def outage(self, message: Any) -> StoreError | None:
+        """The store outage that kept ``message``'s step from being claimed ahead
+        (None: none), no longer held here."""
+        with self._lock:
+            return self._failed.pop(message.message_id, None)
 
     def cancelled(self, claim: Claim) -> bool:
         """Whether a cancel (or a lost lease) reached ``claim`` while it waited."""
@@ -141,6 +152,7 @@ class FetchClaims:
     def give_back_messages(self, messages: Iterable[Any]) -> None:
         """Release the claims taken ahead for ``messages`` (requeued or skipped)."""
         for message in messages:
+            self.outage(message)
             claim = self.take(message)
             if claim is not None:
                 self.give_back(claim)

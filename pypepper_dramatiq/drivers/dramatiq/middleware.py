@@ -254,7 +254,8 @@ class WorkflowMiddleware(Middleware):
                 if slots is not None:
                     slots.release()
                 return
-            claim = self._claim(broker, step, message)
+            outage = None if claims is None else claims.outage(message)
+            claim = self._claim(broker, step, message, outage)
             if claim is None:
                 if slots is not None:
                     slots.release()
@@ -271,11 +272,20 @@ class WorkflowMiddleware(Middleware):
         step_actor.current.inflight = self.inflight
         step_actor.current.reporter = self.book.progress_reporter(claim)
 
-    def _claim(self, broker: Broker, step: StepMessage, message: Any) -> Claim | None:
-        """Claim the step; None when the message must not run here (already dealt with)."""
+    def _claim(
+        self, broker: Broker, step: StepMessage, message: Any, outage: StoreError | None = None
+    ) -> Claim | None:
+        """Claim the step; None when the message must not run here (already dealt with).
+
+        ``outage``: the store could not be reached when the step was to be claimed
+        ahead (``claim_fetched``): the message is deferred as if this claim had failed.
+        """
         delay = self.defer_seconds
         while True:
             try:
+                if outage is not None:
+                    failed, outage = outage, None
+                    raise failed
                 claim = self.book.claim(step)
             except StepSkipped as exc:
                 self._store_outage.ok()
