@@ -397,7 +397,7 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
 
 
 def _ahead_rows(ahead: dict[str, Any] | None) -> list[list[str]]:
-    """Scenario 20: durable with ``claim_fetched`` off and on against plain Dramatiq,
+    """Scenario 22: durable with ``claim_fetched`` off and on against plain Dramatiq,
     and the blocking calls per job in the worker threads."""
     if not ahead:
         return []
@@ -406,7 +406,7 @@ def _ahead_rows(ahead: dict[str, Any] | None) -> list[list[str]]:
         rates = figures["rates"]
         out.append(
             [
-                f"20. claims ahead, {ahead['jobs']:,} jobs, {shape} ({ahead['runs']} runs each)",
+                f"22. claims ahead, {ahead['jobs']:,} jobs, {shape} ({ahead['runs']} runs each)",
                 "processing (jobs/s): durable off / on",
                 _fmt(rates["plain"], 0),
                 f"{_fmt(rates['off'], 0)} / {_fmt(rates['on'], 0)}",
@@ -417,7 +417,7 @@ def _ahead_rows(ahead: dict[str, Any] | None) -> list[list[str]]:
         cpu = figures["cpu_ms"]
         out.append(
             [
-                f"20. claims ahead, {ahead['jobs']:,} jobs, {shape} ({ahead['runs']} runs each)",
+                f"22. claims ahead, {ahead['jobs']:,} jobs, {shape} ({ahead['runs']} runs each)",
                 "worker CPU (ms/job): durable off / on",
                 _fmt(cpu["plain"], 3),
                 f"{_fmt(cpu['off'], 3)} / {_fmt(cpu['on'], 3)}",
@@ -432,7 +432,7 @@ def _ahead_rows(ahead: dict[str, Any] | None) -> list[list[str]]:
 
     out.append(
         [
-            f"20. claims ahead, {ahead['jobs']:,} jobs, 1x8 (counted run)",
+            f"22. claims ahead, {ahead['jobs']:,} jobs, 1x8 (counted run)",
             "blocking calls/job in worker threads: durable off / on",
             _fmt(in_workers("plain"), 2),
             f"{_fmt(in_workers('off'), 2)} / {_fmt(in_workers('on'), 2)}",

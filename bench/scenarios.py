@@ -75,7 +75,7 @@ QUICK = replace(
     dashboard_rows=50_000,
     dashboard_requests=20,
 )
-# Scenario 20 at the quick size.
+# Scenario 22 at the quick size.
 QUICK = replace(QUICK, ahead_jobs=500)
 # Scenario 14 at the quick size.
 QUICK = replace(QUICK, metrics_jobs=1_000)
