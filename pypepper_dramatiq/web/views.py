@@ -28,6 +28,7 @@ from ..rules.priorities import priority_in
 from ..rules.status import Status
 from ..rules.waits import Waits
 from ..stores.base import IJobStore
+from ..transport.base import Transport, channel_slot_key
 from .cron_words import in_words
 
 #: Characters of a result or error shown before "more" (the rest is in a <details>).
@@ -766,6 +767,10 @@ class ChannelRow:
     #: The channel's rate limit ("50/s"): the one the workers last applied (shared
     #: transports), else the one this process declared; None: none.
     rate_limit: str | None = None
+    #: The concurrency limit this process declared (``max_running``); None: none.
+    max_running: int | None = None
+    #: The slots of that limit held now, on every worker (None: no limit here).
+    running: int | None = None
 
 
 def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRow]]:
@@ -789,6 +794,8 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
                 channel.maxsize,
                 channel.stop,
                 rate_limit=_declared_rate(channel.id),
+                max_running=manager.max_running(channel.id),
+                running=_running(transport, channel.id),
             )
             for channel in local
         ]
@@ -799,10 +806,20 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
             state.maxsize,
             state.stopped,
             rate_limit=state.rate_limit or _declared_rate(state.name),
+            max_running=manager.max_running(state.name),
+            running=_running(transport, state.name),
         )
         for state in states
     ]
     return transport.where, rows
+
+
+def _running(transport: Transport, channel_id: str) -> int | None:
+    """The slots of ``channel_id``'s concurrency limit held now on every worker; None
+    when this process declared no limit for it (then nothing is read)."""
+    if manager.max_running(channel_id) is None:
+        return None
+    return len(transport.slots_held(channel_slot_key(channel_id)))
 
 
 def _declared_rate(channel_id: str) -> str | None:

@@ -429,6 +429,29 @@ def test_the_channels_page_shows_this_processs_channels(store: IJobStore) -> Non
     assert "<td>-</td>" in row  # no rate limit
 
 
+def test_the_channels_page_shows_a_concurrency_limit_and_the_slots_held(
+    store: IJobStore,
+) -> None:
+    from pypepper_dramatiq import manager
+    from pypepper_dramatiq.channels.broker import transport_of
+    from pypepper_dramatiq.channels.broker import get_broker
+    from pypepper_dramatiq.transport.base import channel_slot_key
+
+    manager.new("reports-ch", max_running=2)
+    manager.new("free-ch")
+    transport = transport_of(get_broker())
+    assert transport.acquire_slots([(channel_slot_key("reports-ch"), 2)], "a-step", 60.0)
+    try:
+        page = text(Client(make_app()).get("/channels"))
+    finally:
+        transport.release_slots([channel_slot_key("reports-ch")], "a-step")
+    assert "<th>Running (limit)</th>" in page
+    row = page.split(">reports-ch</a>", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="running">1 of 2</td>' in row
+    row = page.split(">free-ch</a>", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="running">-</td>' in row  # no limit: nothing read
+
+
 def test_counts_by_status_of_each_store(store: IJobStore) -> None:
     fill(store)
     counts = store.count_by_status()
