@@ -433,8 +433,7 @@ def test_the_channels_page_shows_a_concurrency_limit_and_the_slots_held(
     store: IJobStore,
 ) -> None:
     from pypepper_dramatiq import manager
-    from pypepper_dramatiq.channels.broker import transport_of
-    from pypepper_dramatiq.channels.broker import get_broker
+    from pypepper_dramatiq.channels.broker import get_broker, transport_of
     from pypepper_dramatiq.transport.base import channel_slot_key
 
     manager.new("reports-ch", max_running=2)
