@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import Engine, create_engine, delete, insert, select, text, update
+from sqlalchemy import exc as sa_exc
 
 from pypepper_dramatiq.rules.retention import TOMBSTONE_KEEP
 from pypepper_dramatiq.rules.status import Status
@@ -20,6 +21,7 @@ from pypepper_dramatiq.stores.base import IJobStore, JobRecord, utcnow
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.schema import jobs, purged
 from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.stores.sql.boundary import purged_meanwhile
 from pypepper_dramatiq.stores.sql.engine import transaction
 from pypepper_dramatiq.stores.sql.mapping import row_values
 from pypepper_dramatiq.stores.sql.purge import bury
@@ -71,9 +73,12 @@ def age_tombstone(store: IJobStore, job_id: str, by: timedelta) -> None:
 
 
 def insert_by_hand(store: IJobStore, record: JobRecord) -> None:
-    """Insert ``record``'s row past ``put`` (which refuses an id with a tombstone)."""
+    """Insert ``record``'s row past ``put`` (which refuses an id with a tombstone), and
+    past PostgreSQL's trigger that refuses it too (as a row stored before it was)."""
     if isinstance(store, SqlJobStore):
-        with store.engine.begin() as conn:
+        with transaction(store.engine) as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SET LOCAL session_replication_role = replica"))
             conn.execute(insert(jobs).values(row_values(record)))
     else:
         assert isinstance(store, MemoryJobStore)
@@ -165,6 +170,20 @@ def test_an_id_purged_again_gets_a_fresh_tombstone(store: IJobStore) -> None:
     insert_by_hand(store, job("again", status=Status.COMPLETED))  # put refuses it
     assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["again"]
     assert utcnow() - tombstone_times(store)["again"] < timedelta(minutes=1)
+
+
+def test_postgresqls_trigger_refuses_a_purged_id_whatever_inserts_it(store: IJobStore) -> None:
+    # Migration 0018's trigger reads the tombstone once a row is in: an insert by any
+    # statement (here one without the insert's own check) is refused, naming the job.
+    if not isinstance(store, SqlJobStore) or store.engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's trigger; MySQL reads the tombstone again in put")
+    put_ended(store, "gone")
+    assert store.purge(Status.COMPLETED, CUTOFF, 100) == ["gone"]
+    refused = pytest.raises(sa_exc.DBAPIError, match="job gone was deleted by retention")
+    with refused as caught, store.engine.begin() as conn:
+        conn.execute(insert(jobs).values(row_values(job("gone"))))
+    assert purged_meanwhile(caught.value)
+    assert store.get("gone") is None
 
 
 def test_many_rows_purged_in_batches_each_leave_one(store: IJobStore) -> None:

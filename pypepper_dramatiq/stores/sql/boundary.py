@@ -27,12 +27,11 @@ try:  # the PostgreSQL driver is an extra
         psycopg.InterfaceError,
     )
     _DRIVER_DATA_ERRORS: tuple[type[Exception], ...] = (psycopg.DataError,)
-    #: The isolation of the PostgreSQL store's own transactions on a driver connection.
-    READ_COMMITTED: Any = psycopg.IsolationLevel.READ_COMMITTED
+    #: What the PostgreSQL driver raises when the server refuses a statement.
+    DRIVER_REFUSALS: tuple[type[Exception], ...] = (psycopg.DatabaseError,)
 except ImportError:  # pragma: no cover - MySQL-only installs
     dict_row = None  # type: ignore[assignment]
-    READ_COMMITTED = None
-    _DRIVER_ERRORS = DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = ()
+    _DRIVER_ERRORS = DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = DRIVER_REFUSALS = ()
 
 
 def masked(engine: Engine) -> str:
@@ -167,6 +166,18 @@ def once_more_if_stale(engine: Engine, doing: str, call: Callable[[], T]) -> T:
             raise
     with boundary(engine, doing):
         return call()
+
+
+#: The SQLSTATE of PostgreSQL's refusal of an insert whose job retention deleted
+#: while the insert waited on its row (the trigger of migration 0018).
+PURGED_MEANWHILE = "PP001"
+
+
+def purged_meanwhile(exc: BaseException) -> bool:
+    """Whether ``exc`` (the driver's error, or SQLAlchemy's around it) is the refusal
+    of an insert whose job was purged while it waited (:data:`PURGED_MEANWHILE`)."""
+    driver = getattr(exc, "orig", None) or exc
+    return getattr(driver, "sqlstate", None) == PURGED_MEANWHILE
 
 
 def refused_by_key_index(exc: BaseException | None) -> bool:

@@ -16,7 +16,13 @@ from ...records.progress import PROGRESS_KEY
 from ..base import JobRecord
 from ..rows import job_record, listed_jobs
 from ..schema import jobs, links
-from .boundary import boundary, is_duplicate_key, once_more_if_stale, refused_by_key_index
+from .boundary import (
+    boundary,
+    is_duplicate_key,
+    once_more_if_stale,
+    purged_meanwhile,
+    refused_by_key_index,
+)
 from .links import lock_parents
 from .parts import SqlStorePart
 from .statements import advance_statement, guarded_update, insert_unless_purged, tombstone_of
@@ -35,7 +41,13 @@ def _insert_unless_purged(connection: Connection, record: JobRecord) -> bool:
     tombstone read again after it (a statement of its own, READ COMMITTED) sees that
     purge: :class:`_PurgedMeanwhile` is raised, to roll the transaction back.
     """
-    if connection.execute(insert_unless_purged(record)).rowcount == 0:
+    try:
+        inserted = connection.execute(insert_unless_purged(record)).rowcount
+    except sa_exc.DBAPIError as exc:
+        if purged_meanwhile(exc):  # PostgreSQL's trigger read it once the row was in
+            raise _PurgedMeanwhile(record.id) from None
+        raise
+    if inserted == 0:
         return False
     if connection.execute(tombstone_of(record.id)).first() is not None:
         raise _PurgedMeanwhile(record.id)

@@ -20,7 +20,13 @@ from ...rules.status import Status
 from ..base import JobRecord, StepClaim, utcnow
 from ..rows import job_record, listed_jobs
 from ..schema import jobs, purged
-from .boundary import DRIVER_DISCONNECTS, READ_COMMITTED, dict_row, once_more_if_stale
+from .boundary import (
+    DRIVER_DISCONNECTS,
+    DRIVER_REFUSALS,
+    dict_row,
+    once_more_if_stale,
+    purged_meanwhile,
+)
 from .engine import transaction
 from .mapping import (
     TIME_COLUMNS,
@@ -38,17 +44,12 @@ from .statements import (
     PG_GET,
     PG_INSERT,
     PG_INSERT_MANY,
-    PG_TOMBSTONE,
     PG_UPSERT,
     lapsed,
     purge_guard,
     unawaited,
 )
 from .store import SqlJobStore
-
-
-class _PurgedMeanwhile(Exception):
-    """An insert found the tombstone of its id once done: raised to roll it back."""
 
 
 class PostgresJobStore(SqlJobStore, backend="postgresql"):
@@ -69,11 +70,17 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
         SQLAlchemy's Connection and result objects cost more CPU per call than
         these one-statement round trips themselves; the pool stays SQLAlchemy's.
         Each pooled connection keeps one cursor for them (:func:`_kept_cursor`).
-        A connection that fails is invalidated, so it is not handed out again.
         """
+        with self._pooled() as connection:
+            yield _kept_cursor(connection)
+
+    @contextmanager
+    def _pooled(self) -> Iterator[Any]:
+        """A pooled connection (SQLAlchemy's pool, the driver's connection under it);
+        one that fails is invalidated, so it is not handed out again."""
         connection = self._engine.raw_connection()
         try:
-            yield _kept_cursor(connection)
+            yield connection
         except DRIVER_DISCONNECTS:
             connection.invalidate()
             raise
@@ -94,25 +101,14 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
             statement, params = PG_INSERT, pg_insert_params(record)
         else:
             statement, params = PG_UPSERT, pg_params(record)
-        # One transaction: an insert that waited on the lock of the row a purge was
-        # deleting goes on once the purge commits (its tombstone check read before);
-        # the tombstone read again after it rolls such an insert back.
         try:
-            with self._driver_cursor() as cursor:
-                connection = cursor.connection
-                connection.isolation_level = READ_COMMITTED
-                with connection.transaction():
-                    cursor.execute(statement, params, prepare=True)
-                    row = cursor.fetchone()
-                    if row is None:
-                        return False  # the guard refused the update, or a tombstone
-                    if row["inserted"]:
-                        cursor.execute(PG_TOMBSTONE, {"id": record.id}, prepare=True)
-                        if cursor.fetchone() is not None:
-                            raise _PurgedMeanwhile(record.id)  # rolls the insert back
-                    return True
-        except _PurgedMeanwhile:
-            return False  # retention deleted it while the insert waited: never again
+            return self._run(statement, params)[0] == 1
+        except DRIVER_REFUSALS as exc:
+            if purged_meanwhile(exc):
+                # Retention deleted it while the insert waited on its row: the
+                # trigger of migration 0018 refused the row, never to be stored again.
+                return False
+            raise
 
     def _advance(self, record: JobRecord) -> bool:
         return self._run(PG_ADVANCE, pg_params(record))[0] == 1
@@ -254,9 +250,9 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
 _KEPT_CURSOR = "pypepper_hot_cursor"
 
 
-def _kept_cursor(connection: Any) -> Any:
+def _kept_cursor(connection: Any, name: str = _KEPT_CURSOR) -> Any:
     """The cursor ``connection`` (a pooled connection, used by one thread at a time)
-    keeps for the hot statements, made on its first use.
+    keeps under ``name`` for the hot statements, made on its first use.
 
     A new cursor per statement cost about 25 us of CPU a call: psycopg's cursor
     learns how to send each Python type once (its dumpers), and a kept one keeps
@@ -264,7 +260,7 @@ def _kept_cursor(connection: Any) -> Any:
     closed.
     """
     driver = connection.driver_connection
-    cursor = connection.info.get(_KEPT_CURSOR)
+    cursor = connection.info.get(name)
     if cursor is None or cursor.closed or cursor.connection is not driver:
-        cursor = connection.info[_KEPT_CURSOR] = driver.cursor(row_factory=dict_row)
+        cursor = connection.info[name] = driver.cursor(row_factory=dict_row)
     return cursor

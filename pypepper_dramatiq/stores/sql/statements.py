@@ -94,9 +94,9 @@ COLUMNS = (
 #: An id with a tombstone is not inserted again: the tombstone is checked in the
 #: insert itself. That check sees a purge committed before the statement began, not
 #: one committing while the insert waits on the lock of the row the purge deletes:
-#: the insert then goes on, the row gone. So ``inserted`` says a row was inserted
-#: (not updated), and the caller reads the tombstone again (:data:`PG_TOMBSTONE`) in
-#: the same transaction, rolling the insert back if the purge came in between.
+#: the insert then goes on, the row gone, and the trigger of migration 0018 reads
+#: the tombstone again once the row is in, refusing it (``PP001``,
+#: :func:`~pypepper_dramatiq.stores.sql.boundary.purged_meanwhile`).
 PG_UPSERT = f"""
 INSERT INTO scheduler_jobs ({COLUMNS})
 SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1,
@@ -134,9 +134,6 @@ ON CONFLICT (id) DO NOTHING
 RETURNING true AS inserted
 """
 
-#: Whether the id has a tombstone, read by a statement of its own (under READ
-#: COMMITTED, a fresh snapshot: it sees a purge that committed during the insert).
-PG_TOMBSTONE = "SELECT 1 AS purged FROM scheduler_purged WHERE job_id = %(id)s"
 
 PG_ADVANCE = """
 UPDATE scheduler_jobs SET
