@@ -3,7 +3,7 @@ step messages before a worker thread takes them, and the steps of a batch the
 store failed are deferred by their threads, none lost, none run twice.
 
 Real processes on Redis (fetches of many messages, a SIGKILL, a cancel) are in
-``tests/integration/test_claims_ahead.py``.
+``tests/integration/test_claims_ahead_processes.py``.
 """
 
 from __future__ import annotations

@@ -145,9 +145,9 @@ def test_retry_delays_and_timeouts_at_the_bound_are_accepted() -> None:
 
 # -- settings and retention -------------------------------------------------------------------
 
-SECONDS_SETTINGS = [
-    name for name in YAML_KEYS if name not in ("retention", "continue_steps", "defaults")
-]
+#: The settings that are not a time: a mapping, a count and a switch.
+NOT_SECONDS = ("retention", "continue_steps", "defaults", "claim_fetched")
+SECONDS_SETTINGS = [name for name in YAML_KEYS if name not in NOT_SECONDS]
 
 
 @pytest.mark.parametrize("name", SECONDS_SETTINGS)
