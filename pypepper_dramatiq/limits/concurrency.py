@@ -8,11 +8,11 @@ the transport (:meth:`~pypepper_dramatiq.transport.base.Transport.acquire_slots`
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidConcurrencyKeyError, InvalidConcurrencyLimitError
+from .patterns import KeyPatterns
 from .storable import CONCURRENCY_KEY_TEXT_LENGTH, unstorable_in
 
 #: The highest limit accepted: far above any worker pool, low enough to be a typo's bound.
@@ -63,40 +63,5 @@ def concurrency_key_of(payload: Mapping[str, Any] | None) -> str | None:
     return key if isinstance(key, str) else None
 
 
-class KeyConcurrency:
-    """The concurrency limits of job keys, by pattern (``{"tenant-*": 3}``, shell-style
-    patterns as ``setup(rate_limits=...)`` takes; the first that matches a key in the
-    order given applies)."""
-
-    def __init__(self) -> None:
-        self._limits: tuple[tuple[str, int], ...] = ()
-
-    def configure(self, limits: Mapping[str, object] | None) -> None:
-        """Replace the limits by ``limits`` (None: none), all checked before any applies.
-
-        Raises:
-            InvalidConcurrencyLimitError: naming the pattern of a bad limit; the limits
-                in force are kept.
-        """
-        checked = tuple(
-            (str(pattern), check_limit(limit, f"concurrency[{str(pattern)!r}]"))
-            for pattern, limit in (limits or {}).items()
-        )
-        self._limits = checked
-
-    def of(self, key: str | None) -> int | None:
-        """The limit of job key ``key`` (None: no pattern matches, or no key)."""
-        if key is None or not self._limits:
-            return None
-        for pattern, limit in self._limits:
-            if fnmatch.fnmatchcase(key, pattern):
-                return limit
-        return None
-
-    def items(self) -> tuple[tuple[str, int], ...]:
-        """The patterns and their limits, in order (for people: the CLI, the dashboard)."""
-        return self._limits
-
-
 #: The job keys' concurrency limits of this process (``setup(concurrency=...)``).
-key_concurrency = KeyConcurrency()
+key_concurrency: KeyPatterns[int] = KeyPatterns("concurrency", check_limit)

@@ -9,13 +9,13 @@ window of one period, on the transport's clock; the starts refused come back spr
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRateKeyError, InvalidRateLimitError
+from .patterns import KeyPatterns
 from .storable import RATE_KEY_TEXT_LENGTH, check_text
 
 #: The periods a rate may name, in seconds.
@@ -100,35 +100,5 @@ def rate_key_of(payload: Mapping[str, Any] | None) -> str | None:
     return key if isinstance(key, str) else None
 
 
-class KeyLimits:
-    """The rate limits of job keys, by pattern (``{"tenant-*": "10/s"}``, shell-style
-    patterns; the first that matches a key in the order given applies)."""
-
-    def __init__(self) -> None:
-        self._limits: tuple[tuple[str, Rate], ...] = ()
-
-    def configure(self, limits: Mapping[str, object] | None) -> None:
-        """Replace the limits by ``limits`` (None: none), all parsed before any applies.
-
-        Raises:
-            InvalidRateLimitError: naming the pattern of a malformed rate; the limits
-                in force are kept.
-        """
-        parsed = tuple(
-            (str(pattern), parse_rate(rate, f"rate_limits[{str(pattern)!r}]"))
-            for pattern, rate in (limits or {}).items()
-        )
-        self._limits = parsed
-
-    def of(self, key: str | None) -> Rate | None:
-        """The rate limit of job key ``key`` (None: no pattern matches, or no key)."""
-        if key is None or not self._limits:
-            return None
-        for pattern, rate in self._limits:
-            if fnmatch.fnmatchcase(key, pattern):
-                return rate
-        return None
-
-
 #: The job keys' rate limits of this process (``setup(rate_limits=...)``).
-key_limits = KeyLimits()
+key_limits: KeyPatterns[Rate] = KeyPatterns("rate_limits", parse_rate)

@@ -20,11 +20,11 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.engine import concurrency
 from pypepper_dramatiq.limits.concurrency import (
     MAX_RUNNING,
-    KeyConcurrency,
     check_concurrency_key,
     check_limit,
     key_concurrency,
 )
+from pypepper_dramatiq.limits.patterns import KeyPatterns
 from pypepper_dramatiq.rules.priorities import channel_of_queue
 from pypepper_dramatiq.transport import LocalTransport
 
@@ -59,7 +59,7 @@ def test_a_bad_concurrency_key_is_a_typed_error_naming_it(bad: object) -> None:
 
 
 def test_key_limits_take_the_first_pattern_that_matches() -> None:
-    limits = KeyConcurrency()
+    limits = KeyPatterns("concurrency", check_limit)
     limits.configure({"tenant-vip-*": 10, "tenant-*": 3})
     assert limits.of("tenant-vip-1") == 10
     assert limits.of("tenant-42") == 3

@@ -388,14 +388,7 @@ class WorkflowMiddleware(Middleware):
             concurrency_key,
             extra={"action": "concurrency_hold", "job_id": step.job_id},
         )
-        again = replace(step, holds=step.holds + 1)
-        held = again.to_message(message.queue_name, _same_priority(message))
-        if not self._enqueue(broker, held, delay=wait):
-            self.logger.warning(
-                "job %s: message held by a concurrency limit not put back; the recovery "
-                "sweep sends it again",
-                step.job_id,
-            )
+        self._send_held(broker, replace(step, holds=step.holds + 1), message, wait, "concurrency")
         return None
 
     def _held_for_its_turn(
@@ -430,16 +423,24 @@ class WorkflowMiddleware(Middleware):
             channel_id,
             extra={"action": "rate_hold", "job_id": step.job_id},
         )
-        # The same queue and broker priority: a held start keeps its place among
-        # the priorities when it comes back.
+        self._send_held(broker, step, message, wait, "rate")
+        return True
+
+    def _send_held(
+        self, broker: Broker, step: StepMessage, message: Any, wait: float, limit: str
+    ) -> None:
+        """Send ``step`` again, due in ``wait`` seconds, for a start a ``limit`` limit
+        held: on the same queue and with the same broker priority, so that it keeps its
+        place among the priorities when it comes back. Not sent: the recovery sweep
+        sends it (logged)."""
         again = step.to_message(message.queue_name, _same_priority(message))
         if not self._enqueue(broker, again, delay=wait):
             self.logger.warning(
-                "job %s: message held by a rate limit not put back; the recovery sweep "
+                "job %s: message held by a %s limit not put back; the recovery sweep "
                 "sends it again",
                 step.job_id,
+                limit,
             )
-        return True
 
     def _left_channel(self, message: Any, step: StepMessage) -> None:
         """The job no longer waits in its channel (its first step was taken or dropped).

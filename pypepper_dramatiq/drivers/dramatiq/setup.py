@@ -18,8 +18,9 @@ from ...config import config, count, section
 from ...defaults import installed_defaults
 from ...engine.job_io import JOB_IO
 from ...errors import ConfigError
-from ...limits.concurrency import KeyConcurrency, check_limit, key_concurrency
-from ...limits.rates import KeyLimits, Rate, key_limits, parse_rate
+from ...limits.concurrency import check_limit, key_concurrency
+from ...limits.patterns import KeyPatterns
+from ...limits.rates import Rate, key_limits, parse_rate
 from ...metrics.prometheus import install_metrics
 from ...metrics.tracing import install_tracing
 from ...model.job import runtime
@@ -285,10 +286,11 @@ def setup(
                 running[str(channel_id)] = max_running
 
     key_rates = {**(rate_limits or {}), **section(yml, "scheduler", "rateLimits")}
-    parsed_key_rates = KeyLimits()
+    parsed_key_rates = KeyPatterns("rate_limits", parse_rate)
     parsed_key_rates.configure(key_rates)  # refused here, before anything is installed
     key_running = {**(concurrency or {}), **section(yml, "scheduler", "concurrency")}
-    KeyConcurrency().configure(key_running)  # refused here, before anything is installed
+    # Refused here, before anything is installed:
+    KeyPatterns("concurrency", check_limit).configure(key_running)
 
     settings = Settings.of(
         scheduler,

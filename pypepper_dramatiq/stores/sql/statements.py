@@ -89,6 +89,21 @@ COLUMNS = (
     "waiting_since"
 )
 
+
+def _pg_insert_head(version: str) -> str:
+    """The insert of a job's row from the parameters, as version ``version`` (an
+    expression), unless its id has a tombstone: the head of PG_UPSERT and PG_INSERT."""
+    return f"""
+INSERT INTO scheduler_jobs ({COLUMNS})
+SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, {version},
+       %(created)s::timestamptz, %(updated)s::timestamptz, %(payload)s::jsonb,
+       %(state)s::jsonb, %(error)s, %(lease_owner)s, %(lease_expires)s::timestamptz,
+       %(not_before)s::timestamptz, %(release_at)s::timestamptz,
+       %(start_deadline)s::timestamptz, %(unique_key)s, %(waits)s::jsonb,
+       %(waiting_since)s::timestamptz
+WHERE NOT EXISTS (SELECT 1 FROM scheduler_purged WHERE job_id = %(id)s::text)"""
+
+
 #: PostgreSQL's hot statements, written out: building them with SQLAlchemy Core
 #: on every call cost more CPU than the database spent running them.
 #: An id with a tombstone is not inserted again: the tombstone is checked in the
@@ -97,15 +112,9 @@ COLUMNS = (
 #: the insert then goes on, the row gone, and the trigger of migration 0018 reads
 #: the tombstone again once the row is in, refusing it (``PP001``,
 #: :func:`~pypepper_dramatiq.stores.sql.boundary.purged_meanwhile`).
-PG_UPSERT = f"""
-INSERT INTO scheduler_jobs ({COLUMNS})
-SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, %(version)s + 1,
-       %(created)s::timestamptz, %(updated)s::timestamptz, %(payload)s::jsonb,
-       %(state)s::jsonb, %(error)s, %(lease_owner)s, %(lease_expires)s::timestamptz,
-       %(not_before)s::timestamptz, %(release_at)s::timestamptz,
-       %(start_deadline)s::timestamptz, %(unique_key)s, %(waits)s::jsonb,
-       %(waiting_since)s::timestamptz
-WHERE NOT EXISTS (SELECT 1 FROM scheduler_purged WHERE job_id = %(id)s::text)
+PG_UPSERT = (
+    _pg_insert_head("%(version)s + 1")
+    + """
 ON CONFLICT (id) DO UPDATE SET
     channel_id = EXCLUDED.channel_id, category = EXCLUDED.category,
     status = EXCLUDED.status, version = scheduler_jobs.version + 1,
@@ -118,21 +127,17 @@ ON CONFLICT (id) DO UPDATE SET
 WHERE scheduler_jobs.version = %(version)s AND scheduler_jobs.status = ANY(%(allowed)s)
 RETURNING (xmax = 0) AS inserted
 """
+)
 
 #: A job's first write (its version 0): PG_UPSERT's insert, without the update that
 #: no stored row (version 1 or more) could pass.
-PG_INSERT = f"""
-INSERT INTO scheduler_jobs ({COLUMNS})
-SELECT %(id)s::text, %(channel_id)s, %(category)s, %(status)s, 1,
-       %(created)s::timestamptz, %(updated)s::timestamptz, %(payload)s::jsonb,
-       %(state)s::jsonb, %(error)s, %(lease_owner)s, %(lease_expires)s::timestamptz,
-       %(not_before)s::timestamptz, %(release_at)s::timestamptz,
-       %(start_deadline)s::timestamptz, %(unique_key)s, %(waits)s::jsonb,
-       %(waiting_since)s::timestamptz
-WHERE NOT EXISTS (SELECT 1 FROM scheduler_purged WHERE job_id = %(id)s::text)
+PG_INSERT = (
+    _pg_insert_head("1")
+    + """
 ON CONFLICT (id) DO NOTHING
 RETURNING true AS inserted
 """
+)
 
 
 PG_ADVANCE = """
