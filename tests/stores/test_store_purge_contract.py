@@ -19,6 +19,8 @@ from pypepper_dramatiq.errors import UnknownJobError
 from pypepper_dramatiq.rules.status import TERMINAL, Status
 from pypepper_dramatiq.stores.base import IJobStore, JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore
+from pypepper_dramatiq.stores.sql.engine import transaction
+from pypepper_dramatiq.stores.sql.links import lock_parents
 
 from .test_store_contract import SQL_FIXTURES, T0, MinimalStore, job, store, stored
 
@@ -174,6 +176,28 @@ def test_the_sql_delete_checks_version_status_and_time_again(
     deleted = sql._delete_purgeable(Status.COMPLETED, CUTOFF, chosen)
     assert deleted == ["same"]
     assert ids(sql) == {"changed", "later"}
+
+
+@pytest.mark.parametrize("backend", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)])
+@pytest.mark.postgres
+def test_a_row_another_transaction_holds_is_left_for_the_next_purge(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    # A child's scheduling share-locks its parents until it commits (lock_parents):
+    # the purge goes on without the held row instead of waiting for that commit.
+    sql: SqlJobStore = request.getfixturevalue(SQL_FIXTURES[backend])
+    put(sql, "held", Status.COMPLETED, created=T0 - timedelta(hours=1))
+    put(sql, "free", Status.COMPLETED)
+    answers: list[list[str]] = []
+    with transaction(sql._engine) as conn:
+        lock_parents(conn, ["held"])
+        purge = threading.Thread(target=lambda: answers.append(sql.purge("Completed", CUTOFF, 10)))
+        purge.start()
+        purge.join(timeout=60)
+        assert not purge.is_alive(), "the purge waited for the transaction holding a row"
+    assert answers == [["free"]]
+    assert sql.purge(Status.COMPLETED, CUTOFF, 10) == ["held"]
+    assert ids(sql) == set()
 
 
 # -- a purge racing children scheduled after= the rows it deletes -------------------------------

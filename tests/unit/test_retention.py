@@ -260,6 +260,29 @@ def test_the_sweep_purges_in_full_passes_only_in_bounded_batches_and_logs_the_co
     assert {r.id for r in store.list()} == {"recent", "old-failed", "running"}
 
 
+def test_a_pass_past_its_purge_budget_starts_no_further_batch_but_each_status_gets_one(
+    fresh_process_state: StubBroker,
+) -> None:
+    store = MemoryJobStore()
+    set_job_store(store)
+    for i in range(25):
+        store.put(JobRecord(id=f"old-{i:02}", status=Status.COMPLETED, created=T0, updated=T0))
+        store.put(JobRecord(id=f"failed-{i:02}", status=Status.FAILED, created=T0, updated=T0))
+    retention = Settings(retention={"Completed": "7d", "Failed": "7d"}).purge_after
+    sweeper = RecoverySweeper(
+        fresh_process_state, "me", lease_seconds=30, interval=5, retention=retention
+    )
+    sweeper.purge_batch, sweeper.purge_batches = 10, 3
+    sweeper.purge_share = 0.0  # the budget is spent once a batch ran
+
+    assert sweeper.purge_ended(datetime.now(timezone.utc)) == 20  # one batch per status
+    assert len(store.list(status=Status.COMPLETED)) == 15
+    assert len(store.list(status=Status.FAILED)) == 15
+    sweeper.purge_share = 1.0  # five seconds: the three batches of the pass
+    assert sweeper.purge_ended(datetime.now(timezone.utc)) == 30
+    assert store.list() == []
+
+
 def test_without_retention_the_sweep_deletes_nothing(fresh_process_state: StubBroker) -> None:
     store = MemoryJobStore()
     set_job_store(store)

@@ -740,25 +740,35 @@ class RecoverySweeper(threading.Thread):
     #: full pass goes on where it stopped).
     purge_batch: int = BATCH
     purge_batches: int = 10
+    #: The share of ``interval`` a pass's purge may take: past it, no further
+    #: batch starts (each status still gets one), the next pass goes on. A backlog
+    #: of ended rows (retention turned on, a loaded database) is then purged over
+    #: more passes instead of holding the sweep, its database connection and this
+    #: process's GIL for seconds while the worker threads run jobs.
+    purge_share: float = 0.1
 
     def purge_ended(self, now: datetime) -> int:
         """Delete the ended jobs kept longer than :attr:`retention` says
         (``IJobStore.purge``: never one another job still needs); returns how many.
 
-        Runs in the full passes only (every ``interval``). Logged at INFO when it
-        deleted any (at DEBUG otherwise, not to print a line per interval).
+        Runs in the full passes only (every ``interval``), within its budget
+        (:attr:`purge_share`). Logged at INFO when it deleted any (at DEBUG
+        otherwise, not to print a line per interval).
         """
         if not self.retention:
             return 0
         store = get_job_store()
         started = time.monotonic()
+        until = started + self.interval * self.purge_share
         purged: dict[str, int] = {}
         for status, kept in self.retention.items():
             # One status's retention that cannot be applied leaves the others' purge.
             with self.rows.row("purge", status.value, what="retention of status"):
                 ended_before = now - timedelta(seconds=kept)
                 count = 0
-                for _ in range(self.purge_batches):
+                for batch in range(self.purge_batches):
+                    if batch and time.monotonic() >= until:
+                        break
                     deleted = len(store.purge(status, ended_before, self.purge_batch))
                     count += deleted
                     if deleted < self.purge_batch:

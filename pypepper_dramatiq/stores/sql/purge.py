@@ -113,10 +113,13 @@ class PurgeRows(SqlStorePart):
         self, ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
     ) -> builtins.list[str]:
         """Delete the ``chosen`` rows that are still as read (version, status, time);
-        their ids. MySQL has no DELETE ... RETURNING: lock, then delete."""
+        their ids. MySQL has no DELETE ... RETURNING: lock, then delete. A row
+        another transaction holds (a child's scheduling share-locks its parents)
+        is skipped, not waited for: the next purge takes it."""
         with transaction(self._engine) as conn:
             guard = purge_guard(ended, older_than, chosen)
-            locked = list(conn.execute(select(jobs.c.id).where(guard).with_for_update()).scalars())
+            lock = select(jobs.c.id).where(guard).with_for_update(skip_locked=True)
+            locked = list(conn.execute(lock).scalars())
             if not locked:
                 return []
             # A locking read: it sees the links of children committed meanwhile.

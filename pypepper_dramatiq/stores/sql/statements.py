@@ -299,18 +299,52 @@ def unawaited(ids: Sequence[str]) -> ColumnElement[bool]:
     return jobs.c.id.not_in(waiting_child)
 
 
+#: The purge's lock on PostgreSQL: of the chosen ``ids`` the rows still ended
+#: (``status``) before ``older_than``, locked for update, with their versions (the
+#: caller keeps those still at the version it read). One array parameter, not a
+#: list of 1,000 values: building, sending and planning that cost the worker's
+#: process and the server more than the lock itself; and a primary-key lookup, not
+#: a join with the pairs (which PostgreSQL planned as a hash join over the whole
+#: table). A row another transaction holds (a child's scheduling share-locks its
+#: parents) is skipped, not waited for: it is left for the next purge.
+PG_PURGE_LOCK = """
+SELECT id, version FROM scheduler_jobs
+WHERE id = ANY(%(ids)s::text[]) AND status = %(status)s AND updated < %(older_than)s
+FOR UPDATE SKIP LOCKED
+"""
+
+#: The purge's delete on PostgreSQL, run after :data:`PG_PURGE_LOCK` in the same
+#: transaction, as a statement of its own (a fresh read under READ COMMITTED, so
+#: it sees a child whose links committed while the lock waited: :func:`unawaited`):
+#: the locked ``ids`` that no Scheduled job waits for through a link, and their
+#: tombstones written by the same statement (an id purged before gets the new time).
+PG_PURGE_DELETE = f"""
+WITH gone AS (
+  DELETE FROM scheduler_jobs AS j
+  WHERE j.id = ANY(%(ids)s::text[]) AND j.status = %(status)s AND j.updated < %(older_than)s
+    AND NOT EXISTS (
+      SELECT 1 FROM scheduler_job_links AS l
+      JOIN scheduler_jobs AS child ON child.id = l.child_id
+      WHERE l.parent_id = j.id AND l.kind = '{AFTER}'
+        AND child.status = '{Status.SCHEDULED.value}' AND child.waiting_since IS NOT NULL
+    )
+  RETURNING j.id
+)
+INSERT INTO scheduler_purged (job_id, purged_at) SELECT id, %(now)s FROM gone
+ON CONFLICT (job_id) DO UPDATE SET purged_at = EXCLUDED.purged_at
+RETURNING job_id
+"""
+
+
 def purge_guard(
-    ended: Status,
-    older_than: datetime,
-    chosen: Sequence[tuple[str, int]],
-    pairs: Select[Any] | None = None,
+    ended: Status, older_than: datetime, chosen: Sequence[tuple[str, int]]
 ) -> ColumnElement[bool]:
     """The rows of ``chosen`` (id, version) still at that version, ended ``ended``
-    before ``older_than``: the purge's delete checks it all again. ``pairs``: the
-    same pairs as a query (default: a list of row values)."""
+    before ``older_than``: the purge's delete checks it all again (PostgreSQL's
+    :data:`PG_PURGE_LOCK` checks the same with arrays)."""
     return (
         jobs.c.id.in_([job_id for job_id, _ in chosen])
-        & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen) if pairs is None else pairs)
+        & tuple_(jobs.c.id, jobs.c.version).in_(list(chosen))
         & (jobs.c.status == ended.value)
         & (jobs.c.updated < older_than)
     )
