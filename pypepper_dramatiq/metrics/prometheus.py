@@ -63,6 +63,7 @@ from ..ops.logs import get_logger
 from ..records.record import JobRecord
 from ..rules.status import Status
 from ..stores.base import HELD_REASONS
+from .pending import PendingWrites
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -117,6 +118,9 @@ class _Collectors:
                 "prometheus_client only after the process booted."
             )
         self.registry = registry if registry is not None else prometheus_client.REGISTRY
+        #: In multi-process mode the per-job additions are written in bulk (see
+        #: :mod:`~pypepper_dramatiq.metrics.pending`); in memory they cost little.
+        self.pending = PendingWrites() if self.multiprocess else None
         reg = self.registry
 
         def named(kind: Callable[..., _Metric]) -> Callable[..., _Metric]:
@@ -306,6 +310,24 @@ class PrometheusMetrics(observers.Observer):
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def _inc(self, metric: Any, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        """Add ``amount`` to the series ``labels`` of a counter or a gauge."""
+        child = self._child(metric, *labels)
+        pending = self.collectors().pending
+        if pending is None:
+            child.inc(amount)
+        else:
+            pending.add(child, amount)
+
+    def _observe(self, metric: Any, labels: tuple[str, ...], value: float) -> None:
+        """Observe ``value`` into the series ``labels`` of a histogram."""
+        child = self._child(metric, *labels)
+        pending = self.collectors().pending
+        if pending is None:
+            child.observe(value)
+        else:
+            pending.observe(child, value)
+
     # -- the observer ---------------------------------------------------------------
 
     def worker_started(self) -> None:
@@ -320,28 +342,28 @@ class PrometheusMetrics(observers.Observer):
             )
 
     def job_scheduled(self, channel_id: str) -> None:
-        self._child(self.collectors().jobs_scheduled, channel_id).inc()
+        self._inc(self.collectors().jobs_scheduled, (channel_id,))
 
     def job_started(self, record: JobRecord, started: datetime) -> None:
         planned = record.not_before or record.created
         delay = max(0.0, (started - planned).total_seconds())
         made = self.collectors()
-        self._child(made.start_delay, record.channel_id).observe(delay)
+        self._observe(made.start_delay, (record.channel_id,), delay)
 
     def job_ended(self, record: JobRecord) -> None:
         made = self.collectors()
         labels = (record.status.value, record.channel_id, record.category or "")
-        self._child(made.jobs_ended, *labels).inc()
+        self._inc(made.jobs_ended, labels)
         first = first_start(record)
         if first is not None:
             seconds = max(0.0, (record.updated - first).total_seconds())
-            self._child(made.job_duration, *labels).observe(seconds)
+            self._observe(made.job_duration, labels, seconds)
 
     def step_started(self, channel_id: str, task: str) -> None:
-        self._child(self.collectors().steps_in_progress, channel_id).inc()
+        self._inc(self.collectors().steps_in_progress, (channel_id,))
 
     def step_finished(self, channel_id: str, task: str) -> None:
-        self._child(self.collectors().steps_in_progress, channel_id).dec()
+        self._inc(self.collectors().steps_in_progress, (channel_id,), -1.0)
 
     def task_ended(
         self,
@@ -354,19 +376,19 @@ class PrometheusMetrics(observers.Observer):
         if started is None or ended is None:
             return
         seconds = max(0.0, (ended - started).total_seconds())
-        self._child(self.collectors().task_duration, task, outcome).observe(seconds)
+        self._observe(self.collectors().task_duration, (task, outcome), seconds)
 
     def retried(self, record: JobRecord, task: str) -> None:
-        self._child(self.collectors().retries, task).inc()
+        self._inc(self.collectors().retries, (task,))
 
     def recovered(self, record: JobRecord, kind: str) -> None:
-        self._child(self.collectors().recoveries, record.channel_id, kind).inc()
+        self._inc(self.collectors().recoveries, (record.channel_id, kind))
 
     def deadline_missed(self, record: JobRecord) -> None:
-        self._child(self.collectors().deadlines_missed, record.channel_id).inc()
+        self._inc(self.collectors().deadlines_missed, (record.channel_id,))
 
     def fired(self, schedule: str, job_id: str) -> None:
-        self._child(self.collectors().firings, schedule).inc()
+        self._inc(self.collectors().firings, (schedule,))
 
     def start_held(self, channel_id: str, reason: str) -> None:
         self._child(self.collectors().starts_held, channel_id, reason).inc()
@@ -413,7 +435,7 @@ class PrometheusMetrics(observers.Observer):
             self._child(counter, duty)
 
     def sweep_failed(self, duty: str) -> None:
-        self._child(self.collectors().sweep_failures, duty).inc()
+        self._inc(self.collectors().sweep_failures, (duty,))
 
     def __repr__(self) -> str:
         return f"PrometheusMetrics(registry={self.registry!r})"
