@@ -65,6 +65,15 @@ class Worker:
             found.extend(children or [parent])
         return found
 
+    def cpu_seconds(self) -> float:
+        """The CPU (user + system) the worker processes used so far."""
+        total = 0.0
+        for proc in self.processes():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
     def rss(self) -> int:
         """The largest RSS among the worker processes, in bytes."""
         sizes = []

@@ -350,6 +350,17 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 f"on / off {met['ratio']:.3f}",
             ]
         )
+        if "cpu_us_off" in met:
+            out.append(
+                [
+                    f"14. metrics, {met['jobs']:,} jobs, 1x8 ({met['runs']} runs each)",
+                    "worker CPU per job (us), first job done to last: metrics off / on",
+                    "-",
+                    f"{_fmt(met['cpu_us_off'])} / {_fmt(met['cpu_us_on'])}",
+                    "-",
+                    f"on / off {met['cpu_us_on'] / met['cpu_us_off']:.3f}",
+                ]
+            )
     params = results.get("typed_params")
     if params:
         scenario = (

@@ -140,22 +140,35 @@ def drain_run(
     processes: int,
     tasks: int = 1,
     timeout: float = 600,
+    cpu: bool = False,
 ) -> dict[str, float]:
-    """Pre-fill ``jobs`` jobs, then start a worker and wait until every one is done."""
+    """Pre-fill ``jobs`` jobs, then start a worker and wait until every one is done.
+
+    ``cpu``: also the worker processes' CPU (user + system) per job, from the first
+    job done to the last (boot left out): what a job costs the worker, which the
+    other users of a shared machine change less than they change its rate."""
     competitor.warm()
     stack.reset()
     before = stack.counters()
     sent_in = enqueue(competitor, jobs, tasks)
     queued = stack.counters()
     worker = competitor.worker(processes)
+    extra: dict[str, float] = {}
     try:
+        if cpu:
+            wait_until(lambda: competitor.done() >= 1, timeout, f"{competitor.name} start", worker)
+            cpu_from, done_from = worker.cpu_seconds(), competitor.done()
         wait_until(lambda: competitor.done() >= jobs, timeout, f"{competitor.name} jobs", worker)
+        if cpu:
+            used = worker.cpu_seconds() - cpu_from
+            extra["cpu_us_per_job"] = used / max(1, jobs - done_from) * 1e6
         finished = stack.counters()
         span = competitor.last_done() - competitor.first_start()
     finally:
         worker.stop()
     sending, running = queued - before, finished - queued
     return {
+        **extra,
         "enqueue_rate": jobs / sent_in,
         "enqueue_us_per_job": sent_in / jobs * 1e6,
         "process_rate": jobs / span,
@@ -1157,6 +1170,7 @@ def metrics(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
 
     jobs = sizes.metrics_jobs
     rates: dict[bool, list[float]] = {False: [], True: []}
+    cpus: dict[bool, list[float]] = {False: [], True: []}
     for rep in range(sizes.reps + 1):
         for on in _rotate([False, True], rep):
             with contextlib.ExitStack() as scope:
@@ -1166,23 +1180,31 @@ def metrics(stack: Stack, durable: Durable, sizes: Sizes) -> dict[str, Any]:
                     scope.enter_context(
                         _environ(BENCH_METRICS="1", PROMETHEUS_MULTIPROC_DIR=str(files))
                     )
-                result = drain_run(stack, durable, jobs, 1)
+                result = drain_run(stack, durable, jobs, 1, cpu=True)
                 if files is not None and not list(files.glob("histogram_*.db")):
                     raise RuntimeError("the worker wrote no metrics: the 'on' run measured nothing")
             rates[on].append(result["process_rate"])
+            cpus[on].append(result["cpu_us_per_job"])
             print(
                 f"  metrics {'on ' if on else 'off'} rep {rep + 1}: "
-                f"process {result['process_rate']:.0f} jobs/s",
+                f"process {result['process_rate']:.0f} jobs/s, "
+                f"worker CPU {result['cpu_us_per_job']:.0f} us/job",
                 flush=True,
             )
     off, on = median(rates[False]), median(rates[True])
-    print(f"  metrics: on / off = {on / off:.3f}", flush=True)
+    cpu_off, cpu_on = median(cpus[False]), median(cpus[True])
+    print(
+        f"  metrics: on / off = {on / off:.3f}; worker CPU per job on / off {cpu_on / cpu_off:.3f}",
+        flush=True,
+    )
     return {
         "jobs": jobs,
         "runs": len(rates[True]),
         "rate_off": off,
         "rate_on": on,
         "ratio": on / off,
+        "cpu_us_off": cpu_off,
+        "cpu_us_on": cpu_on,
         "rates_off": rates[False],
         "rates_on": rates[True],
     }
