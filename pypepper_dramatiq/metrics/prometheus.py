@@ -311,18 +311,19 @@ class PrometheusMetrics(observers.Observer):
         return child
 
     def _inc(self, metric: Any, labels: tuple[str, ...], amount: float = 1.0) -> None:
-        """Add ``amount`` to the series ``labels`` of a counter or a gauge."""
+        """Add ``amount`` to the series ``labels`` of a counter or a gauge (``metric``
+        is one of :meth:`collectors`, so they were made)."""
         child = self._child(metric, *labels)
-        pending = self.collectors().pending
+        pending = self._made.pending if self._made is not None else None
         if pending is None:
             child.inc(amount)
         else:
             pending.add(child, amount)
 
     def _observe(self, metric: Any, labels: tuple[str, ...], value: float) -> None:
-        """Observe ``value`` into the series ``labels`` of a histogram."""
+        """Observe ``value`` into the series ``labels`` of a histogram (as :meth:`_inc`)."""
         child = self._child(metric, *labels)
-        pending = self.collectors().pending
+        pending = self._made.pending if self._made is not None else None
         if pending is None:
             child.observe(value)
         else:
