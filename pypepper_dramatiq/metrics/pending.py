@@ -98,7 +98,8 @@ class PendingWrites:
         self.flush()
 
     def _forget(self) -> None:
-        self._lock = threading.Lock()
+        # New locks too: the parent's flusher may have held one at the fork.
+        self._lock, self._stop = threading.Lock(), threading.Event()
         self._adds, self._observed, self._flusher = {}, {}, None
 
     def _start(self) -> None:

@@ -117,3 +117,24 @@ def test_a_worker_process_in_multiprocess_mode_writes_its_counts_at_exit(tmp_pat
     assert samples[f"pypepper_task_duration_seconds_bucket{[('le', '1.0'), *task]!r}"] == 0
     assert samples[f"pypepper_job_start_delay_seconds_count{[('channel', 'ch')]!r}"] == 3
     assert samples[f"pypepper_steps_in_progress{[('channel', 'ch')]!r}"] == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork: POSIX only")
+def test_a_forked_child_does_not_write_what_its_parent_added() -> None:
+    # Dramatiq forks its worker processes: the parent's sums are the parent's to write.
+    registry = CollectorRegistry()
+    counter = Counter("forked", "c", registry=registry)
+    pending = PendingWrites(interval=3600)
+    pending.add(counter, 5.0)
+    pid = os.fork()
+    if pid == 0:  # the child: its flush writes nothing, what it adds is its own
+        pending.flush()
+        written = registry.get_sample_value("forked_total")
+        pending.add(counter, 2.0)
+        pending.flush()
+        os._exit(0 if (written, registry.get_sample_value("forked_total")) == (0.0, 2.0) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    pending.flush()
+    assert registry.get_sample_value("forked_total") == 5.0
+    pending.close()
