@@ -160,8 +160,9 @@ class _Collectors:
             "starts_held",
             "Step starts held instead of run, unrun and no attempt counted, by channel "
             "and reason: rate_limit (over its channel's or its key's rate limit: it asks "
-            "again at its turn, and counts again if refused again) or paused (its channel "
-            "or task paused: held until resumed).",
+            "again at its turn, and counts again if refused again), paused (its channel "
+            "or task paused: held until resumed) or concurrency_limit (over its channel's "
+            "or its key's running limit: it asks again, and counts again if refused).",
             ["channel", "reason"],
         )
         self.job_duration: Histogram = histogram(

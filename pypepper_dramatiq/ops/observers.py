@@ -38,11 +38,13 @@ _P = ParamSpec("_P")
 LEASE_LAPSED = "lease_lapsed"
 MESSAGE_LOST = "message_lost"
 #: Why a step start was held instead of run (:meth:`Observer.start_held`): over its
-#: channel's or its key's rate limit, or its channel or task paused.
+#: channel's or its key's rate limit, its channel or task paused, or over its
+#: channel's or its key's concurrency limit.
 HELD_BY_RATE_LIMIT = "rate_limit"
 HELD_BY_PAUSE = "paused"
+HELD_BY_CONCURRENCY = "concurrency_limit"
 #: Every reason of :meth:`Observer.start_held`, in the order the metrics list them.
-START_HELD_REASONS = (HELD_BY_RATE_LIMIT, HELD_BY_PAUSE)
+START_HELD_REASONS = (HELD_BY_RATE_LIMIT, HELD_BY_PAUSE, HELD_BY_CONCURRENCY)
 
 
 class Observer:

@@ -40,6 +40,7 @@ from pypepper_dramatiq import (
     resume_channel,
     workflow_task,
 )
+from pypepper_dramatiq.channels.broker import get_transport
 from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
 from pypepper_dramatiq.metrics.prometheus import (
     PrometheusMetrics,
@@ -49,6 +50,7 @@ from pypepper_dramatiq.metrics.prometheus import (
 from pypepper_dramatiq.ops import observers
 from pypepper_dramatiq.records.pauses import PAUSED_UNTIL
 from pypepper_dramatiq.schedules.firing import fire_due
+from pypepper_dramatiq.transport.base import channel_slot_key
 
 from .drivers import CHANNEL, DramatiqDriver, InProcessDriver, make_job, run
 
@@ -550,6 +552,29 @@ def test_starts_held_by_a_pause_are_counted_once_each_by_channel(
     assert held_starts(registry, "rate_limit") == 0
 
 
+def test_starts_held_by_a_concurrency_limit_are_counted_by_channel(
+    driver: Driver, registry: CollectorRegistry
+) -> None:
+    # The channel's only slot is held elsewhere (a step of another worker): the job's
+    # start is refused, counted, and runs once that slot is given back.
+    manager.new(CHANNEL, max_running=1)
+    transport = get_transport()
+    for holder in transport.slots_held(channel_slot_key(CHANNEL)):  # an earlier run's
+        transport.release_slots([channel_slot_key(CHANNEL)], holder)
+    assert transport.acquire_slots([(channel_slot_key(CHANNEL), 1)], "elsewhere", 60.0)
+    job = make_job([work.task(name="ok")])
+    job.scheduled()
+    driver.start()
+    deadline = time.monotonic() + 30
+    while held_starts(registry, "concurrency_limit") < 1:
+        assert time.monotonic() < deadline, "the start was not held"
+        time.sleep(0.02)
+    assert not [key for key in CALLS if key[0] == job.id]  # not run while held
+    transport.release_slots([channel_slot_key(CHANNEL)], "elsewhere")
+    assert [r.status for r in driver.wait(job)] == [Status.COMPLETED]
+    assert held_starts(registry, "rate_limit") == held_starts(registry, "paused") == 0
+
+
 def test_scheduled_jobs_are_counted_by_channel(
     stub_broker: StubBroker, registry: CollectorRegistry
 ) -> None:
@@ -616,7 +641,7 @@ def test_a_workers_channels_have_their_series_from_the_start(
     for reason in ("jobs", "time", "paused"):
         labels = {"channel": CHANNEL, "reason": reason}
         assert registry.get_sample_value("pypepper_jobs_held", labels) == 0
-    for reason in ("rate_limit", "paused"):
+    for reason in ("rate_limit", "paused", "concurrency_limit"):
         labels = {"channel": CHANNEL, "reason": reason}
         assert registry.get_sample_value("pypepper_starts_held_total", labels) == 0
 

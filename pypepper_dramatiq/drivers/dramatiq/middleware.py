@@ -378,8 +378,10 @@ class WorkflowMiddleware(Middleware):
                 self.defer_seconds,
             )
             slots, wait = None, self.defer_seconds
-        if slots is not None:
-            return slots
+        else:
+            if slots is not None:
+                return slots
+            observers.start_held(channel_id, observers.HELD_BY_CONCURRENCY)
         self.logger.debug(
             "job %s: held %.3fs by a concurrency limit (channel %s, key %s)",
             step.job_id,

@@ -840,6 +840,8 @@ def _try_slot(job: Job, holds: int) -> tuple[concurrency.Slots | None, float]:
     except BrokerUnavailableError as exc:
         logger.warning("job %s: its concurrency limit could not be asked: %s", job.id, exc)
         return None, RATE_RETRY_SECONDS
+    if slots is None:
+        observers.start_held(job.channel_id, observers.HELD_BY_CONCURRENCY)
     return slots, concurrency.hold_seconds(holds)
 
 
