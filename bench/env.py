@@ -152,6 +152,10 @@ class Stack:
             "scheduler_channel_slots",
             "scheduler_activity",
             "scheduler_activity_mark",
+            "scheduler_purged",
+            "scheduler_paused",
+            "scheduler_rate_turns",
+            "scheduler_concurrency_slots",
             "celery_taskmeta",
         ):
             if self.table_exists(table):

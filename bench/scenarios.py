@@ -76,7 +76,7 @@ QUICK = replace(
     dashboard_requests=20,
 )
 # Scenario 22 at the quick size.
-QUICK = replace(QUICK, ahead_jobs=500)
+QUICK = replace(QUICK, ahead_jobs=300)
 # Scenario 14 at the quick size.
 QUICK = replace(QUICK, metrics_jobs=1_000)
 # Scenarios 16 and 17 at the quick size.
@@ -86,7 +86,7 @@ QUICK = replace(QUICK, ceiling_jobs=1_000, ceiling_shapes=(1,), ceiling_reps=1)
 # Scenario 19 at the quick size.
 QUICK = replace(QUICK, rate_seconds=6.0)
 # Scenarios 20 and 21 at the quick size.
-QUICK = replace(QUICK, inversion=(1_000, 20))
+QUICK = replace(QUICK, inversion=(500, 10))
 QUICK = replace(QUICK, concurrency_per_key=4)
 
 

@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.rabbitmq, pyt
 
 
 @pytest.mark.bench
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1080)
 def test_every_scenario_of_the_quick_benchmark_runs(tmp_path: Path) -> None:
     output = tmp_path / "quick.json"
     run = subprocess.run(
@@ -51,7 +51,7 @@ def test_every_scenario_of_the_quick_benchmark_runs(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=560,
+        timeout=1020,
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
