@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -798,36 +799,41 @@ def _start_or_wait(job: Job) -> float:
 
 async def _slot(job: Job) -> concurrency.Slots | None:
     """Wait, no thread held, until the job's first step may run under its concurrency
-    limits (asking again after
-    :func:`~pypepper_dramatiq.engine.concurrency.hold_seconds`;
-    every :data:`RATE_RETRY_SECONDS` while the transport is out of reach): its slots;
-    None when the job was cancelled meanwhile."""
-    holds = 0
-    while not job.is_cancelled:
-        slots, wait = _try_slot(job, holds)
+    limits (:func:`_slot_tries`): its slots; None when the job was cancelled meanwhile."""
+    for slots, wait in _slot_tries(job):
         if slots is not None:
             return slots
-        if not holds:
-            _log(job, "concurrency_hold")
-        holds += 1
         await _until(utcnow() + timedelta(seconds=wait), job.cancel_event)
     return None
 
 
 def _slot_came(job: Job) -> concurrency.Slots | None:
     """In the job's thread: wait until its next step may run under its concurrency
-    limits: its slots (empty ones when it is under none); None if the job was
-    cancelled meanwhile."""
+    limits (:func:`_slot_tries`): its slots (empty ones when it is under none); None if
+    the job was cancelled meanwhile."""
+    for slots, wait in _slot_tries(job):
+        if slots is not None:
+            return slots
+        job.cancel_event.wait(wait)
+    return None
+
+
+def _slot_tries(job: Job) -> Iterator[tuple[concurrency.Slots | None, float]]:
+    """The job's asks for its slots until it has them or is cancelled: (its slots, 0)
+    last, or (None, the seconds to wait before asking again) after a refusal
+    (:func:`~pypepper_dramatiq.engine.concurrency.hold_seconds`; every
+    :data:`RATE_RETRY_SECONDS` while the transport is out of reach). Its first
+    refusal is logged."""
     holds = 0
     while not job.is_cancelled:
         slots, wait = _try_slot(job, holds)
         if slots is not None:
-            return slots
+            yield slots, 0.0
+            return
         if not holds:
             _log(job, "concurrency_hold")
         holds += 1
-        job.cancel_event.wait(wait)
-    return None
+        yield None, wait
 
 
 def _try_slot(job: Job, holds: int) -> tuple[concurrency.Slots | None, float]:
