@@ -192,17 +192,19 @@ class Channel:
         """Jobs waiting in the channel."""
         return self.gate.waiting()
 
-    def offer(self, job: Job, *, delay: float = 0.0) -> SendResult:
+    def offer(self, job: Job, *, delay: float = 0.0, record: JobRecord | None = None) -> SendResult:
         """Enqueue ``job`` unless the channel is stopped or full (sync form of :meth:`send`).
 
         Args:
             delay: seconds the broker keeps the message before delivering it.
+            record: the job's record as it is now, made by the caller (the message
+                carries it on Redis); None: made here.
 
         On Redis the admission and the enqueue are one round trip (one Lua
         script); elsewhere the gate admits, then the broker enqueues.
         """
         if self.one_call:
-            return self._offer_in_one_call(job, delay)
+            return self._offer_in_one_call(job, delay, record)
         with self._lock:
             result = self.gate.admit(job.id)
             if result != "ok":
@@ -258,8 +260,8 @@ class Channel:
         job.state = dict(job.state, **{DISPATCH_KEY: dispatch_of(message)})
         self._wakeup.set()
 
-    def _offer_in_one_call(self, job: Job, delay: float) -> SendResult:
-        offer, message = self.prepare(job, delay)
+    def _offer_in_one_call(self, job: Job, delay: float, record: JobRecord | None) -> SendResult:
+        offer, message = self.prepare(job, delay, record)
         result = self.transport.admit_and_enqueue([offer])[0]
         if result == "ok":
             self.sent(job, message, delay)

@@ -49,7 +49,7 @@ from ..limits.rates import check_rate_key
 from ..model.job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, ScheduleOptions
 from ..ops import observers
 from ..ops.logs import get_logger
-from ..records.record import JobRecord, utcnow
+from ..records.record import JobRecord, as_utc, utcnow
 from ..records.state import BY_API, TRACE_KEY, cancelled_state, counting
 from ..records.storable_job import check_job_record, could_be_stored
 from ..rules.events import CANCEL, INIT, SCHEDULE, transition
@@ -128,7 +128,9 @@ class JobIO:
         key, waits, connection = options.key, options.waits, options.connection
         if job.id in waits.parents:
             raise ValueError(f"job {job.id} cannot be scheduled after itself")
-        check_job_record(job.to_record())  # before any message: the row must hold it
+        # Before any message: the row must hold it. Made once: the message carries it
+        # and the row stores it, each as a copy with what scheduling changed.
+        checked = check_job_record(job.to_record())
         store = get_job_store()  # a YAML durable backend never set up fails here, first
         if connection is not None:
             store = _transactional_store(store, connection)
@@ -158,12 +160,18 @@ class JobIO:
         job.release_at = times.not_before if hold else None
         # A held job takes its channel slot when the sweep releases it.
         channel = _admit(
-            job, before, manager.available, "check" if hold else "send", wait if shared else 0.0
+            job,
+            before,
+            manager.available,
+            "check" if hold else "send",
+            wait if shared else 0.0,
+            checked,
         )
         _log_scheduled(job, channel.id)
         # The user's values were checked before the message went: the write does not
-        # check them again (nor build its record twice: about 20 us of a plain job).
-        if not self.persist(job, SAVE_ATTEMPTS, checked=True):
+        # check them again, nor make the job's record again (about 10 us a record).
+        written = _scheduled_record(checked, job, utcnow())
+        if not self.persist(job, SAVE_ATTEMPTS, checked=True, made=written):
             # The job is on the channel: do not roll back. The worker heals the row.
             logger.warning("job %s is queued but its Scheduled snapshot did not persist", job.id)
         return job.id
@@ -447,23 +455,28 @@ class JobIO:
 
     # -- snapshots --------------------------------------------------------------------
 
-    def save(self, job: Job, *, checked: bool = False) -> bool:
+    def save(self, job: Job, *, checked: bool = False, made: JobRecord | None = None) -> bool:
         """Write ``job``'s snapshot; True if the store took it (see ``Job.save``).
 
         ``checked``: the caller checked the job's user values already (``scheduled()``
         did, just before its message went), so they are not checked again.
+        ``made``: the snapshot as the caller made it (``scheduled()``, from the record
+        it checked), written if the job still has its version, status and state;
+        else the job's snapshot is made now.
 
         Raises:
             ValueError, TypeError: the row cannot hold a value of the job (named).
         """
         with job.write_lock:
-            now = utcnow()
-            record = job.to_record(updated=now)
+            if made is not None and _still(job, made):
+                record = made
+            else:
+                record = job.to_record(updated=utcnow())
             if not checked:
                 check_job_record(record)
             if not get_job_store().put(record):
                 return False
-            job.mark_saved(record.version + 1, now)
+            job.mark_saved(record.version + 1, record.updated)
         if record.status in (Status.COMPLETED, Status.FAILED):
             publish_ended(job.id)  # the in-process worker's ends written as snapshots
         elif record.status is Status.CANCELLED:
@@ -477,13 +490,14 @@ class JobIO:
         keep: Mapping[str, Any] | None = None,
         *,
         checked: bool = False,
+        made: JobRecord | None = None,
     ) -> bool:
         """``save``, retried; never raises for store failures (see ``Job.persist``).
 
         ``keep``: state keys this write adds, written again over the stored
-        progress a retry adopts (a cancel's ``cancelled_by``). ``checked``: as
-        :meth:`save`'s."""
-        return self.persist_own(job, attempts, keep, checked=checked) is not None
+        progress a retry adopts (a cancel's ``cancelled_by``). ``checked`` and
+        ``made``: as :meth:`save`'s (``made`` serves the first try only)."""
+        return self.persist_own(job, attempts, keep, checked=checked, made=made) is not None
 
     def persist_own(
         self,
@@ -492,13 +506,14 @@ class JobIO:
         keep: Mapping[str, Any] | None = None,
         *,
         checked: bool = False,
+        made: JobRecord | None = None,
     ) -> bool | None:
         """:meth:`persist`, saying whose write holds the snapshot: True this call's,
         False another writer's (the row already held what it would write: adopted),
         None if nothing was stored. An end is counted only by its own writer."""
         for attempt in range(attempts):
             try:
-                if self.save(job, checked=checked):
+                if self.save(job, checked=checked, made=made if attempt == 0 else None):
                     return True
                 store = get_job_store()
                 durable = store.get(job.id)
@@ -888,12 +903,38 @@ def _roll_back(job: Job, before: Status) -> None:
     job.unique_key = job.waits = None
 
 
+def _scheduled_record(checked: JobRecord, job: Job, updated: datetime) -> JobRecord:
+    """``job``'s record, written at ``updated``, made from ``checked`` (its record made
+    before INIT and SCHEDULE, with the same user values): what ``job.to_record()``
+    would give, without making the payload and checking every field again."""
+    return checked.scheduled_copy(
+        job.status,
+        updated,
+        dict(job.state),
+        not_before=_utc(job.not_before),
+        release_at=_utc(job.release_at),
+        start_deadline=_utc(job.start_deadline),
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    """``value`` in UTC, as a record keeps it (an eta may come with another offset)."""
+    return None if value is None else as_utc(value)
+
+
+def _still(job: Job, made: JobRecord) -> bool:
+    """Whether ``made`` is still ``job``'s snapshot: the job kept its version, status
+    and state (a worker of this process may have taken the job up since)."""
+    return job.version == made.version and job.status is made.status and job.state == made.state
+
+
 def _admit(
     job: Job,
     before: Status,
     channel_of: Callable[[str], Channel],
     admission: Literal["send", "admit", "check"],
     delay: float = 0.0,
+    checked: JobRecord | None = None,
 ) -> Channel:
     """INIT, SCHEDULE and offer ``job`` to its channel; the channel, once it took the job.
 
@@ -901,7 +942,9 @@ def _admit(
     (delayed by ``delay``); ``"admit"`` takes a slot and sends nothing yet
     (:meth:`Channel.dispatch` follows once the row is stored); ``"check"`` only
     asks whether the channel would take a job now: a job held in the store
-    takes its slot when the sweep releases it.
+    takes its slot when the sweep releases it. ``checked``: the job's record made
+    (and checked) before the events, which the message carries as the job is
+    now (None: the job's record is made again).
 
     Raises:
         ChannelFullError, ChannelStoppedError: refused; ``job`` is rolled back.
@@ -911,7 +954,8 @@ def _admit(
         job.apply_event(SCHEDULE)
         channel = channel_of(job.channel_id)
         if admission == "send":
-            result = channel.offer(job, delay=delay)
+            record = None if checked is None else _scheduled_record(checked, job, job.updated)
+            result = channel.offer(job, delay=delay, record=record)
         elif admission == "admit":
             result = channel.admit(job)
         else:

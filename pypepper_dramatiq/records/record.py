@@ -120,14 +120,23 @@ class JobRecord:
         changed.__dict__["state"] = state
         return changed
 
-    def scheduled_copy(self, status: Status, updated: datetime, state: dict[str, Any]) -> JobRecord:
-        """This record as its job is stored and sent by ``schedule_many``: with
-        ``status``, written at ``updated`` (aware UTC), with ``state``, no planned
-        start, deadline or release.
+    def scheduled_copy(
+        self,
+        status: Status,
+        updated: datetime,
+        state: dict[str, Any],
+        *,
+        not_before: datetime | None = None,
+        release_at: datetime | None = None,
+        start_deadline: datetime | None = None,
+    ) -> JobRecord:
+        """This record as its job is sent and stored by ``scheduled()`` or
+        ``schedule_many``: with ``status``, written at ``updated`` (aware UTC), with
+        ``state`` and the given planned start, release and deadline (aware UTC).
 
         ``evolve(...)`` without its checks, which this record passed when it was made
-        a moment before (the batch's records are checked before anything is done):
-        a copy of the fields, about 1 us against 10 for the job's record made again.
+        a moment before (checked before anything is done): a copy of the fields,
+        about 1 us against 10 for the job's record made again.
         """
         changed = object.__new__(type(self))
         changed.__dict__.update(self.__dict__)
@@ -135,9 +144,9 @@ class JobRecord:
             status=status,
             updated=updated,
             state=state,
-            not_before=None,
-            release_at=None,
-            start_deadline=None,
+            not_before=not_before,
+            release_at=release_at,
+            start_deadline=start_deadline,
         )
         return changed
 

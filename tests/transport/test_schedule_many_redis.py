@@ -10,7 +10,7 @@ Dramatiq's own: a Redis broker consumer reads them back as it reads
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, timedelta, timezone
 from typing import Any
 from unittest.mock import ANY
 
@@ -276,3 +276,39 @@ def test_each_row_stored_is_the_record_of_its_job_as_scheduled(broker: RedisBrok
     for made in batch:
         assert made.status is Status.SCHEDULED and made.version == 1
         assert store.get(made.id) == made.to_record()
+
+
+def test_a_single_scheduled_stores_and_sends_the_record_of_its_job(
+    broker: RedisBroker,
+) -> None:
+    # scheduled() makes the job's record once, checks it, and sends and stores
+    # copies of it: each must be the job's own record, field for field.
+    made = job()
+    made.category = "once"
+    made.scheduled(priority=6, rate_key="tenant-1", concurrency_key="c-1", max_start_delay=60)
+    row = get_job_store().get(made.id)
+    assert made.version == 1 and row == made.to_record()
+    (step,) = queued(broker, row.state[DISPATCH_KEY]["queue"])  # the queue of priority 6
+    assert step.record is not None
+    assert sent_as(step.record, row) == row
+    assert step.record.start_deadline is not None and step.record.payload == row.payload
+
+
+def test_an_eta_in_another_offset_is_sent_and_stored_in_utc(broker: RedisBroker) -> None:
+    made = job()
+    eta = (utcnow() + timedelta(seconds=2)).astimezone(timezone(timedelta(hours=2)))
+    made.scheduled(eta=eta, max_start_delay=30)
+    row = get_job_store().get(made.id)
+    assert row == made.to_record()
+    assert row.not_before == eta and row.not_before.tzinfo is UTC
+    (step,) = queued(broker, f"{CHANNEL}.DQ")  # Dramatiq's delayed queue
+    assert step.record is not None
+    assert step.record.not_before is not None and step.record.not_before.tzinfo is UTC
+    assert sent_as(step.record, row) == row
+
+
+def sent_as(record: Any, row: Any) -> Any:
+    """The record a message carried as the row stores it: its dispatch is known only
+    once the message is, and the row has its version and time of writing."""
+    assert record.updated <= row.updated
+    return record.evolve(state={**record.state, DISPATCH_KEY: ANY}, version=1, updated=row.updated)
