@@ -34,6 +34,7 @@ STEPS = (
     ("pypepper_dramatiq.channels.channel", "Channel", "sent", "after the enqueue"),
     ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "put", "PostgreSQL: store.put"),
     ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "_run", "of which the statement"),
+    ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "_count", "of which the statement"),
 )
 
 
@@ -61,7 +62,7 @@ def _wrap_steps() -> dict[str, list[float]]:
         owner = getattr(module, owner_name) if owner_name else module
         if not hasattr(owner, attribute):
             continue  # a step this tree does not have
-        totals[label] = [0, 0.0, 0.0]
+        totals.setdefault(label, [0, 0.0, 0.0])  # a step some trees name otherwise
         setattr(owner, attribute, _timed(totals[label], getattr(owner, attribute)))
     return totals
 

@@ -20,6 +20,7 @@ T = TypeVar("T")
 try:  # the PostgreSQL driver is an extra
     import psycopg
     from psycopg.rows import dict_row as dict_row
+    from psycopg.rows import tuple_row as tuple_row
 
     _DRIVER_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,)
     DRIVER_DISCONNECTS: tuple[type[Exception], ...] = (
@@ -30,7 +31,7 @@ try:  # the PostgreSQL driver is an extra
     #: What the PostgreSQL driver raises when the server refuses a statement.
     DRIVER_REFUSALS: tuple[type[Exception], ...] = (psycopg.DatabaseError,)
 except ImportError:  # pragma: no cover - MySQL-only installs
-    dict_row = None  # type: ignore[assignment]
+    dict_row = tuple_row = None  # type: ignore[assignment]
     _DRIVER_ERRORS = DRIVER_DISCONNECTS = _DRIVER_DATA_ERRORS = DRIVER_REFUSALS = ()
 
 

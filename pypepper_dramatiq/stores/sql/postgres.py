@@ -25,6 +25,7 @@ from .boundary import (
     dict_row,
     once_more_if_stale,
     purged_meanwhile,
+    tuple_row,
 )
 from .engine import transaction
 from .mapping import (
@@ -93,6 +94,18 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
             row = cursor.fetchone() if cursor.description is not None else None
             return cursor.rowcount, row
 
+    def _count(self, sql: str, params: dict[str, Any]) -> int:
+        """Execute a prepared hot statement whose rows are not read: how many it wrote.
+
+        On a kept cursor of its own that makes rows as tuples: the dict cursor of
+        :meth:`_run` learns the column names of every answer and a fetch builds
+        the row, about 8 us of CPU a write that only needs the count.
+        """
+        with self._pooled() as connection:
+            cursor = _kept_cursor(connection, _KEPT_COUNTING_CURSOR, tuple_row)
+            cursor.execute(sql, params, prepare=True)
+            return int(cursor.rowcount)
+
     def _upsert(self, record: JobRecord) -> bool:
         # A first write (version 0) is a plain insert: every stored row has a version
         # of 1 or more, so the upsert's guarded update could never apply.
@@ -101,7 +114,7 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
         else:
             statement, params = PG_UPSERT, pg_params(record)
         try:
-            return self._run(statement, params)[0] == 1
+            return self._count(statement, params) == 1
         except DRIVER_REFUSALS as exc:
             if purged_meanwhile(exc):
                 # Retention deleted it while the insert waited on its row: the
@@ -110,7 +123,7 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
             raise
 
     def _advance(self, record: JobRecord) -> bool:
-        return self._run(PG_ADVANCE, pg_params(record))[0] == 1
+        return self._count(PG_ADVANCE, pg_params(record)) == 1
 
     def _get(self, job_id: str) -> Any:
         return self._run(PG_GET, {"id": job_id})[1]
@@ -240,19 +253,21 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
 #: Where a pooled connection keeps the cursor of the hot statements (its ``info``,
 #: which lives as long as the driver connection does).
 _KEPT_CURSOR = "pypepper_hot_cursor"
+#: Where it keeps the cursor of the hot writes whose rows are not read (``_count``).
+_KEPT_COUNTING_CURSOR = "pypepper_hot_counting_cursor"
 
 
-def _kept_cursor(connection: Any, name: str = _KEPT_CURSOR) -> Any:
+def _kept_cursor(connection: Any, name: str = _KEPT_CURSOR, rows: Any = dict_row) -> Any:
     """The cursor ``connection`` (a pooled connection, used by one thread at a time)
     keeps under ``name`` for the hot statements, made on its first use.
 
     A new cursor per statement cost about 25 us of CPU a call: psycopg's cursor
     learns how to send each Python type once (its dumpers), and a kept one keeps
     that. It is made again if the driver connection under it changed or it was
-    closed.
+    closed. ``rows``: its row factory.
     """
     driver = connection.driver_connection
     cursor = connection.info.get(name)
     if cursor is None or cursor.closed or cursor.connection is not driver:
-        cursor = connection.info[name] = driver.cursor(row_factory=dict_row)
+        cursor = connection.info[name] = driver.cursor(row_factory=rows)
     return cursor
