@@ -90,17 +90,35 @@ class Recorder:
             connection = get_connection(*args, **options)
             if id(connection) not in wrapped:
                 wrapped.add(id(connection))
-                send = connection.send_command
+                send = connection.send_packed_command
 
-                def send_command(*command: Any, **sent: Any) -> Any:
-                    self.commands.append(str(command[0]).upper())
+                # Every command goes through here, packed by redis-py or by hand.
+                def send_packed_command(packed: Any, *more: Any, **sent: Any) -> Any:
+                    command = unpacked(packed)
+                    self.commands.append(command[0].decode().upper())
                     self.calls.append(command)
-                    return send(*command, **sent)
+                    return send(packed, *more, **sent)
 
-                connection.send_command = send_command
+                connection.send_packed_command = send_packed_command
             return connection
 
         pool.get_connection = recording
+
+
+def unpacked(packed: Any) -> tuple[bytes, ...]:
+    """The arguments of one command in Redis's protocol (bytes, or a list of pieces)."""
+    data = packed if isinstance(packed, bytes) else b"".join(bytes(part) for part in packed)
+    head, rest = data.split(b"\r\n", 1)
+    assert head.startswith(b"*")
+    args = []
+    for _ in range(int(head[1:])):
+        size, rest = rest.split(b"\r\n", 1)
+        assert size.startswith(b"$")
+        length = int(size[1:])
+        args.append(rest[:length])
+        rest = rest[length + 2 :]
+    assert rest == b""
+    return tuple(args)
 
 
 def job(channel: str = CHANNEL) -> Job:

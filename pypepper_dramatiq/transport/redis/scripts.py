@@ -68,7 +68,8 @@ def call_script(script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
 
     A client call wraps every command in layers (its retry loop, a checkout per
     command name, the script's own checks) that cost about 18 us of CPU a call,
-    a third of the round trip's: ``scheduled()`` pays it once a job. Whatever is
+    a third of the round trip's: ``scheduled()`` pays it once a job. The command
+    is packed here (:func:`_packed`), not by redis-py's packer. Whatever is
     not the plain case takes the script's own call, which does what it always
     did: a client holding one connection, Redis lacking the script (loaded, then
     run), a connection that failed (reconnected and the command sent again, as
@@ -83,7 +84,7 @@ def call_script(script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     except (RedisConnectionError, RedisTimeoutError):
         return script(keys=keys, args=args)
     try:
-        connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        connection.send_packed_command([_packed(connection, script.sha, keys, args)])
         return connection.read_response()
     except NoScriptError:
         pass
@@ -92,3 +93,22 @@ def call_script(script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     finally:
         pool.release(connection)
     return script(keys=keys, args=args)
+
+
+def _packed(connection: Any, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> bytes:
+    """EVALSHA of ``sha`` with ``keys`` and ``args`` in Redis's protocol, as redis-py
+    packs it (strings in the connection's encoding), in one buffer.
+
+    redis-py's packer asks its encoder the type of every argument and formats the
+    buffer anew for each: about 6 us of CPU for the eleven arguments of one job,
+    against 2.5 here.
+    """
+    encoder = connection.encoder
+    parts = [b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(keys) + len(args) + 3)]
+    for value in (sha, len(keys), *keys, *args):
+        if isinstance(value, str):
+            value = value.encode(encoder.encoding, encoder.encoding_errors)
+        elif not isinstance(value, bytes):
+            value = encoder.encode(value)  # a number: as redis-py writes it
+        parts.append(b"$%d\r\n%s\r\n" % (len(value), value))
+    return b"".join(parts)
