@@ -23,6 +23,9 @@ from typing import Any
 
 from .env import Stack
 
+#: The label of the statement of ``store.put`` (a dict cursor's ``_run`` before, a
+#: counting cursor's ``_count`` since).
+_STATEMENT = "of which the statement"
 #: The steps timed: (owner's module, owner's name or "", attribute, label).
 STEPS = (
     ("bench.apps.durable", "", "job", "build the Job (one task)"),
@@ -33,8 +36,8 @@ STEPS = (
     ("pypepper_dramatiq.transport.redis.gate", "", "run_offers", "Redis: admit and enqueue"),
     ("pypepper_dramatiq.channels.channel", "Channel", "sent", "after the enqueue"),
     ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "put", "PostgreSQL: store.put"),
-    ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "_run", "of which the statement"),
-    ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "_count", "of which the statement"),
+    ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "_run", _STATEMENT),
+    ("pypepper_dramatiq.stores.sql.postgres", "PostgresJobStore", "_count", _STATEMENT),
 )
 
 
