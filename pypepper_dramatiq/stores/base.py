@@ -7,6 +7,7 @@ import abc
 import builtins
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ from ..errors import (
     StoreError,
 )
 from ..records.activity import Activity, ActivityMark
+from ..records.job_filter import EVERY_JOB, JobFilter, matches
 from ..records.links import RETRY, Link, parent_order, parents_of
 from ..records.pauses import held_for_pause
 from ..records.record import MAX_ID_LENGTH, JobRecord, as_utc, check_job_id, utcnow
@@ -33,6 +35,8 @@ from . import claims
 __all__ = [
     "MAX_ID_LENGTH",
     "IJobStore",
+    "EVERY_JOB",
+    "JobFilter",
     "JobRecord",
     "StepClaim",
     "as_utc",
@@ -199,7 +203,6 @@ class IJobStore(abc.ABC):
     def delete(self, job_id: str) -> bool:
         """Remove a record; True if there was one."""
 
-    @abc.abstractmethod
     def list(
         self,
         *,
@@ -214,57 +217,52 @@ class IJobStore(abc.ABC):
         created_until: datetime | None = None,
         search: str | None = None,
     ) -> Sequence[JobRecord]:
-        """Records matching every given filter, in ``(created, id)`` order.
+        """Records matching every given filter, in ``(created, id)`` order: the
+        keywords of :class:`~pypepper_dramatiq.records.job_filter.JobFilter`, read
+        by :meth:`list_matching`.
 
         Args:
-            status, channel_id, category: keep only rows with these values.
-            created_from, created_until: keep only rows created at or after
-                ``created_from`` and before ``created_until``.
-            search: keep only rows whose id, category or error holds this text,
-                ignoring case (:func:`matches`; ``%`` and ``_`` are plain characters).
-                No index serves it: bound the rows it reads with ``before`` and
-                ``after`` (:meth:`list_keys` finds the edge of a window).
             limit: at most this many rows (the first ones in the order).
             newest_first: order by ``created`` then ``id`` descending; by default
                 ascending (oldest first).
-            before: a keyset cursor ``(created, id)``: keep only rows strictly
-                before it, i.e. created earlier, or at the same instant with a
-                smaller id. With ``newest_first``, the ``(created, id)`` of the
-                last row of a page gives the next (older) page, stable while
-                rows are added.
-            after: the other way: keep only rows strictly after ``(created,
-                id)`` (oldest first, the last row of a page gives the next page).
+        """
+        where = JobFilter(
+            status=None if status is None else Status(status),
+            channel_id=channel_id,
+            category=category,
+            created_from=created_from,
+            created_until=created_until,
+            search=search,
+            before=before,
+            after=after,
+        )
+        return self.list_matching(where, limit=limit, newest_first=newest_first)
+
+    @abc.abstractmethod
+    def list_matching(
+        self, where: JobFilter, *, limit: int | None = None, newest_first: bool = False
+    ) -> Sequence[JobRecord]:
+        """The records ``where`` keeps, in ``(created, id)`` order (:meth:`list`).
+
+        Args:
+            limit: at most this many rows (the first ones in the order).
+            newest_first: order by ``created`` then ``id`` descending; by default
+                ascending (oldest first). With ``where.before``, the ``(created,
+                id)`` of the last row of a page gives the next (older) page.
         """
 
     def list_keys(
-        self,
-        *,
-        offset: int = 0,
-        limit: int = 1,
-        status: Status | str | None = None,
-        channel_id: str | None = None,
-        category: str | None = None,
-        newest_first: bool = False,
-        before: tuple[datetime, str] | None = None,
-        created_from: datetime | None = None,
-        created_until: datetime | None = None,
+        self, where: JobFilter = EVERY_JOB, *, offset: int, limit: int, newest_first: bool = False
     ) -> builtins.list[tuple[datetime, str]]:
-        """The ``(created, id)`` of the rows :meth:`list` gives with these filters, at
-        most ``limit`` of them from the ``offset``-th on (0 is the first).
+        """The ``(created, id)`` of the rows :meth:`list_matching` gives with these
+        arguments, at most ``limit`` of them from the ``offset``-th on (0 is the first).
 
         For the edge of a window of rows (a bounded search reads the rows up to
         it): the SQL stores read their indexes only, however wide the window. This
         default reads the rows.
         """
-        rows = self.list(
-            status=status,
-            channel_id=channel_id,
-            category=category,
-            newest_first=newest_first,
-            before=before,
-            created_from=created_from,
-            created_until=created_until,
-            limit=max(0, offset) + max(0, limit),
+        rows = self.list_matching(
+            where, newest_first=newest_first, limit=max(0, offset) + max(0, limit)
         )
         return [(row.created, row.id) for row in rows[max(0, offset) :]]
 
@@ -577,16 +575,10 @@ class IJobStore(abc.ABC):
     # -- counts (the dashboard) ---------------------------------------------------------
 
     def count_by_status(
-        self,
-        *,
-        channel_id: str | None = None,
-        category: str | None = None,
-        created_from: datetime | None = None,
-        created_until: datetime | None = None,
-        limit: int | None = None,
+        self, where: JobFilter = EVERY_JOB, *, limit: int | None = None
     ) -> dict[Status, int]:
         """How many jobs each status has (every status a key, 0 when none), among those
-        matching the filters given (as :meth:`list` reads them).
+        ``where`` keeps (as :meth:`list_matching` reads them).
 
         Args:
             limit: count at most ``limit + 1`` rows of each status: a count above
@@ -594,21 +586,14 @@ class IJobStore(abc.ABC):
                 stays fast however many rows there are (each count reads at most
                 that many index entries).
 
-        This default reads the rows through :meth:`list`; the stores of this package
-        override it with a count.
+        This default reads the rows through :meth:`list_matching`; the stores of this
+        package override it with a count.
         """
         cap = None if limit is None else max(0, limit) + 1
         return {
-            status: len(
-                self.list(
-                    status=status,
-                    channel_id=channel_id,
-                    category=category,
-                    created_from=created_from,
-                    created_until=created_until,
-                    limit=cap,
-                )
-            )
+            status: len(self.list_matching(replace(where, status=status), limit=cap))
+            if where.status in (None, status)
+            else 0
             for status in Status
         }
 
@@ -801,15 +786,6 @@ def check_ended(status: Status) -> None:
     """Refuse (ValueError) a ``status`` that is not a final one, for ``ended_since``."""
     if status not in TERMINAL:
         raise ValueError(f"ended_since needs a final status, got {status!r}")
-
-
-def matches(record: JobRecord, search: str) -> bool:
-    """Whether ``record``'s id, category or error holds ``search``, ignoring case (the
-    ``search`` filter of :meth:`IJobStore.list`)."""
-    needle = search.lower()
-    return any(
-        needle in text.lower() for text in (record.id, record.category or "", record.error or "")
-    )
 
 
 def why_not_claimable(

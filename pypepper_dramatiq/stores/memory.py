@@ -20,7 +20,7 @@ from ..records.state import HOOKS_KEY
 from ..records.workers import WorkerInfo, listed
 from ..rules.retention import awaited, ended_status, still_needed, tombstones_expire_before
 from ..rules.status import Status, may_overwrite
-from .base import IJobStore, JobRecord, as_utc, matches, utcnow
+from .base import IJobStore, JobFilter, JobRecord, as_utc, utcnow
 
 #: The statuses in which a job holds its unique key.
 _ACTIVE = (Status.SCHEDULED, Status.IN_PROGRESS)
@@ -122,38 +122,11 @@ class MemoryJobStore(IJobStore):
         with self._lock:
             return self._rows.pop(job_id, None) is not None
 
-    def list(
-        self,
-        *,
-        status: Status | str | None = None,
-        channel_id: str | None = None,
-        category: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        before: tuple[datetime, str] | None = None,
-        after: tuple[datetime, str] | None = None,
-        created_from: datetime | None = None,
-        created_until: datetime | None = None,
-        search: str | None = None,
+    def list_matching(
+        self, where: JobFilter, *, limit: int | None = None, newest_first: bool = False
     ) -> Sequence[JobRecord]:
-        wanted = Status(status) if status is not None else None
-        cursor = None if before is None else (as_utc(before[0]), before[1])
-        since = None if after is None else (as_utc(after[0]), after[1])
-        earliest = None if created_from is None else as_utc(created_from)
-        latest = None if created_until is None else as_utc(created_until)
         with self._lock:
-            rows = [
-                r
-                for r in self._rows.values()
-                if (wanted is None or r.status is wanted)
-                and (channel_id is None or r.channel_id == channel_id)
-                and (category is None or r.category == category)
-                and (cursor is None or (r.created, r.id) < cursor)
-                and (since is None or (r.created, r.id) > since)
-                and (earliest is None or r.created >= earliest)
-                and (latest is None or r.created < latest)
-                and (search is None or matches(r, search))
-            ]
+            rows = [r for r in self._rows.values() if where.admits(r)]
         rows.sort(key=lambda r: (r.created, r.id), reverse=newest_first)
         return rows if limit is None else rows[:limit]
 

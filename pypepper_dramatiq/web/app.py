@@ -40,6 +40,7 @@ from ..errors import (
 from ..limits.storable import unstorable_in
 from ..model.job import Job
 from ..ops.logs import get_logger
+from ..records.job_filter import JobFilter
 from ..records.paging import decode_cursor, encode_cursor
 from ..records.pauses import CHANNEL, TASK
 from ..records.record import MAX_ID_LENGTH, utcnow
@@ -332,9 +333,10 @@ class Dashboard:
 
     def _jobs(self, call: _Call) -> Response:
         args = call.request.args
-        status = args.get("status") or None
-        if status is not None and status not in {s.value for s in views.STORED_STATUSES}:
+        status_text = args.get("status") or None
+        if status_text is not None and status_text not in {s.value for s in views.STORED_STATUSES}:
             raise Refused(400, "Unknown status in the filter.")
+        status = None if status_text is None else Status(status_text)
         channel = args.get("channel") or None
         category = args.get("category") or None
         search = (args.get("q") or "").strip()[:SEARCH_LONGEST] or None
@@ -347,7 +349,7 @@ class Dashboard:
             if before is None:
                 raise Refused(400, "The page cursor is not one this dashboard made.")
         filters = {
-            "status": status,
+            "status": status_text,
             "channel": channel,
             "category": category,
             "q": search,
@@ -361,45 +363,35 @@ class Dashboard:
             found: list[Any] = []
             counts = dict.fromkeys(Status, 0)
         else:
-            wanted: dict[str, Any] = {
-                "status": status,
-                "channel_id": channel,
-                "category": category,
-                "created_from": created_from,
-                "created_until": created_until,
-            }
+            wanted = JobFilter(
+                status=status,
+                channel_id=channel,
+                category=category,
+                created_from=created_from,
+                created_until=created_until,
+            )
             beyond = None
             if search is not None:
                 # The window's last row and the one after it: the search reads the
                 # rows newer than that one, and goes on from the last.
                 edge = self.store.list_keys(
+                    replace(wanted, before=before),
                     offset=self.search_window - 1,
                     limit=2,
                     newest_first=True,
-                    before=before,
-                    **wanted,
                 )
                 if len(edge) == 2:
                     window_end, beyond = edge
             found = list(
-                self.store.list(
-                    **wanted,
-                    search=search,
+                self.store.list_matching(
+                    replace(wanted, search=search, before=before, after=beyond),
                     limit=limit + 1,
                     newest_first=True,
-                    before=before,
-                    after=beyond,
                 )
             )
             if beyond is not None and len(found) <= limit:
                 search_more = encode_cursor(*window_end)
-            counts = self.store.count_by_status(
-                channel_id=channel,
-                category=category,
-                created_from=created_from,
-                created_until=created_until,
-                limit=COUNTED,
-            )
+            counts = self.store.count_by_status(replace(wanted, status=None), limit=COUNTED)
         page = found[:limit]
         retries = views.retries_of(page, self.store)
         older = encode_cursor(page[-1].created, page[-1].id) if len(found) > limit else None

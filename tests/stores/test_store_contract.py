@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -17,6 +17,7 @@ import pytest
 from pypepper_dramatiq.rules.status import TERMINAL, Status
 from pypepper_dramatiq.stores.base import (
     IJobStore,
+    JobFilter,
     JobRecord,
     retry_past_deadline,
     why_not_claimable,
@@ -55,8 +56,8 @@ class MinimalStore(IJobStore):
     def delete(self, job_id: str) -> bool:
         return self.rows.delete(job_id)
 
-    def list(self, **filters: Any) -> list[JobRecord]:
-        return self.rows.list(**filters)
+    def list_matching(self, where: JobFilter, **page: Any) -> Sequence[JobRecord]:
+        return self.rows.list_matching(where, **page)
 
     def renew_leases(self, *args: Any, **kwargs: Any) -> Any:
         return self.rows.renew_leases(*args, **kwargs)

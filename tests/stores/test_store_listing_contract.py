@@ -14,7 +14,7 @@ import pytest
 from pypepper_dramatiq.records.links import AFTER, RETRY, RETRY_OF_KEY, Link
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.rules.waits import Waits
-from pypepper_dramatiq.stores.base import IJobStore, JobRecord
+from pypepper_dramatiq.stores.base import IJobStore, JobFilter, JobRecord
 
 from .test_store_contract import T0, job, store, stored
 
@@ -75,9 +75,9 @@ def test_list_keys_are_the_keys_of_the_listing_from_an_offset(store: IJobStore) 
     assert store.list_keys(offset=5, limit=2, newest_first=True) == listed[5:]
     assert store.list_keys(offset=6, limit=2, newest_first=True) == []
     assert store.list_keys(offset=1, limit=9) == [(at(n), f"k{n}") for n in range(1, 6)]
-    failed = store.list_keys(status=Status.FAILED, offset=0, limit=9, newest_first=True)
+    failed = store.list_keys(JobFilter(status=Status.FAILED), offset=0, limit=9, newest_first=True)
     assert [job_id for _, job_id in failed] == ["k5", "k3", "k1"]
-    before = store.list_keys(offset=0, limit=2, newest_first=True, before=listed[1])
+    before = store.list_keys(JobFilter(before=listed[1]), offset=0, limit=2, newest_first=True)
     assert before == listed[2:4]
     assert all(created.tzinfo is not None for created, _ in listed)
 
@@ -147,7 +147,7 @@ def test_counts_are_exact_up_to_the_limit_and_say_more_above_it(store: IJobStore
     assert bounded[Status.COMPLETED] == 6  # more than 5
     assert bounded[Status.FAILED] == 2
     assert store.count_by_status(limit=7)[Status.COMPLETED] == 7
-    between = store.count_by_status(created_from=at(1), created_until=at(4))
+    between = store.count_by_status(JobFilter(created_from=at(1), created_until=at(4)))
     assert between[Status.COMPLETED] == 3 and between[Status.FAILED] == 1
 
 

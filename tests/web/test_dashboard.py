@@ -22,7 +22,7 @@ from pypepper_dramatiq.cli.commands import main
 from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.schedules.firing import pause_recurring, resume_recurring
-from pypepper_dramatiq.stores.base import IJobStore
+from pypepper_dramatiq.stores.base import IJobStore, JobFilter
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.registry import set_job_store
 from pypepper_dramatiq.web import basic_auth, decode_cursor, encode_cursor, make_app
@@ -456,12 +456,14 @@ def test_counts_by_status_of_each_store(store: IJobStore) -> None:
     counts = store.count_by_status()
     assert counts[Status.FAILED] == 2 and counts[Status.COMPLETED] == 1
     assert counts[Status.CANCELLED] == 0 and set(counts) == set(Status)
-    assert store.count_by_status(channel_id="other") == {
+    assert store.count_by_status(JobFilter(channel_id="other")) == {
         **dict.fromkeys(Status, 0),
         Status.FAILED: 1,
     }
-    assert store.count_by_status(category="etl")[Status.IN_PROGRESS] == 1
-    assert sum(store.count_by_status(channel_id=CHANNEL, category="report").values()) == 1
+    assert store.count_by_status(JobFilter(category="etl"))[Status.IN_PROGRESS] == 1
+    assert (
+        sum(store.count_by_status(JobFilter(channel_id=CHANNEL, category="report")).values()) == 1
+    )
 
 
 # -- mounting and the shell ----------------------------------------------------------------------

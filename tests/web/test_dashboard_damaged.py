@@ -12,6 +12,7 @@ from process_state import clean_process_state
 from sqlalchemy import text as sql
 from werkzeug.test import Client
 
+from pypepper_dramatiq.records.job_filter import JobFilter
 from pypepper_dramatiq.records.recurring import RecurringSchedule
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.memory import MemoryJobStore
@@ -97,7 +98,7 @@ def test_an_action_on_a_damaged_row_is_refused_with_the_reason(damaged: SqlJobSt
 class Failing(MemoryJobStore):
     """A store whose listing fails with an error no page expects."""
 
-    def list(self, **filters: Any) -> Any:
+    def list_matching(self, where: JobFilter, **page: Any) -> Any:
         raise RuntimeError("unexpected")
 
 

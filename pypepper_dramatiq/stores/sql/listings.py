@@ -13,7 +13,15 @@ from sqlalchemy.sql import ColumnElement, Select
 from ...records.pauses import PAUSED_UNTIL
 from ...records.state import HOOKS_KEY
 from ...rules.status import Status
-from ..base import HELD_FOR_JOBS, HELD_FOR_PAUSE, HELD_FOR_TIME, JobRecord, check_ended
+from ..base import (
+    EVERY_JOB,
+    HELD_FOR_JOBS,
+    HELD_FOR_PAUSE,
+    HELD_FOR_TIME,
+    JobFilter,
+    JobRecord,
+    check_ended,
+)
 from ..rows import listed_jobs
 from ..schema import jobs
 from .boundary import boundary
@@ -30,43 +38,31 @@ def _in_created_order(query: Select[Any], newest_first: bool) -> Select[Any]:
     return query.order_by(columns.created, columns.id)
 
 
+def _statuses(where: JobFilter) -> builtins.list[Status]:
+    """The statuses ``where`` keeps, one branch of a listing or a count each: each
+    branch reads its status's index in order."""
+    return list(Status) if where.status is None else [where.status]
+
+
 class JobListings(SqlStorePart):
     """Listings and counts of jobs."""
 
-    def list(
-        self,
-        *,
-        status: Status | str | None = None,
-        channel_id: str | None = None,
-        category: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        before: tuple[datetime, str] | None = None,
-        after: tuple[datetime, str] | None = None,
-        created_from: datetime | None = None,
-        created_until: datetime | None = None,
-        search: str | None = None,
+    def list_matching(
+        self, where: JobFilter, *, limit: int | None = None, newest_first: bool = False
     ) -> Sequence[JobRecord]:
         # Both columns in one direction, and the cursor as one row comparison, so
         # that a status filter (alone, or with a channel or a category) reads the
         # (status, ...) / (channel_id, status, ...) / (category, status, ...) index
         # in order, backwards for newest first, starting at the cursor: a page
         # costs its own rows, however deep it is.
-        where = filters(
-            channel_id=channel_id,
-            category=category,
-            before=before,
-            after=after,
-            created_from=created_from,
-            created_until=created_until,
-            search=search,
-        )
+        conditions = filters(where)
+        status = where.status
 
         def ordered(query: Select[Any]) -> Select[Any]:
             return _in_created_order(query, newest_first)
 
         if status is not None:
-            query = ordered(select(jobs).where(status_is(Status(status)), *where))
+            query = ordered(select(jobs).where(status_is(status), *conditions))
             if limit is not None:
                 query = query.limit(limit)
         elif limit is not None:
@@ -74,39 +70,23 @@ class JobListings(SqlStorePart):
             # index's order, merged. No index leads with ``created``, and sorting
             # every row for one page is what a million rows cannot afford.
             branches = [
-                ordered(select(jobs).where(status_is(value), *where)).limit(limit)
+                ordered(select(jobs).where(status_is(value), *conditions)).limit(limit)
                 for value in Status
             ]
             merged = union_all(*branches).subquery()
             query = ordered(select(merged)).limit(limit)
         else:
-            query = ordered(select(jobs).where(*where))
+            query = ordered(select(jobs).where(*conditions))
         with boundary(self._engine, "listing jobs"), self._engine.connect() as conn:
             return listed_jobs(conn.execute(query).mappings())
 
     def list_keys(
-        self,
-        *,
-        offset: int = 0,
-        limit: int = 1,
-        status: Status | str | None = None,
-        channel_id: str | None = None,
-        category: str | None = None,
-        newest_first: bool = False,
-        before: tuple[datetime, str] | None = None,
-        created_from: datetime | None = None,
-        created_until: datetime | None = None,
+        self, where: JobFilter = EVERY_JOB, *, offset: int, limit: int, newest_first: bool = False
     ) -> builtins.list[tuple[datetime, str]]:
-        # As list(), but (created, id) only: the (status, created, id) index and its
-        # channel and category kin hold both, so each branch is an index-only read
-        # of offset + limit entries.
-        where = filters(
-            channel_id=channel_id,
-            category=category,
-            before=before,
-            created_from=created_from,
-            created_until=created_until,
-        )
+        # As list_matching(), but (created, id) only: the (status, created, id) index
+        # and its channel and category kin hold both, so each branch is an index-only
+        # read of offset + limit entries.
+        conditions = filters(where)
         offset, limit = max(0, offset), max(0, limit)
         reach = offset + limit
 
@@ -114,9 +94,9 @@ class JobListings(SqlStorePart):
             return _in_created_order(query, newest_first)
 
         keys = (jobs.c.created, jobs.c.id)
-        chosen = [Status(status)] if status is not None else list(Status)
         branches = [
-            ordered(select(*keys).where(status_is(value), *where)).limit(reach) for value in chosen
+            ordered(select(*keys).where(status_is(value), *conditions)).limit(reach)
+            for value in _statuses(where)
         ]
         merged = (branches[0] if len(branches) == 1 else union_all(*branches)).subquery()
         query = ordered(select(merged.c.created, merged.c.id)).offset(offset).limit(limit)
@@ -256,23 +236,16 @@ class JobListings(SqlStorePart):
     # -- counts (the dashboard) ---------------------------------------------------------
 
     def count_by_status(
-        self,
-        *,
-        channel_id: str | None = None,
-        category: str | None = None,
-        created_from: datetime | None = None,
-        created_until: datetime | None = None,
-        limit: int | None = None,
+        self, where: JobFilter = EVERY_JOB, *, limit: int | None = None
     ) -> dict[Status, int]:
-        where = filters(
-            channel_id=channel_id,
-            category=category,
-            created_from=created_from,
-            created_until=created_until,
-        )
+        conditions = filters(where)
         if limit is None:
             # One GROUP BY over the (status, ...) index of the filter.
-            query: Any = select(jobs.c.status, func.count()).where(*where).group_by(jobs.c.status)
+            if where.status is not None:
+                conditions.append(status_is(where.status))
+            query: Any = (
+                select(jobs.c.status, func.count()).where(*conditions).group_by(jobs.c.status)
+            )
         else:
             # Per status, count at most limit + 1 entries of its index: bounded
             # however many rows match.
@@ -281,11 +254,11 @@ class JobListings(SqlStorePart):
                     select(literal(value.value), func.count()).select_from(
                         select(literal(1).label("one"))
                         .select_from(jobs)
-                        .where(status_is(value), *where)
+                        .where(status_is(value), *conditions)
                         .limit(max(0, limit) + 1)
                         .subquery()
                     )
-                    for value in Status
+                    for value in _statuses(where)
                 )
             )
         counts = dict.fromkeys(Status, 0)

@@ -16,7 +16,7 @@ from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from ...records.links import AFTER
 from ...rules.status import Status
-from ..base import JobRecord
+from ..base import JobFilter, JobRecord
 from ..claims import postgres_condition
 from ..schema import activity, jobs, links, purged
 from ..schema import workers as worker_rows
@@ -46,41 +46,33 @@ def _like_pattern(text: str) -> str:
     return f"%{text}%"
 
 
-def filters(
-    *,
-    channel_id: str | None = None,
-    category: str | None = None,
-    before: tuple[datetime, str] | None = None,
-    after: tuple[datetime, str] | None = None,
-    created_from: datetime | None = None,
-    created_until: datetime | None = None,
-    search: str | None = None,
-) -> builtins.list[ColumnElement[bool]]:
-    """The conditions of :meth:`IJobStore.list`'s filters other than the status."""
-    where: builtins.list[ColumnElement[bool]] = []
-    if channel_id is not None:
-        where.append(jobs.c.channel_id == channel_id)
-    if category is not None:
-        where.append(jobs.c.category == category)
-    if before is not None:
-        # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
-        where.append(tuple_(jobs.c.created, jobs.c.id) < (before[0], before[1]))
-    if after is not None:
-        where.append(tuple_(jobs.c.created, jobs.c.id) > (after[0], after[1]))
-    if created_from is not None:
-        where.append(jobs.c.created >= created_from)
-    if created_until is not None:
-        where.append(jobs.c.created < created_until)
-    if search is not None:
-        pattern = _like_pattern(search)
-        where.append(
+def filters(where: JobFilter) -> builtins.list[ColumnElement[bool]]:
+    """The conditions of ``where`` other than the status (each listing adds its own,
+    one per branch)."""
+    found: builtins.list[ColumnElement[bool]] = []
+    if where.channel_id is not None:
+        found.append(jobs.c.channel_id == where.channel_id)
+    if where.category is not None:
+        found.append(jobs.c.category == where.category)
+    # A plain tuple on the right takes the columns' types (UtcDateTime's binding).
+    if where.before is not None:
+        found.append(tuple_(jobs.c.created, jobs.c.id) < tuple(where.before))
+    if where.after is not None:
+        found.append(tuple_(jobs.c.created, jobs.c.id) > tuple(where.after))
+    if where.created_from is not None:
+        found.append(jobs.c.created >= where.created_from)
+    if where.created_until is not None:
+        found.append(jobs.c.created < where.created_until)
+    if where.search is not None:
+        pattern = _like_pattern(where.search)
+        found.append(
             or_(
                 jobs.c.id.ilike(pattern, escape=_LIKE_ESCAPE),
                 jobs.c.category.ilike(pattern, escape=_LIKE_ESCAPE),
                 jobs.c.error.ilike(pattern, escape=_LIKE_ESCAPE),
             )
         )
-    return where
+    return found
 
 
 COLUMNS = (
