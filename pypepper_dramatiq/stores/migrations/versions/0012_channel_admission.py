@@ -28,6 +28,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only
+
 revision: str = "0012"
 down_revision: str | None = "0011"
 
@@ -112,9 +114,8 @@ $$
 """
 
 
+@postgresql_only
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.create_table(
         CHANNELS,
         sa.Column("name", sa.String(128), primary_key=True),
@@ -137,9 +138,8 @@ def upgrade() -> None:
     op.execute(_ADMIT_RELEASED)
 
 
+@postgresql_only
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute("DROP FUNCTION pypepper_channel_admit_released(text, text[])")
     op.execute("DROP FUNCTION pypepper_channel_admit(text, text)")
     op.drop_index(BY_SEQ, table_name=SLOTS)

@@ -26,6 +26,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from pypepper_dramatiq.limits import storable as limits
+from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only, rate_ask_function
 from pypepper_dramatiq.stores.schema import exact_text
 
 revision: str = "0015"
@@ -33,40 +34,20 @@ down_revision: str | None = "0014"
 
 TURNS = "scheduler_rate_turns"
 
-_ASK = """
+#: ``pypepper_rate_ask``'s head, and the statements that lock the key's row (0016
+#: changed them).
+_CREATE = """
 CREATE FUNCTION pypepper_rate_ask(p_key text, p_count integer, p_period float8, p_limit text)
-RETURNS float8
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now float8;
-    v_starts float8[];
-    v_tail float8;
-    v_slot float8;
-BEGIN
-    INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)
+"""
+_LOCK = """    INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)
         VALUES (p_key, '{}', 0, p_limit) ON CONFLICT (key) DO NOTHING;
     SELECT starts, tail_at INTO v_starts, v_tail
         FROM scheduler_rate_turns WHERE key = p_key FOR UPDATE;
-    v_now := extract(epoch FROM clock_timestamp());
-    v_starts := ARRAY(SELECT s FROM unnest(v_starts) AS s WHERE s > v_now - p_period ORDER BY s);
-    IF coalesce(array_length(v_starts, 1), 0) < p_count THEN
-        UPDATE scheduler_rate_turns SET starts = v_starts || v_now, rate_limit = p_limit
-            WHERE key = p_key;
-        RETURN 0;
-    END IF;
-    v_slot := greatest(v_tail, v_starts[1] + p_period);
-    UPDATE scheduler_rate_turns
-        SET starts = v_starts, tail_at = v_slot + p_period / p_count, rate_limit = p_limit
-        WHERE key = p_key;
-    RETURN v_slot - v_now;
-END
-$$
 """
 
 
+@postgresql_only
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.create_table(
         TURNS,
         sa.Column("key", exact_text(limits.RATE_KEY_LENGTH), primary_key=True),
@@ -74,11 +55,10 @@ def upgrade() -> None:
         sa.Column("tail_at", sa.Double(), nullable=False),
         sa.Column("rate_limit", sa.String(limits.RATE_TEXT_LENGTH), nullable=False),
     )
-    op.execute(_ASK)
+    op.execute(rate_ask_function(_CREATE, _LOCK))
 
 
+@postgresql_only
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute("DROP FUNCTION pypepper_rate_ask(text, integer, float8, text)")
     op.drop_table(TURNS)

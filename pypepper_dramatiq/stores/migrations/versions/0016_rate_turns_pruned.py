@@ -19,15 +19,25 @@ from __future__ import annotations
 
 from alembic import op
 
+from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only, rate_ask_function
+
 revision: str = "0016"
 down_revision: str | None = "0015"
 
-#: The function of 0015 up to its lock, and this one's: the rest is the same.
+#: ``pypepper_rate_ask``'s head, for a function that exists.
+_REPLACE = """
+CREATE OR REPLACE FUNCTION pypepper_rate_ask(
+    p_key text, p_count integer, p_period float8, p_limit text
+)
+"""
+#: How 0015's function locks the key's row, and how this one does: the rest is the
+#: same (the blank lines around them are in the text this migration always sent).
 _BEFORE = """
     INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)
         VALUES (p_key, '{}', 0, p_limit) ON CONFLICT (key) DO NOTHING;
     SELECT starts, tail_at INTO v_starts, v_tail
         FROM scheduler_rate_turns WHERE key = p_key FOR UPDATE;
+
 """
 _AFTER = """
     LOOP
@@ -37,45 +47,15 @@ _AFTER = """
         INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)
             VALUES (p_key, '{}', 0, p_limit) ON CONFLICT (key) DO NOTHING;
     END LOOP;
-"""
 
-_ASK = """
-CREATE OR REPLACE FUNCTION pypepper_rate_ask(
-    p_key text, p_count integer, p_period float8, p_limit text
-)
-RETURNS float8
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now float8;
-    v_starts float8[];
-    v_tail float8;
-    v_slot float8;
-BEGIN
-%s
-    v_now := extract(epoch FROM clock_timestamp());
-    v_starts := ARRAY(SELECT s FROM unnest(v_starts) AS s WHERE s > v_now - p_period ORDER BY s);
-    IF coalesce(array_length(v_starts, 1), 0) < p_count THEN
-        UPDATE scheduler_rate_turns SET starts = v_starts || v_now, rate_limit = p_limit
-            WHERE key = p_key;
-        RETURN 0;
-    END IF;
-    v_slot := greatest(v_tail, v_starts[1] + p_period);
-    UPDATE scheduler_rate_turns
-        SET starts = v_starts, tail_at = v_slot + p_period / p_count, rate_limit = p_limit
-        WHERE key = p_key;
-    RETURN v_slot - v_now;
-END
-$$
 """
 
 
+@postgresql_only
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    op.execute(_ASK % _AFTER)
+    op.execute(rate_ask_function(_REPLACE, _AFTER))
 
 
+@postgresql_only
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    op.execute(_ASK % _BEFORE)
+    op.execute(rate_ask_function(_REPLACE, _BEFORE))

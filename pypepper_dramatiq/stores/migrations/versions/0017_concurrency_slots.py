@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from pypepper_dramatiq.limits import storable as limits
+from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only
 from pypepper_dramatiq.stores.schema import exact_text
 
 revision: str = "0017"
@@ -66,9 +67,8 @@ $$
 """
 
 
+@postgresql_only
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.create_table(
         SLOTS,
         sa.Column("key", exact_text(limits.CONCURRENCY_SLOT_KEY_LENGTH), primary_key=True),
@@ -78,8 +78,7 @@ def upgrade() -> None:
     op.execute(_ACQUIRE)
 
 
+@postgresql_only
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute("DROP FUNCTION pypepper_slots_acquire(text[], integer[], text, float8)")
     op.drop_table(SLOTS)

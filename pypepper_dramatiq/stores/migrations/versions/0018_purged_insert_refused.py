@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only
+
 revision: str = "0018"
 down_revision: str | None = "0017"
 
@@ -43,15 +45,13 @@ CREATE TRIGGER pypepper_refuse_purged AFTER INSERT ON scheduler_jobs
 """
 
 
+@postgresql_only
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute(_REFUSE)
     op.execute(_TRIGGER)
 
 
+@postgresql_only
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.execute("DROP TRIGGER IF EXISTS pypepper_refuse_purged ON scheduler_jobs")
     op.execute("DROP FUNCTION IF EXISTS pypepper_refuse_purged()")
