@@ -521,7 +521,18 @@ class IJobStore(abc.ABC):
         Returns:
             The ids deleted (with ``dry_run``: that would be, and nothing is deleted).
 
-        This default reads every row of ``status`` and deletes them one by one;
+        The stores write it in :meth:`purge_ended`, given the arguments as read once here.
+        """
+        ended = ended_status(status)
+        return self.purge_ended(ended, as_utc(older_than), max(0, limit), dry_run=dry_run)
+
+    def purge_ended(
+        self, ended: Status, cutoff: datetime, limit: int, *, dry_run: bool
+    ) -> builtins.list[str]:
+        """The rows :meth:`purge` deletes: of status ``ended`` (a final one), ended and
+        created before ``cutoff`` (UTC), at most ``limit`` (not negative).
+
+        This default reads every row of ``ended`` and deletes them one by one;
         the stores of this package override it with a delete that checks in one
         transaction. A child may be stored waiting for a row between the read of
         the waiting jobs and the row's delete (:meth:`put` checks its parents, not
@@ -533,14 +544,12 @@ class IJobStore(abc.ABC):
         or a crash before the put back, counts it as no longer stored: the child
         fails or is cancelled as its ``on_parent_failure`` says).
         """
-        ended = ended_status(status)
-        cutoff = as_utc(older_than)
         waited_for = awaited(row.waits for row in _every_waiting(self))
         chosen = [
             row
             for row in self.list(status=ended)
             if row.updated < cutoff and row.created < cutoff and not still_needed(row, waited_for)
-        ][: max(0, limit)]
+        ][:limit]
         if dry_run:
             return [row.id for row in chosen]
         deleted: dict[str, JobRecord] = {}

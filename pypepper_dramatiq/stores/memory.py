@@ -18,7 +18,7 @@ from ..records.progress import PROGRESS_KEY
 from ..records.recurring import RecurringSchedule
 from ..records.state import HOOKS_KEY
 from ..records.workers import WorkerInfo, listed
-from ..rules.retention import awaited, ended_status, still_needed, tombstones_expire_before
+from ..rules.retention import awaited, still_needed, tombstones_expire_before
 from ..rules.status import Status, may_overwrite
 from .base import IJobStore, JobFilter, JobRecord, as_utc, utcnow
 
@@ -269,16 +269,9 @@ class MemoryJobStore(IJobStore):
 
     # -- retention ----------------------------------------------------------------------
 
-    def purge(
-        self,
-        status: Status | str,
-        older_than: datetime,
-        limit: int,
-        *,
-        dry_run: bool = False,
+    def purge_ended(
+        self, ended: Status, cutoff: datetime, limit: int, *, dry_run: bool
     ) -> builtins.list[str]:
-        ended = ended_status(status)
-        cutoff = as_utc(older_than)
         with self._lock:  # the choice and the deletes see one state
             waited_for = awaited(r.waits for r in self._rows.values() if r.waiting_since)
             chosen = sorted(
@@ -291,7 +284,7 @@ class MemoryJobStore(IJobStore):
                     and not still_needed(r, waited_for)
                 ),
                 key=lambda r: (r.created, r.id),
-            )[: max(0, limit)]
+            )[:limit]
             if not dry_run:
                 now = utcnow()
                 expired = tombstones_expire_before(now)

@@ -33,23 +33,17 @@ class PurgeRows(SqlStorePart):
 
     # -- retention ----------------------------------------------------------------------
 
-    def purge(
-        self,
-        status: Status | str,
-        older_than: datetime,
-        limit: int,
-        *,
-        dry_run: bool = False,
+    def purge_ended(
+        self, ended: Status, cutoff: datetime, limit: int, *, dry_run: bool
     ) -> builtins.list[str]:
-        ended = retention.ended_status(status)
         with boundary(self._engine, f"purging {ended.value} jobs"):
-            chosen = self._purgeable(ended, older_than, max(0, limit))
+            chosen = self._purgeable(ended, cutoff, limit)
             if dry_run:
                 return [job_id for job_id, _ in chosen]
             deleted: builtins.list[str] = []
             for start in range(0, len(chosen), retention.BATCH):
                 batch = chosen[start : start + retention.BATCH]
-                deleted.extend(self._delete_purgeable(ended, older_than, batch))
+                deleted.extend(self._delete_purgeable(ended, cutoff, batch))
             with self._engine.connect() as conn:
                 expired = retention.tombstones_expire_before(utcnow())
                 conn.execute(delete(purged).where(purged.c.purged_at < expired))
