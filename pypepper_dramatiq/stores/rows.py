@@ -332,10 +332,11 @@ _JOB_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _job_problems(row: Row) -> list[tuple[str, str]]:
-    """(column, reason) of each column of ``row`` that cannot be read, in column order."""
+def _problems(row: Row, columns: Mapping[str, Check]) -> list[tuple[str, str]]:
+    """(column, reason) of each of ``columns`` (each with its check) that cannot be
+    read in ``row``, in column order."""
     problems = []
-    for column, check in _JOB_COLUMNS.items():
+    for column, check in columns.items():
         reason = check(row[column])
         if reason is not None:
             problems.append((column, reason))
@@ -360,7 +361,7 @@ def job_record(row: Row) -> JobRecord:
         CorruptRecordError: a column holds what no writer of this package writes;
             the error names the first such column.
     """
-    problems = _job_problems(row)
+    problems = _problems(row, _JOB_COLUMNS)
     if problems:
         column, reason = problems[0]
         raise CorruptRecordError(_id_of(row), column, reason)
@@ -371,7 +372,7 @@ def listed_job(row: Row) -> JobRecord | None:
     """The record of a row in a listing or batch read: :func:`job_record`, or for a
     damaged row a placeholder with ``damaged`` set; None when not even its id can be
     read (left out, logged once per process)."""
-    problems = _job_problems(row)
+    problems = _problems(row, _JOB_COLUMNS)
     if not problems:
         return JobRecord(**_job_fields(row))
     damaged = "; ".join(f"column {column!r}: {reason}" for column, reason in problems)
@@ -506,15 +507,6 @@ _SCHEDULE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _schedule_problems(row: Row) -> list[tuple[str, str]]:
-    problems = []
-    for column, check in _SCHEDULE_COLUMNS.items():
-        reason = check(row[column])
-        if reason is not None:
-            problems.append((column, reason))
-    return problems
-
-
 def _shown_as_read(column: str, value: Any) -> bool:
     """Whether a placeholder may show ``value`` of a damaged ``column`` as stored: text
     that is not a valid cron or zone is still text to show; a wrong type is not."""
@@ -542,7 +534,7 @@ def recurring_schedule(row: Row) -> RecurringSchedule:
     Raises:
         CorruptScheduleError: a column holds what no writer of this package writes.
     """
-    problems = _schedule_problems(row)
+    problems = _problems(row, _SCHEDULE_COLUMNS)
     if problems:
         column, reason = problems[0]
         raise CorruptScheduleError(_name_of(row), column, reason)
@@ -551,7 +543,7 @@ def recurring_schedule(row: Row) -> RecurringSchedule:
 
 def listed_schedules(rows: Iterable[Row]) -> list[RecurringSchedule]:
     """The schedules of ``rows``, a damaged one as a placeholder (``damaged`` set)."""
-    return [_schedule(row, _schedule_problems(row)) for row in rows]
+    return [_schedule(row, _problems(row, _SCHEDULE_COLUMNS)) for row in rows]
 
 
 def due_schedules(rows: Iterable[Row]) -> list[RecurringSchedule]:
@@ -559,7 +551,7 @@ def due_schedules(rows: Iterable[Row]) -> list[RecurringSchedule]:
     per process), so that it never fires nor stops the others."""
     found = []
     for row in rows:
-        problems = _schedule_problems(row)
+        problems = _problems(row, _SCHEDULE_COLUMNS)
         if not problems:
             found.append(_schedule(row))
             continue
