@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import threading
-from enum import Enum
 
 from ..errors import InvalidTransitionError
 from .status import Status
+from .text_enum import TextEnum
 
 
-class Event(str, Enum):
+class Event(TextEnum):
     INIT = "INIT"
     SCHEDULE = "SCHEDULE"
     RUN = "RUN"
     COMPLETE = "COMPLETE"
     FAIL = "FAIL"
     CANCEL = "CANCEL"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 INIT = Event.INIT

@@ -153,21 +153,3 @@ def check_start_options(
             )
     lateness = None if max_start_delay is None else max_start_delay_seconds(max_start_delay)
     return StartOptions(seconds, eta if delay is None else None, lateness)
-
-
-def start_times(
-    now: datetime,
-    *,
-    delay: float | timedelta | None = None,
-    eta: datetime | None = None,
-    max_start_delay: float | timedelta | None = None,
-) -> StartTimes:
-    """The start times ``scheduled(delay=..., eta=..., max_start_delay=...)`` ask for
-    at ``now`` (:func:`check_start_options`, then :meth:`StartOptions.times`).
-
-    Raises:
-        ValueError, TypeError: as :func:`check_start_options`.
-    """
-    return check_start_options(now, delay=delay, eta=eta, max_start_delay=max_start_delay).times(
-        now
-    )

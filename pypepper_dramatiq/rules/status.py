@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from .text_enum import TextEnum
 
 
-class Status(str, Enum):
+class Status(TextEnum):
     """A job's status. The values are the strings stored in the job store."""
 
     UNKNOWN = "Unknown"
@@ -15,9 +15,6 @@ class Status(str, Enum):
     COMPLETED = "Completed"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def is_terminal(self) -> bool:

@@ -16,9 +16,10 @@ from pypepper_dramatiq import CallableExecutor, ConfigError, Job, RetryPolicy, T
 from pypepper_dramatiq.config import duration as config_duration
 from pypepper_dramatiq.limits.durations import MAX_SECONDS
 from pypepper_dramatiq.records.record import utcnow
-from pypepper_dramatiq.rules.start_times import start_times
 from pypepper_dramatiq.settings import YAML_KEYS, Settings
 from pypepper_dramatiq.stores.registry import get_job_store
+
+from .test_start_times import start_times
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 TOO_LONG = MAX_SECONDS * 1.01

@@ -11,10 +11,21 @@ import pytest
 
 from pypepper_dramatiq import CallableExecutor, Job, Status, Task, Worker, Workflow, manager
 from pypepper_dramatiq.records.record import utcnow
-from pypepper_dramatiq.rules.start_times import is_retry, late_retry, start_times
+from pypepper_dramatiq.rules.start_times import (
+    StartTimes,
+    check_start_options,
+    is_retry,
+    late_retry,
+)
 
 CHANNEL = "timed"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def start_times(now: datetime, **options: Any) -> StartTimes:
+    """The start times ``scheduled(**options)`` asks for at ``now``: the options
+    checked, then read as times."""
+    return check_start_options(now, **options).times(now)
 
 
 def test_delay_and_eta_give_the_planned_start_and_the_deadline_counts_from_it() -> None:
