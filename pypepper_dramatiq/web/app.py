@@ -9,7 +9,7 @@ job store; the actions go through the package's own calls (``Job.cancel_saved``,
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -333,15 +333,8 @@ class Dashboard:
 
     def _jobs(self, call: _Call) -> Response:
         args = call.request.args
-        status_text = args.get("status") or None
-        if status_text is not None and status_text not in {s.value for s in views.STORED_STATUSES}:
-            raise Refused(400, "Unknown status in the filter.")
-        status = None if status_text is None else Status(status_text)
-        channel = args.get("channel") or None
-        category = args.get("category") or None
+        wanted = _job_filter(args)
         search = (args.get("q") or "").strip()[:SEARCH_LONGEST] or None
-        created_from = _moment(args.get("created_from"), "created_from")
-        created_until = _moment(args.get("created_until"), "created_until")
         limit = _limit(args.get("limit"))
         before = None
         if args.get("before"):
@@ -349,27 +342,21 @@ class Dashboard:
             if before is None:
                 raise Refused(400, "The page cursor is not one this dashboard made.")
         filters = {
-            "status": status_text,
-            "channel": channel,
-            "category": category,
+            "status": args.get("status") or None,
+            "channel": wanted.channel_id,
+            "category": wanted.category,
             "q": search,
-            "created_from": args.get("created_from") if created_from else None,
-            "created_until": args.get("created_until") if created_until else None,
+            "created_from": args.get("created_from") if wanted.created_from else None,
+            "created_until": args.get("created_until") if wanted.created_until else None,
         }
         search_more = None
-        if any(unstorable_in(value) for value in (channel or "", category or "", search or "")):
+        texts = (wanted.channel_id, wanted.category, search)
+        if any(unstorable_in(value or "") for value in texts):
             # No stored value holds a NUL or a lone surrogate (no store keeps them): nothing
             # matches, and the store is not asked (PostgreSQL would refuse the query).
             found: list[Any] = []
             counts = dict.fromkeys(Status, 0)
         else:
-            wanted = JobFilter(
-                status=status,
-                channel_id=channel,
-                category=category,
-                created_from=created_from,
-                created_until=created_until,
-            )
             beyond = None
             if search is not None:
                 # The window's last row and the one after it: the search reads the
@@ -853,6 +840,21 @@ def _start(text: str | None) -> int:
     if not 0 <= value <= LINKED_FARTHEST:
         raise Refused(400, f"start must be a whole number from 0 to {LINKED_FARTHEST:,}.")
     return value
+
+
+def _job_filter(args: Mapping[str, str]) -> JobFilter:
+    """The jobs page's filters read from its query, but the text search and the
+    cursor: a status no stored job has, or a time that is none, is a 400 page."""
+    status = args.get("status") or None
+    if status is not None and status not in {s.value for s in views.STORED_STATUSES}:
+        raise Refused(400, "Unknown status in the filter.")
+    return JobFilter(
+        status=None if status is None else Status(status),
+        channel_id=args.get("channel") or None,
+        category=args.get("category") or None,
+        created_from=_moment(args.get("created_from"), "created_from"),
+        created_until=_moment(args.get("created_until"), "created_until"),
+    )
 
 
 def _moment(text: str | None, name: str) -> datetime | None:
