@@ -162,9 +162,19 @@ class IJobStore(abc.ABC):
                 writer of this package writes). The step is not run; the row is
                 left as it is for a person to mend or delete.
         """
+        return self.claim_request(StepClaim(job_id, cursor, owner, now, lease_until, start))
+
+    def claim_request(self, request: StepClaim) -> JobRecord | None:
+        """:meth:`claim_step` of the arguments ``request`` holds. This default reads
+        the row, decides, then writes it by compare-and-set; PostgreSQL claims in one
+        statement."""
+        cursor, now = request.cursor, request.now
         with self._read_check_write():
-            current = self.get(job_id)
-            if current is None or why_not_claimable(current, cursor, now, start) is not None:
+            current = self.get(request.job_id)
+            if (
+                current is None
+                or why_not_claimable(current, cursor, now, request.start) is not None
+            ):
                 return None
             claimed = current.evolve(
                 status=(
@@ -174,8 +184,8 @@ class IJobStore(abc.ABC):
                 ),
                 state=dict(current.state, cursor=list(cursor)),
                 updated=now,
-                lease_owner=owner,
-                lease_expires=lease_until,
+                lease_owner=request.owner,
+                lease_expires=request.lease_until,
             )
             if not self.advance(claimed):
                 return None

@@ -128,30 +128,22 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
     def _get(self, job_id: str) -> Any:
         return self._run(PG_GET, {"id": job_id})[1]
 
-    def claim_step(
-        self,
-        job_id: str,
-        cursor: Sequence[int],
-        owner: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        start: bool = False,
-    ) -> JobRecord | None:
+    def claim_request(self, request: StepClaim) -> JobRecord | None:
         params = {
-            "id": job_id,
-            "cursor": json.dumps(list(cursor)),
-            "owner": owner,
-            "now": now,
-            "lease_until": lease_until,
-            "start": start,
-            "retry": is_retry(cursor),
+            "id": request.job_id,
+            "cursor": json.dumps(list(request.cursor)),
+            "owner": request.owner,
+            "now": request.now,
+            "lease_until": request.lease_until,
+            "start": request.start,
+            "retry": is_retry(request.cursor),
         }
 
         def claim() -> dict[str, Any] | None:
             return self._run(PG_CLAIM, params)[1]
 
-        row = once_more_if_stale(self._engine, f"claiming a step of job {job_id}", claim)
+        what = f"claiming a step of job {request.job_id}"
+        row = once_more_if_stale(self._engine, what, claim)
         return None if row is None else job_record(row)
 
     def _renew(self, renew: Any, held: Any) -> Sequence[Any]:
