@@ -333,7 +333,8 @@ class Dashboard:
 
     def _jobs(self, call: _Call) -> Response:
         args = call.request.args
-        wanted = _job_filter(args)
+        status = _listed_status(args)
+        wanted = replace(_job_filter(args), status=status)
         search = (args.get("q") or "").strip()[:SEARCH_LONGEST] or None
         limit = _limit(args.get("limit"))
         before = None
@@ -707,14 +708,7 @@ class Dashboard:
         if "ids" in args:
             chosen = bulk.bulk_by_ids(self.store, action, _bulk_ids(args.getlist("ids")))
         else:
-            chosen = bulk.bulk_by_filter(
-                self.store,
-                action,
-                channel_id=args.get("channel") or None,
-                category=args.get("category") or None,
-                created_from=_moment(args.get("created_from"), "created_from"),
-                created_until=_moment(args.get("created_until"), "created_until"),
-            )
+            chosen = bulk.bulk_by_filter(self.store, action, _job_filter(args))
         return self._render(
             call,
             "confirm_bulk.html",
@@ -842,14 +836,18 @@ def _start(text: str | None) -> int:
     return value
 
 
-def _job_filter(args: Mapping[str, str]) -> JobFilter:
-    """The jobs page's filters read from its query, but the text search and the
-    cursor: a status no stored job has, or a time that is none, is a 400 page."""
+def _listed_status(args: Mapping[str, str]) -> Status | None:
+    """The jobs page's status filter: a status a stored job has, else a 400 page."""
     status = args.get("status") or None
     if status is not None and status not in {s.value for s in views.STORED_STATUSES}:
         raise Refused(400, "Unknown status in the filter.")
+    return None if status is None else Status(status)
+
+
+def _job_filter(args: Mapping[str, str]) -> JobFilter:
+    """The filters the jobs page and its bulk actions share, read from the query:
+    channel, category and created range (a time that is none is a 400 page)."""
     return JobFilter(
-        status=None if status is None else Status(status),
         channel_id=args.get("channel") or None,
         category=args.get("category") or None,
         created_from=_moment(args.get("created_from"), "created_from"),

@@ -4,10 +4,10 @@ the app acts on what the confirmation page lists)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
+from ..records.job_filter import JobFilter
 from ..records.record import JobRecord
 from ..rules.status import Status
 from ..stores.base import IJobStore
@@ -74,27 +74,16 @@ def bulk_taken(
     return [r for r in shaped if r.id not in retried]
 
 
-def bulk_by_filter(
-    store: IJobStore,
-    action: BulkAction,
-    *,
-    channel_id: str | None = None,
-    category: str | None = None,
-    created_from: datetime | None = None,
-    created_until: datetime | None = None,
-) -> BulkChoice:
-    """The first :data:`BULK_MOST` jobs of the filter ``action`` touches, oldest first."""
+def bulk_by_filter(store: IJobStore, action: BulkAction, where: JobFilter) -> BulkChoice:
+    """The first :data:`BULK_MOST` jobs ``where`` keeps (its status aside: the action's)
+    that ``action`` touches, oldest first."""
     found: list[JobRecord] = []
     after: tuple[datetime, str] | None = None
     read = 0
-    filters: dict[str, Any] = {
-        "channel_id": channel_id,
-        "category": category,
-        "created_from": created_from,
-        "created_until": created_until,
-    }
     while read < BULK_SCAN:
-        page = store.list(status=action.status, limit=_BULK_PAGE, after=after, **filters)
+        page = store.list_matching(
+            replace(where, status=action.status, after=after), limit=_BULK_PAGE
+        )
         read += len(page)
         for record in bulk_taken(action, page, store):
             if len(found) == BULK_MOST:
