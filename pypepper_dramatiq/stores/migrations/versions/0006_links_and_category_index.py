@@ -44,6 +44,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index(BY_CHILD, table_name=LINKS)
+    # The table's indexes go with it; MySQL refuses to drop the child index alone while
+    # the foreign key needs it.
     op.drop_table(LINKS)
     op.drop_index(BY_CATEGORY, table_name="scheduler_jobs")
