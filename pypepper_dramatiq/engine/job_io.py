@@ -45,6 +45,7 @@ from ..errors import (
     UnknownJobError,
     retry_may_cure,
 )
+from ..limits.concurrency import check_concurrency_key
 from ..limits.rates import check_rate_key
 from ..model.job import CANCEL_ATTEMPTS, SAVE_ATTEMPTS, Job, Scheduled, ScheduleOptions
 from ..ops import observers
@@ -177,13 +178,18 @@ class JobIO:
         return job.id
 
     def schedule_many(
-        self, jobs: Iterable[Job], *, priority: int | None = None, rate_key: str | None = None
+        self,
+        jobs: Iterable[Job],
+        *,
+        priority: int | None = None,
+        rate_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> list[Scheduled]:
         """Schedule ``jobs``: one multi-row insert, then one Redis round trip for the
         admission and the first message of all of them (see :func:`schedule_many`);
         a tracing observer wraps each job's scheduling, as :meth:`schedule`'s."""
         _require_sync()
-        batch, checked = _checked_batch(jobs, priority, rate_key)
+        batch, checked = _checked_batch(jobs, priority, rate_key, concurrency_key)
         if not observers.observing():
             return self._schedule_many(batch, checked)
         with ExitStack() as stack:
@@ -703,6 +709,7 @@ def schedule_many(
     *,
     priority: int | None = None,
     rate_key: str | None = None,
+    concurrency_key: str | None = None,
     **options: object,
 ) -> list[Scheduled]:
     """Schedule many jobs at once; per job, in order, its id or why it was refused.
@@ -731,12 +738,12 @@ def schedule_many(
     So ``[r for r in results if isinstance(r, Exception)]`` are the refusals,
     as with ``asyncio.gather(..., return_exceptions=True)``.
 
-    ``priority`` and ``rate_key`` apply to every job of the batch, as
-    ``scheduled(priority=, rate_key=)`` would (None: each job's own, ``Job(priority=)``
-    and ``job.rate_key``). Options that need one job's own path (``delay``, ``eta``,
-    ``max_start_delay``, ``unique_key``, ``after``, ``connection``...) are
-    refused with a TypeError naming them: schedule those jobs with
-    ``job.scheduled(...)``.
+    ``priority``, ``rate_key`` and ``concurrency_key`` apply to every job of the
+    batch, as ``scheduled(priority=, rate_key=, concurrency_key=)`` would (None: each
+    job's own, ``Job(priority=)``, ``job.rate_key`` and ``job.concurrency_key``).
+    Options that need one job's own path (``delay``, ``eta``, ``max_start_delay``,
+    ``unique_key``, ``after``, ``connection``...) are refused with a TypeError naming
+    them: schedule those jobs with ``job.scheduled(...)``.
 
     Raises:
         TypeError: an item is not a :class:`Job`, or another option was given.
@@ -744,6 +751,8 @@ def schedule_many(
             from 0 to 9; nothing was stored or sent.
         InvalidRateKeyError: ``rate_key`` (or a job's own) is no text of 1 to 128
             characters a row can hold; nothing was stored or sent.
+        InvalidConcurrencyKeyError: ``concurrency_key`` (or a job's own) is no
+            non-empty text a row can hold; nothing was stored or sent.
         ValueError: a job is given twice, or was stored before (rebuilt from its row),
             or holds a value its row cannot hold (named, as ``scheduled()`` names it).
         InvalidTransitionError: a job was scheduled already. Nothing was done.
@@ -756,7 +765,9 @@ def schedule_many(
             f"schedule_many() takes no scheduling options (got {names}): "
             "schedule such jobs one by one with job.scheduled(...)"
         )
-    return JOB_IO.schedule_many(jobs, priority=priority, rate_key=rate_key)
+    return JOB_IO.schedule_many(
+        jobs, priority=priority, rate_key=rate_key, concurrency_key=concurrency_key
+    )
 
 
 def release_held(
@@ -970,15 +981,21 @@ def _admit(
 
 
 def _checked_batch(
-    jobs: Iterable[Job], priority: int | None = None, rate_key: str | None = None
+    jobs: Iterable[Job],
+    priority: int | None = None,
+    rate_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> tuple[list[Job], list[JobRecord]]:
-    """``jobs`` as a list, each a new job given once, given ``priority`` and ``rate_key``
-    (None: its own), and the record of each, checked; raises TypeError or ValueError
-    (the options' typed errors first, before any job is changed)."""
+    """``jobs`` as a list, each a new job given once, given ``priority``, ``rate_key``
+    and ``concurrency_key`` (None: its own), and the record of each, checked; raises
+    TypeError or ValueError (the options' typed errors first, before any job is
+    changed)."""
     if priority is not None:
         priority = check_priority(priority)
     if rate_key is not None:
         rate_key = check_rate_key(rate_key)
+    if concurrency_key is not None:
+        concurrency_key = check_concurrency_key(concurrency_key)
     if isinstance(jobs, Job) or not isinstance(jobs, Iterable):
         raise TypeError(f"schedule_many() takes a list of jobs, not {type(jobs).__name__}")
     batch = list(jobs)
@@ -1003,6 +1020,10 @@ def _checked_batch(
             job.rate_key = rate_key
         elif job.rate_key is not None:
             check_rate_key(job.rate_key)  # set on the job directly: checked as scheduled()'s
+        if concurrency_key is not None:
+            job.concurrency_key = concurrency_key
+        elif job.concurrency_key is not None:
+            check_concurrency_key(job.concurrency_key)
         records.append(check_job_record(job.to_record()))  # before any row or message
     return batch, records
 

@@ -126,7 +126,12 @@ class IJobIO(Protocol):
 
     def schedule(self, job: Job, options: ScheduleOptions | None = None) -> str: ...
     def schedule_many(
-        self, jobs: Iterable[Job], *, priority: int | None = None, rate_key: str | None = None
+        self,
+        jobs: Iterable[Job],
+        *,
+        priority: int | None = None,
+        rate_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> list[Scheduled]: ...
     def save(self, job: Job) -> bool: ...
     def persist(self, job: Job, attempts: int) -> bool: ...

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from ..engine.job_io import JOB_IO
 from ..errors import DuplicateJobError, UnknownScheduleError
+from ..limits.concurrency import CONCURRENCY_KEY_KEY, check_concurrency_key
 from ..limits.rates import RATE_KEY_KEY, check_rate_key
 from ..model.job import Job, ScheduleOptions
 from ..ops import observers
@@ -66,6 +67,7 @@ def recurring(
     catch_up: str = "latest",
     priority: int | None = None,
     rate_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> RecurringSchedule:
     """Store (or replace, by ``name``) a schedule that fires a copy of ``job`` at each slot.
 
@@ -92,6 +94,9 @@ def recurring(
             (``@workflow_task(priority=)``), else the application's default.
         rate_key: the key each firing's starts count against (see
             ``Job.scheduled``); None: ``job``'s own (``job.rate_key``), else none.
+        concurrency_key: the key whose concurrency limit each firing's steps run
+            under (see ``Job.scheduled``); None: ``job``'s own
+            (``job.concurrency_key``), else none.
 
     Raises:
         ConfigError: a cron expression croniter cannot read, an unknown time
@@ -102,6 +107,8 @@ def recurring(
         InvalidPriorityError: ``priority`` is not a whole number from 0 to 9.
         InvalidRateKeyError: ``rate_key`` (or ``job``'s) is no text of 1 to 128
             characters a row can hold.
+        InvalidConcurrencyKeyError: ``concurrency_key`` (or ``job``'s) is no
+            non-empty text a row can hold; nothing is stored.
         UnknownExecutorError: a task of ``job`` has no registered executor.
     """
     check_name(name)
@@ -109,12 +116,15 @@ def recurring(
     rate_key = job.rate_key if rate_key is None else rate_key
     if rate_key is not None:
         rate_key = check_rate_key(rate_key)
+    concurrency_key = job.concurrency_key if concurrency_key is None else concurrency_key
+    if concurrency_key is not None:
+        concurrency_key = check_concurrency_key(concurrency_key)
     schedule = CronSchedule(cron, timezone)
     check_choice("overlap", overlap, OVERLAP)
     check_choice("catch_up", catch_up, CATCH_UP)
     delay_seconds = None if max_start_delay is None else max_start_delay_seconds(max_start_delay)
     now = utcnow()
-    template = _template(job, rate_key)
+    template = _template(job, rate_key, concurrency_key)
     if priority != DEFAULT:  # a schedule of no priority keeps the template it had
         template["priority"] = priority
     store = get_job_store()
@@ -305,12 +315,17 @@ def _could_be_stored(name: object) -> bool:
     return True
 
 
-def _template(job: Job, rate_key: str | None = None) -> dict[str, object]:
+def _template(
+    job: Job, rate_key: str | None = None, concurrency_key: str | None = None
+) -> dict[str, object]:
     """What each firing of ``job`` is made from: its channel, category and payload (with
-    ``rate_key``, read back by ``Job.from_record`` as a scheduled job's is)."""
+    ``rate_key`` and ``concurrency_key``, read back by ``Job.from_record`` as a scheduled
+    job's are)."""
     record = job.to_record()
-    if rate_key is not None and record.payload is not None:
-        record = record.evolve(payload={**record.payload, RATE_KEY_KEY: rate_key})
+    keys = {RATE_KEY_KEY: rate_key, CONCURRENCY_KEY_KEY: concurrency_key}
+    given = {name: key for name, key in keys.items() if key is not None}
+    if given and record.payload is not None:
+        record = record.evolve(payload={**record.payload, **given})
     record = check_job_record(record)
     if record.payload is None:
         raise ValueError(

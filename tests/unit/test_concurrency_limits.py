@@ -4,18 +4,28 @@ culprit, nothing declared or stored; a step under no limit asks nothing."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from process_state import clean_process_state
 
 from pypepper_dramatiq import (
     ConfigError,
+    Context,
     InvalidConcurrencyKeyError,
     InvalidConcurrencyLimitError,
     Job,
+    Task,
+    Workflow,
     get_job_store,
+    list_recurring,
     manager,
+    recurring,
+    schedule_many,
     setup,
+    trigger_recurring,
+    workflow_task,
 )
 from pypepper_dramatiq.engine import concurrency
 from pypepper_dramatiq.limits.concurrency import (
@@ -122,6 +132,64 @@ def test_a_bad_concurrency_key_stores_nothing(bad: str) -> None:
         job.scheduled(concurrency_key=bad)
     assert get_job_store().get(job.id) is None
     assert manager.available("jobs").gate.waiting() == 0
+
+
+@workflow_task(name="unit-concurrency.step")
+def keyed_step(task: Task, context: Context) -> None:
+    return None
+
+
+def keyed_job() -> Job:
+    job = Job(category="c", channel_id="jobs")
+    job.workflows.append(Workflow([keyed_step.task(name="w")]))
+    return job
+
+
+def stored_key(job_id: str) -> object:
+    record = get_job_store().get(job_id)
+    assert record is not None and record.payload is not None
+    return record.payload.get("concurrency_key")
+
+
+def test_schedule_many_and_recurring_take_a_concurrency_key_as_scheduled_does() -> None:
+    # The batch's key goes to every job of it (a job's own is kept when none is given);
+    # a schedule's goes to every firing, as scheduled(concurrency_key=) would store it.
+    setup(broker=StubBroker(), channels=["jobs"])
+    batch, own = [keyed_job() for _ in range(2)], keyed_job()
+    own.concurrency_key = "own-key"
+    assert all(isinstance(r, str) for r in schedule_many(batch, concurrency_key="tenant-1"))
+    assert all(isinstance(r, str) for r in schedule_many([own, keyed_job()]))
+    assert [stored_key(job.id) for job in [*batch, own]] == ["tenant-1", "tenant-1", "own-key"]
+    assert Job.from_record(get_job_store().get(batch[0].id)).concurrency_key == "tenant-1"  # type: ignore[arg-type]
+    recurring("keyed", "0 0 1 1 *", keyed_job(), concurrency_key="tenant-2")
+    recurring("own", "0 0 1 1 *", own)
+    templates = {s.name: s.template["payload"] for s in list_recurring()}
+    assert templates["keyed"]["concurrency_key"] == "tenant-2"  # type: ignore[index]
+    assert templates["own"]["concurrency_key"] == "own-key"  # type: ignore[index]
+    fired = trigger_recurring("keyed", datetime(2026, 1, 1, 12, tzinfo=timezone.utc))
+    assert stored_key(fired) == "tenant-2"
+
+
+@pytest.mark.parametrize("bad", ["", "k" * 200, "a\x00b", 5])
+def test_schedule_many_and_recurring_refuse_a_bad_concurrency_key_storing_nothing(
+    bad: object,
+) -> None:
+    setup(broker=StubBroker(), channels=["jobs"])
+    jobs = [keyed_job() for _ in range(2)]
+    with pytest.raises(InvalidConcurrencyKeyError) as caught:
+        schedule_many(jobs, concurrency_key=bad)  # type: ignore[arg-type]
+    assert caught.value.value == bad
+    jobs[1].concurrency_key = bad  # type: ignore[assignment]
+    with pytest.raises(InvalidConcurrencyKeyError):
+        schedule_many(jobs)  # set on the job: refused as scheduled() refuses it
+    assert all(get_job_store().get(job.id) is None for job in jobs)
+    assert all(job.version == 0 for job in jobs)
+    assert manager.available("jobs").gate.waiting() == 0
+    with pytest.raises(InvalidConcurrencyKeyError):
+        recurring("bad", "* * * * *", keyed_job(), concurrency_key=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidConcurrencyKeyError):
+        recurring("bad", "* * * * *", jobs[1])
+    assert list_recurring() == []
 
 
 def test_a_step_under_no_limit_asks_the_transport_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
