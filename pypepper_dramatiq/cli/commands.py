@@ -1022,6 +1022,8 @@ def _list_channels(transport: Transport, *, as_json: bool) -> int:
             "maxsize": state.maxsize,
             "stopped": state.stopped,
             "rate_limit": state.rate_limit,
+            "max_running": state.max_running,
+            "running": state.running,
         }
         for state in transport.channel_states() or []
     ]
@@ -1030,7 +1032,7 @@ def _list_channels(transport: Transport, *, as_json: bool) -> int:
             print(json.dumps(row))
     elif rows:
         _print_table(
-            ("CHANNEL", "WAITING", "BOUND", "STOPPED", "RATE LIMIT"),
+            ("CHANNEL", "WAITING", "BOUND", "STOPPED", "RATE LIMIT", "RUNNING (LIMIT)"),
             [
                 (
                     str(r["channel"]),
@@ -1038,6 +1040,10 @@ def _list_channels(transport: Transport, *, as_json: bool) -> int:
                     str(r["maxsize"] or "unbounded"),
                     "yes" if r["stopped"] else "no",
                     str(r["rate_limit"] or "-"),
+                    # As the dashboard's Channels page says it: "2 of 3".
+                    "-"
+                    if r["max_running"] is None
+                    else f"{r['running'] or 0} of {r['max_running']}",
                 )
                 for r in rows
             ],

@@ -239,6 +239,8 @@ channels = Table(
     # How many jobs may wait at once; 0: unbounded.
     Column("maxsize", Integer, nullable=False, default=0),
     Column("stopped", Boolean, nullable=False, default=False),
+    # The concurrency limit a worker last applied (migration 0019); NULL: none.
+    Column("max_running", Integer, nullable=True),
 )
 
 #: The jobs admitted to a channel and not yet taken (its waiting jobs): one row each.

@@ -166,11 +166,20 @@ class ChannelState:
     #: The rate limit a worker last applied to the channel's starts (``"5/s"``); None:
     #: none asked yet.
     rate_limit: str | None = None
+    #: The concurrency limit a worker last applied to the channel's steps
+    #: (``max_running``); None: none asked yet.
+    max_running: int | None = None
+    #: The slots of that limit held now, on every worker (None: no limit known).
+    running: int | None = None
+
+
+#: The prefix of a channel's concurrency limit key (:func:`channel_slot_key`).
+CHANNEL_SLOT_PREFIX = "channel:"
 
 
 def channel_slot_key(channel_id: str) -> str:
     """The concurrency limit key of a channel's running steps (:meth:`Transport.acquire_slots`)."""
-    return f"channel:{channel_id}"
+    return f"{CHANNEL_SLOT_PREFIX}{channel_id}"
 
 
 def channel_rate_key(channel_id: str) -> str:

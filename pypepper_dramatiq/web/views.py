@@ -806,8 +806,13 @@ def channel_rows(broker: Any, local: Sequence[Any]) -> tuple[str, list[ChannelRo
             state.maxsize,
             state.stopped,
             rate_limit=state.rate_limit or _declared_rate(state.name),
-            max_running=manager.max_running(state.name),
-            running=_running(transport, state.name),
+            # The limit this process declared, else the one a worker last applied.
+            max_running=manager.max_running(state.name) or state.max_running,
+            running=(
+                _running(transport, state.name)
+                if manager.max_running(state.name) is not None
+                else state.running
+            ),
         )
         for state in states
     ]

@@ -12,10 +12,11 @@ import redis
 from pypepper_dramatiq.cli.commands import BROKER_ENV, main
 from pypepper_dramatiq.limits.rates import Rate
 from pypepper_dramatiq.stores.sql import SqlJobStore
-from pypepper_dramatiq.transport.base import channel_rate_key
+from pypepper_dramatiq.transport.base import channel_rate_key, channel_slot_key
+from pypepper_dramatiq.transport.postgres import PostgresTransport
 from pypepper_dramatiq.transport.postgres.gate import PostgresGate
 from pypepper_dramatiq.transport.redis import RedisGate, RedisTransport
-from pypepper_dramatiq.transport.redis.layout import RATE_KEY_PREFIX
+from pypepper_dramatiq.transport.redis.layout import RATE_KEY_PREFIX, SLOTS_KEY_PREFIX
 
 pytestmark = pytest.mark.redis
 
@@ -62,20 +63,78 @@ def test_list_shows_waiting_bound_stop_and_rate_limit_of_every_channel(
     finally:
         client.delete(rate_key)
 
-    assert rows[bounded] == {"waiting": 2, "maxsize": 3, "stopped": False, "rate_limit": "50/s"}
-    assert rows[stopped] == {"waiting": 0, "maxsize": 0, "stopped": True, "rate_limit": None}
-    assert rows[untouched] == {"waiting": 0, "maxsize": 0, "stopped": False, "rate_limit": None}
+    none = {"max_running": None, "running": None}
+    assert rows[bounded] == {
+        "waiting": 2,
+        "maxsize": 3,
+        "stopped": False,
+        "rate_limit": "50/s",
+        **none,
+    }
+    assert rows[stopped] == {
+        "waiting": 0,
+        "maxsize": 0,
+        "stopped": True,
+        "rate_limit": None,
+        **none,
+    }
+    assert rows[untouched] == {
+        "waiting": 0,
+        "maxsize": 0,
+        "stopped": False,
+        "rate_limit": None,
+        **none,
+    }
     assert not any(name.endswith(":waiting") for name in rows)  # sets are not channels
 
     assert main(["channels", "list", "--broker-url", redis_url]) == 0  # the table
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["CHANNEL", "WAITING", "BOUND", "STOPPED", "RATE", "LIMIT"]
+    assert lines[0].split() == [
+        "CHANNEL",
+        "WAITING",
+        "BOUND",
+        "STOPPED",
+        "RATE",
+        "LIMIT",
+        "RUNNING",
+        "(LIMIT)",
+    ]
     assert [line.split() for line in lines if line.startswith(bounded)] == [
-        [bounded, "2", "3", "no", "-"]
+        [bounded, "2", "3", "no", "-", "-"]
     ]
     assert [line.split() for line in lines if line.startswith(stopped)] == [
-        [stopped, "0", "unbounded", "yes", "-"]
+        [stopped, "0", "unbounded", "yes", "-", "-"]
     ]
+
+
+def test_list_shows_the_concurrency_limit_and_the_steps_running_as_the_dashboard_does(
+    redis_url: str, client: redis.Redis, names: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A worker took two slots of the channel's max_running=3 (its steps run): the CLI,
+    # which declared nothing, reads the limit the worker applied and the slots held.
+    limited, idle, _ = names
+    RedisGate(client, limited).waiting()
+    RedisGate(client, idle).waiting()
+    transport = RedisTransport(client)
+    key = channel_slot_key(limited)
+    assert transport.acquire_slots([(key, 3), ("key:tenant-cli", 1)], "step-1", 60.0)
+    assert transport.acquire_slots([(key, 3)], "step-2", 60.0)
+    assert transport.acquire_slots([(channel_slot_key(idle), 2)], "step-3", 60.0)
+    transport.release_slots([channel_slot_key(idle)], "step-3")
+    try:
+        rows = listed(redis_url, capsys)
+        assert (rows[limited]["max_running"], rows[limited]["running"]) == (3, 2)
+        assert (rows[idle]["max_running"], rows[idle]["running"]) == (2, 0)
+        assert main(["channels", "list", "--broker-url", redis_url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split()[-3:] for line in lines if line.startswith(limited)] == [
+            ["2", "of", "3"]
+        ]
+        assert [line.split()[-3:] for line in lines if line.startswith(idle)] == [["0", "of", "2"]]
+    finally:
+        transport.release_slots([key, "key:tenant-cli"], "step-1")
+        transport.release_slots([key], "step-2")
+        client.delete(SLOTS_KEY_PREFIX + key, SLOTS_KEY_PREFIX + "key:tenant-cli")
 
 
 def test_stop_resume_and_resize_change_what_every_process_admits(
@@ -100,6 +159,8 @@ def test_stop_resume_and_resize_change_what_every_process_admits(
         "maxsize": 5,
         "stopped": False,
         "rate_limit": None,
+        "max_running": None,
+        "running": None,
     }
 
     assert main(["channels", "resize", name, "0", "--broker-url", redis_url]) == 0
@@ -207,7 +268,26 @@ def test_with_an_amqp_url_the_channels_are_read_and_changed_in_the_postgresql_st
     rows = {
         row.pop("channel"): row for row in map(json.loads, capsys.readouterr().out.splitlines())
     }
-    assert rows[name] == {"waiting": 1, "maxsize": 2, "stopped": False, "rate_limit": None}
+    assert rows[name] == {
+        "waiting": 1,
+        "maxsize": 2,
+        "stopped": False,
+        "rate_limit": None,
+        "max_running": None,
+        "running": None,
+    }
+    # A worker applies max_running=4 and runs one step: the CLI reads both.
+    transport = PostgresTransport(pg_store.engine)
+    assert transport.acquire_slots([(channel_slot_key(name), 4)], "step-1", 60.0)
+    assert main(["channels", "list", *base]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith(name)]
+    assert line.split()[-3:] == ["1", "of", "4"]
+    transport.release_slots([channel_slot_key(name)], "step-1")
+    assert main(["channels", "list", *base, "--json"]) == 0
+    [row] = [
+        r for r in map(json.loads, capsys.readouterr().out.splitlines()) if r["channel"] == name
+    ]
+    assert (row["max_running"], row["running"]) == (4, 0)
 
     assert main(["channels", "stop", name, *base]) == 0
     assert PostgresGate(pg_store.engine, name).admit("job-b") == "stopped"

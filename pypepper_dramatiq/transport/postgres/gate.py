@@ -62,12 +62,17 @@ _WAITING_IDS = text(
 )
 _RESET = text("DELETE FROM scheduler_channels WHERE name = :channel")
 _KNOWN = text("SELECT EXISTS (SELECT 1 FROM scheduler_channels WHERE name = :channel)")
+#: Every channel: its waiting jobs, bound, stop flag, the rate limit and the
+#: concurrency limit a worker last applied, and the slots of that limit held now.
 _STATES = text(
-    "SELECT c.name, count(s.job_id), c.maxsize, c.stopped, t.rate_limit"
+    "SELECT c.name, count(s.job_id), c.maxsize, c.stopped, t.rate_limit, c.max_running,"
+    " CASE WHEN c.max_running IS NOT NULL THEN (SELECT count(*)"
+    " FROM scheduler_concurrency_slots r WHERE r.key = 'channel:' || c.name"
+    " AND r.expires_at > extract(epoch FROM clock_timestamp())) END"
     " FROM scheduler_channels c"
     " LEFT JOIN scheduler_channel_slots s ON s.channel = c.name"
     " LEFT JOIN scheduler_rate_turns t ON t.key = 'channel:' || c.name"
-    " GROUP BY c.name, c.maxsize, c.stopped, t.rate_limit ORDER BY c.name"
+    " GROUP BY c.name, c.maxsize, c.stopped, t.rate_limit, c.max_running ORDER BY c.name"
 )
 
 
@@ -222,6 +227,14 @@ def channel_states(engine: Engine) -> list[ChannelState]:
     """Every channel with a row, by name (one statement)."""
     rows = run(engine, "the channels", _STATES)
     return [
-        ChannelState(str(name), int(waiting), int(maxsize), bool(stopped), rate_limit)
-        for name, waiting, maxsize, stopped, rate_limit in rows
+        ChannelState(
+            str(name),
+            int(waiting),
+            int(maxsize),
+            bool(stopped),
+            rate_limit,
+            None if max_running is None else int(max_running),
+            None if running is None else int(running),
+        )
+        for name, waiting, maxsize, stopped, rate_limit, max_running, running in rows
     ]

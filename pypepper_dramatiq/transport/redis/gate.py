@@ -25,10 +25,18 @@ from ..base import (
     Gate,
     SendResult,
     channel_rate_key,
+    channel_slot_key,
     log_bound_change,
 )
 from . import batch
-from .layout import CHANNEL_KEY_PREFIX, RATE_KEY_PREFIX, WAITING_SUFFIX, messages_key, queue_key
+from .layout import (
+    CHANNEL_KEY_PREFIX,
+    RATE_KEY_PREFIX,
+    SLOTS_KEY_PREFIX,
+    WAITING_SUFFIX,
+    messages_key,
+    queue_key,
+)
 from .scripts import call_script, scripts_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -311,12 +319,12 @@ def channel_states(client: Any) -> list[ChannelState]:
     pipe = client.pipeline(transaction=False)
     for name in ordered:
         pipe.scard(f"{CHANNEL_KEY_PREFIX}{name}{WAITING_SUFFIX}")
-        pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped")
+        pipe.hmget(f"{CHANNEL_KEY_PREFIX}{name}", "maxsize", "stopped", "max_running")
         pipe.hget(RATE_KEY_PREFIX + channel_rate_key(name), "limit")
     answers = pipe.execute()
     states = []
     for i, name in enumerate(ordered):
-        waiting, (maxsize, stopped), rate = answers[3 * i : 3 * i + 3]
+        waiting, (maxsize, stopped, max_running), rate = answers[3 * i : 3 * i + 3]
         states.append(
             ChannelState(
                 name,
@@ -324,6 +332,15 @@ def channel_states(client: Any) -> list[ChannelState]:
                 int(maxsize or 0),
                 stopped in (b"1", "1"),
                 None if rate is None else _text(rate),
+                None if max_running is None else int(max_running),
+                None if max_running is None else _running(client, name),
             )
         )
     return states
+
+
+def _running(client: Any, channel_id: str) -> int:
+    """How many slots of ``channel_id``'s concurrency limit are held now (leases not
+    lapsed, on Redis's clock)."""
+    key = SLOTS_KEY_PREFIX + channel_slot_key(channel_id)
+    return len(scripts_of(client).slots_held(keys=[key]))

@@ -14,6 +14,7 @@ from dramatiq.common import dq_name
 from ...errors import BrokerUnavailableError
 from ...limits.rates import Rate
 from ..base import (
+    CHANNEL_SLOT_PREFIX,
     Admission,
     ChannelState,
     Gate,
@@ -159,7 +160,12 @@ class RedisTransport(Transport):
         self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
     ) -> bool:
         keys = [layout.SLOTS_KEY_PREFIX + key for key, _ in limits]
-        args = [holder, repr(float(lease_seconds)), *(limit for _, limit in limits)]
+        args = [holder, repr(float(lease_seconds)), len(limits), *(limit for _, limit in limits)]
+        # A channel's limit is recorded in its hash, for people (the CLI, the dashboard).
+        for key, limit in limits:
+            if key.startswith(CHANNEL_SLOT_PREFIX):
+                keys.append(layout.CHANNEL_KEY_PREFIX + key[len(CHANNEL_SLOT_PREFIX) :])
+                args.append(limit)
         with _unreachable("concurrency limits " + ", ".join(key for key, _ in limits)):
             return bool(scripts_of(self.client).acquire_slots(keys=keys, args=args))
 

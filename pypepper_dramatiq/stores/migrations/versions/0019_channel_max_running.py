@@ -1,0 +1,77 @@
+"""A channel's concurrency limit, as the workers last applied it, for people.
+
+Revision ID: 0019
+Revises: 0018
+Create Date: 2026-12-05
+
+``pypepper-dramatiq channels`` runs in a process that declared no channel: it lists
+a channel's concurrency limit (``max_running``) and the slots held under it from what
+the workers record. ``scheduler_channels.max_running`` holds the limit a worker last
+applied: ``pypepper_slots_acquire`` writes it when it differs (a read of the
+channel's row, no write otherwise), as ``pypepper_rate_ask`` records a rate limit.
+
+PostgreSQL only: on MySQL and MariaDB Redis coordinates the processes.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0019"
+down_revision: str | None = "0018"
+
+#: Migration 0017's function, which also records the limits of channel keys.
+_ACQUIRE = """
+CREATE OR REPLACE FUNCTION pypepper_slots_acquire(
+    p_keys text[], p_limits integer[], p_holder text, p_lease float8
+)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_key text;
+    v_now float8;
+    i integer;
+BEGIN
+    UPDATE scheduler_channels AS c SET max_running = u.l
+        FROM unnest(p_keys, p_limits) AS u(k, l)
+        WHERE u.k LIKE 'channel:%' AND c.name = substr(u.k, 9)
+        AND c.max_running IS DISTINCT FROM u.l;
+    FOR v_key IN SELECT k FROM unnest(p_keys) AS k ORDER BY k LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended('pypepper_slots:' || v_key, 0));
+    END LOOP;
+    v_now := extract(epoch FROM clock_timestamp());
+    DELETE FROM scheduler_concurrency_slots WHERE key = ANY(p_keys) AND expires_at <= v_now;
+    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+        IF NOT EXISTS (
+            SELECT 1 FROM scheduler_concurrency_slots WHERE key = p_keys[i] AND holder = p_holder
+        ) AND (
+            SELECT count(*) FROM scheduler_concurrency_slots WHERE key = p_keys[i]
+        ) >= p_limits[i] THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    INSERT INTO scheduler_concurrency_slots (key, holder, expires_at)
+        SELECT k, p_holder, v_now + p_lease FROM unnest(p_keys) AS k
+        ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at;
+    RETURN true;
+END
+$$
+"""
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    op.add_column("scheduler_channels", sa.Column("max_running", sa.Integer(), nullable=True))
+    op.execute(_ACQUIRE)
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    from importlib import import_module
+
+    before = import_module("pypepper_dramatiq.stores.migrations.versions.0017_concurrency_slots")
+    op.execute(before._ACQUIRE.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.drop_column("scheduler_channels", "max_running")
