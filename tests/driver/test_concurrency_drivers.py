@@ -91,6 +91,11 @@ def attempts(job: Job) -> Counter[str]:
     return Counter({key: len(entries) for key, entries in record.state.get("history", {}).items()})
 
 
+def status_of(job: Job) -> Status | None:
+    record = get_job_store().get(job.id)
+    return None if record is None else record.status
+
+
 def eventually(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + JOB_TIMEOUT
     while not check():
@@ -204,3 +209,34 @@ def test_failed_retried_and_cancelled_steps_give_their_slots_back(driver: Driver
     assert CALLS == ["after"]
     assert get_transport().slots_held(channel_slot_key(CHANNEL)) == []
     assert held_here.holders() == []
+
+
+def test_a_start_held_by_its_keys_limit_does_not_stall_the_other_jobs(
+    driver: Driver, holds: pytest.LogCaptureFixture
+) -> None:
+    # Another worker holds tenant-a's one slot. A job of tenant-a taken first is held;
+    # the jobs behind it (an unlimited one, one of tenant-b) run meanwhile: on the
+    # in-process Worker too, where the held job yields its place instead of keeping
+    # the worker. Once the slot is given back, the held job runs once.
+    key_concurrency.configure({"tenant-*": 1})
+    free_slots("key:tenant-a", "key:tenant-b")
+    transport = get_transport()
+    assert transport.acquire_slots([("key:tenant-a", 1)], "another-worker", 60.0)
+    held = make_job([step.options(retry_count=0).task(name="w", key="held")])
+    free = make_job([step.options(retry_count=0).task(name="w", key="free")])
+    other = make_job([step.options(retry_count=0).task(name="w", key="other")])
+    held.scheduled(concurrency_key="tenant-a")
+    free.scheduled()
+    other.scheduled(concurrency_key="tenant-b")
+    driver.start()
+    eventually(
+        lambda: all(status_of(job) is Status.COMPLETED for job in (free, other)),
+        "the jobs behind the held one complete",
+    )
+    assert held.id in held_ids(holds)
+    assert "held" not in CALLS and attempts(held) == Counter()
+    transport.release_slots(["key:tenant-a"], "another-worker")
+    records = driver.wait(held, free, other)
+    assert [r.status for r in records] == [Status.COMPLETED] * 3
+    assert sorted(CALLS) == ["free", "held", "other"]
+    assert transport.slots_held("key:tenant-a") == []

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ...channels.channel import Channel
@@ -80,6 +80,11 @@ class Worker:
         self._held_by: frozenset[tuple[str, str]] | None = None
         #: When the put-aside jobs are looked at next (``time.monotonic()``).
         self._next_look = 0.0
+        #: Jobs taken from the channel whose first step waits for a slot of its
+        #: concurrency limits, in the order taken: the worker goes on with other jobs.
+        self._slot_waits: list[_SlotWait] = []
+        #: The refusals of the put-aside job asking again (it asks less often each time).
+        self._slot_holds: dict[str, int] = {}
 
     async def run_once(self) -> Job | None:
         """Receive and process one job; None when the channel is stopped and empty.
@@ -100,8 +105,8 @@ class Worker:
         """
         try:
             while True:
-                job = self._resumed() or self._unparked()
-                if job is None and (self._parked or self._held):
+                job = self._resumed() or self._unparked() or self._slot_due()
+                if job is None and (self._parked or self._held or self._slot_waits):
                     job = self.channel.take()
                     if job is None:
                         await asyncio.sleep(PARK_POLL_SECONDS)
@@ -113,8 +118,9 @@ class Worker:
                 if await self.process(job):
                     return job
         except asyncio.CancelledError:
-            held = [job for job, _ in self._held]
+            held = [job for job, _ in self._held] + [wait.job for wait in self._slot_waits]
             parked, self._parked, self._held = held + self._parked, [], []
+            self._slot_waits = []
             for waiting_job in parked:
                 self._put_back(waiting_job)
             raise
@@ -189,16 +195,12 @@ class Worker:
             return True
         slots: concurrency.Slots | None = None
         if concurrency.limited(job.channel_id, job.concurrency_key):
-            # A slot under its channel's or key's concurrency limit, awaited without a
-            # thread (its first step's: given back once that step is recorded).
-            try:
-                slots = await _slot(job)
-            except asyncio.CancelledError:
-                self._put_back(job)
-                raise
-            if slots is None:  # cancelled while it waited
-                self._settle_cancelled(job)
-                return True
+            # A slot under its channel's or key's concurrency limit (its first step's:
+            # given back once that step is recorded). Refused, the job is put aside
+            # and asks again later, while the worker goes on with other jobs.
+            slots = self._slot_or_wait(job)
+            if slots is None:
+                return False
         handed = False  # once the job's thread has the slots, it gives them back
         try:
             if rate_limits.limited(job.channel_id, job.rate_key):
@@ -456,6 +458,36 @@ class Worker:
                 return job
         self._held_by = pairs
         return None
+
+    # -- concurrency limits ---------------------------------------------------
+
+    def _slot_or_wait(self, job: Job) -> concurrency.Slots | None:
+        """The slots of the first step of ``job`` now; None when a limit is reached:
+        the job is put aside until its next ask (:func:`_try_slot`), its first
+        refusal logged."""
+        holds = self._slot_holds.pop(job.id, 0)
+        slots, wait = _try_slot(job, holds)
+        if slots is not None:
+            return slots
+        if not holds:
+            _log(job, "concurrency_hold")
+        self._slot_waits.append(_SlotWait(job, holds + 1, time.monotonic() + wait))
+        return None
+
+    def _slot_due(self) -> Job | None:
+        """The put-aside job to ask for its slots now (or that was cancelled), taken
+        off the list: of those due, the highest priority, then the first taken."""
+        if not self._slot_waits:
+            return None
+        now = time.monotonic()
+        due = [n for n, wait in enumerate(self._slot_waits) if wait.due <= now]
+        due += [n for n, wait in enumerate(self._slot_waits) if wait.job.is_cancelled]
+        if not due:
+            return None
+        n = min(due, key=lambda n: (-self._slot_waits[n].job.priority, n))
+        wait = self._slot_waits.pop(n)
+        self._slot_holds[wait.job.id] = wait.holds
+        return wait.job
 
     # -- waits --------------------------------------------------------------
 
@@ -797,14 +829,15 @@ def _start_or_wait(job: Job) -> float:
         return RATE_RETRY_SECONDS
 
 
-async def _slot(job: Job) -> concurrency.Slots | None:
-    """Wait, no thread held, until the job's first step may run under its concurrency
-    limits (:func:`_slot_tries`): its slots; None when the job was cancelled meanwhile."""
-    for slots, wait in _slot_tries(job):
-        if slots is not None:
-            return slots
-        await _until(utcnow() + timedelta(seconds=wait), job.cancel_event)
-    return None
+@dataclass
+class _SlotWait:
+    """A job put aside until it asks for its slots again."""
+
+    job: Job
+    #: Its refusals so far.
+    holds: int
+    #: When it asks again (``time.monotonic()``).
+    due: float
 
 
 def _slot_came(job: Job) -> concurrency.Slots | None:
