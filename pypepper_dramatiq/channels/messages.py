@@ -69,6 +69,10 @@ class StepMessage:
     #: How many times a concurrency limit held this step already (its next hold waits
     #: longer: :func:`~pypepper_dramatiq.engine.concurrency.hold_seconds`).
     holds: int = 0
+    #: Whether a rate limit told this step a time already (this message comes back at
+    #: it): refused again, it keeps its place in line
+    #: (:meth:`~pypepper_dramatiq.transport.base.Transport.ask_start`).
+    rate_told: bool = False
 
     @classmethod
     def keyed(
@@ -119,6 +123,8 @@ class StepMessage:
             data["ck"] = self.concurrency_key
         if self.holds:
             data["hc"] = self.holds
+        if self.rate_told:
+            data["rt"] = 1
         return dramatiq.Message(
             queue_name=queue_name,
             actor_name=STEP_ACTOR,
@@ -144,6 +150,7 @@ class StepMessage:
                 rate_key=str(data["rk"]) if data.get("rk") is not None else None,
                 concurrency_key=str(data["ck"]) if data.get("ck") is not None else None,
                 holds=int(data.get("hc") or 0),
+                rate_told=bool(data.get("rt")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise MessageError(

@@ -27,7 +27,7 @@ from ..transport.base import channel_rate_key
 KEY_PREFIX = "key:"
 
 
-def start_or_wait(channel_id: str, rate_key: str | None = None) -> float:
+def start_or_wait(channel_id: str, rate_key: str | None = None, told: bool = False) -> float:
     """Ask to start a step on ``channel_id`` of a job keyed ``rate_key`` now: 0.0 when
     it may (counted), else the seconds after which to ask again. 0.0 at once, with no
     call, when this process declared no rate limit for the channel nor the key.
@@ -41,13 +41,13 @@ def start_or_wait(channel_id: str, rate_key: str | None = None) -> float:
     """
     channel = manager.get(channel_id)
     if channel is not None and channel.rate_limit is not None:
-        wait = channel.transport.ask_start(channel_rate_key(channel_id), channel.rate_limit)
+        wait = channel.transport.ask_start(channel_rate_key(channel_id), channel.rate_limit, told)
         if wait > 0.0:
             return wait
     rate = key_limits.of(rate_key)
     if rate is None or rate_key is None:
         return 0.0
-    return get_transport().ask_start(KEY_PREFIX + rate_key, rate)
+    return get_transport().ask_start(KEY_PREFIX + rate_key, rate, told)
 
 
 def limited(channel_id: str, rate_key: str | None = None) -> bool:

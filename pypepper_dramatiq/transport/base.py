@@ -305,7 +305,7 @@ class Transport(abc.ABC):
     # -- rate limits ---------------------------------------------------------------------
 
     @abc.abstractmethod
-    def ask_start(self, key: str, rate: Rate) -> float:
+    def ask_start(self, key: str, rate: Rate, told: bool = False) -> float:
         """Ask to start now under rate limit ``key`` (``rate`` written down with it, for
         people), counted for every process:
         0.0 when granted (counted), else the seconds after which to ask again (nothing
@@ -316,7 +316,11 @@ class Transport(abc.ABC):
         any window of one period, measured when they ask. The starts refused are each
         told a time of their own, no earlier than when the oldest start leaves the
         window and one ``rate.interval`` after the last one told, so that they come
-        back one by one rather than all at once. One round trip, atomic on the server.
+        back one by one rather than all at once. A start ``told`` a time already (it
+        comes back at it) and refused again keeps its place in line: it is told when the
+        oldest start leaves the window, and the line behind it does not move (pushed
+        behind the line, each such start would leave its turn unused: the limit's rate
+        would not be reached). One round trip, atomic on the server.
 
         Raises:
             BrokerUnavailableError: the server could not be reached (nothing counted).

@@ -126,7 +126,7 @@ class LocalTransport(Transport):
         #: Concurrency limit key -> holder -> when its lease lapses (``time.monotonic()``).
         self._slots: dict[str, dict[str, float]] = {}
 
-    def ask_start(self, key: str, rate: Rate) -> float:
+    def ask_start(self, key: str, rate: Rate, told: bool = False) -> float:
         with self._starts_lock:
             now = time.monotonic()
             starts = self._starts.setdefault(key, deque())
@@ -135,8 +135,13 @@ class LocalTransport(Transport):
             if len(starts) < rate.count:
                 starts.append(now)
                 return 0.0
-            slot = max(self._tails.get(key, 0.0), starts[0] + rate.period)
-            self._tails[key] = slot + rate.interval
+            tail = self._tails.get(key, 0.0)
+            if told:  # its place in line is kept: the line behind it does not move
+                slot = starts[0] + rate.period
+                self._tails[key] = max(tail, slot + rate.interval)
+            else:
+                slot = max(tail, starts[0] + rate.period)
+                self._tails[key] = slot + rate.interval
             return slot - now
 
     def prune_rate_keys(self, idle_seconds: float = IDLE_KEEP_SECONDS, limit: int = 1000) -> int:

@@ -290,6 +290,24 @@ def test_a_start_asking_again_at_its_time_is_granted(processes: Processes) -> No
     assert processes.one.ask_start(key, Rate(2, 60.0)) > 0.0
 
 
+def test_a_start_told_a_time_and_refused_again_keeps_its_place_in_line(
+    processes: Processes,
+) -> None:
+    # Under 2 a minute: two granted, two fresh starts told 60 s and 90 s (one spacing
+    # apart). A start that was told a time already and came back at it a moment too
+    # early (a start of the period before was granted late) is told when the window
+    # frees, before the line, which does not move: the next fresh start is told 120 s.
+    # Pushed behind the line instead, each such start leaves its turn unused.
+    key = f"channel:contract-{uuid.uuid4().hex[:8]}"
+    rate = Rate(2, 60.0)
+    assert processes.one.ask_start(key, rate) == processes.other.ask_start(key, rate) == 0.0
+    fresh = [processes.one.ask_start(key, rate), processes.other.ask_start(key, rate)]
+    assert [round(wait / 10.0) for wait in fresh] == [6, 9]
+    again = processes.other.ask_start(key, rate, told=True)
+    assert round(again / 10.0) == 6
+    assert round(processes.one.ask_start(key, rate) / 10.0) == 12
+
+
 def test_rate_limit_keys_count_apart(processes: Processes) -> None:
     name = uuid.uuid4().hex[:8]
     assert processes.one.ask_start(f"channel:a-{name}", Rate(1, 60.0)) == 0.0

@@ -406,7 +406,7 @@ class WorkflowMiddleware(Middleware):
         acknowledged unrun, no attempt counted. A transport that cannot be reached
         holds it ``defer_seconds``."""
         try:
-            wait = rate_limits.start_or_wait(channel_id, rate_key)
+            wait = rate_limits.start_or_wait(channel_id, rate_key, told=step.rate_told)
         except BrokerUnavailableError as exc:
             self.logger.warning(
                 "job %s: its channel's rate limit could not be asked (%s); held %.1fs",
@@ -425,7 +425,7 @@ class WorkflowMiddleware(Middleware):
             channel_id,
             extra={"action": "rate_hold", "job_id": step.job_id},
         )
-        self._send_held(broker, step, message, wait, "rate")
+        self._send_held(broker, replace(step, rate_told=True), message, wait, "rate")
         return True
 
     def _send_held(

@@ -793,7 +793,7 @@ async def _turn(job: Job) -> None:
     while the transport is out of reach); returns early when the job is cancelled."""
     told = False
     while not job.is_cancelled:
-        wait = _start_or_wait(job)
+        wait = _start_or_wait(job, told)
         if wait <= 0:
             return
         observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
@@ -808,7 +808,7 @@ def _turn_came(job: Job) -> bool:
     rate limit; True once it may, False if the job was cancelled meanwhile."""
     told = False
     while rate_limits.limited(job.channel_id, job.rate_key) and not job.is_cancelled:
-        wait = _start_or_wait(job)
+        wait = _start_or_wait(job, told)
         if wait <= 0:
             break
         observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
@@ -819,11 +819,12 @@ def _turn_came(job: Job) -> bool:
     return not job.is_cancelled
 
 
-def _start_or_wait(job: Job) -> float:
-    """:func:`rate_limits.start_or_wait` for the job's channel; a transport out of
-    reach (logged) waits :data:`RATE_RETRY_SECONDS`."""
+def _start_or_wait(job: Job, told: bool = False) -> float:
+    """:func:`rate_limits.start_or_wait` for the job's channel (``told``: it was told a
+    time already, and asks at it); a transport out of reach (logged) waits
+    :data:`RATE_RETRY_SECONDS`."""
     try:
-        return rate_limits.start_or_wait(job.channel_id, job.rate_key)
+        return rate_limits.start_or_wait(job.channel_id, job.rate_key, told)
     except BrokerUnavailableError as exc:
         logger.warning("job %s: its channel's rate limit could not be asked: %s", job.id, exc)
         return RATE_RETRY_SECONDS

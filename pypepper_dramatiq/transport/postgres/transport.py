@@ -28,7 +28,7 @@ from .outage import run
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 #: Asks for a start under a rate limit (``Transport.ask_start``): one call of the
 #: function of migration 0015, which locks the key's row, then reads the clock.
-_ASK_START = text("SELECT pypepper_rate_ask(:key, :count, :period, :limit)")
+_ASK_START = text("SELECT pypepper_rate_ask(:key, :count, :period, :limit, :told)")
 #: Deletes the rows of the keys idle for ``:idle`` seconds (their newest start and the
 #: last time told, both on the server's clock), skipping a row a start holds locked
 #: (in use); ``pypepper_rate_ask`` (0016) makes the row again when it asks.
@@ -107,7 +107,7 @@ class PostgresTransport(Transport):
 
     # -- rate limits ---------------------------------------------------------------------
 
-    def ask_start(self, key: str, rate: Rate) -> float:
+    def ask_start(self, key: str, rate: Rate, told: bool = False) -> float:
         check_text("rate limit key", key, RATE_KEY_LENGTH)
         rows = run(
             self.engine,
@@ -117,6 +117,7 @@ class PostgresTransport(Transport):
             count=rate.count,
             period=rate.period,
             limit=str(rate),
+            told=told,
         )
         return max(0.0, float(rows[0][0]))
 

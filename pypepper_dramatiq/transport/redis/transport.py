@@ -142,11 +142,11 @@ class RedisTransport(Transport):
 
     # -- rate limits ---------------------------------------------------------------------
 
-    def ask_start(self, key: str, rate: Rate) -> float:
+    def ask_start(self, key: str, rate: Rate, told: bool = False) -> float:
         try:
             answer = scripts_of(self.client).ask_start(
                 keys=[layout.RATE_KEY_PREFIX + key, layout.RATE_KEY_PREFIX + key + ":starts"],
-                args=[rate.count, repr(rate.period), str(rate)],
+                args=[rate.count, repr(rate.period), str(rate), "1" if told else "0"],
             )
         except Exception as exc:
             if not is_redis_error(exc):
