@@ -6,9 +6,16 @@ limits, has its running steps counted for every worker together: before a step i
 claimed, the driver takes a slot of each limit on the transport (Redis, PostgreSQL,
 or this process), all or none, atomically, and gives them back once the step's
 outcome is recorded (or the step was not run after all). A start refused is not
-failed and counts no attempt: the driver holds it, its thread free, and asks again
-after :func:`hold_seconds` (the Dramatiq driver acknowledges its message and sends
-it again, due then; the in-process Worker awaits it).
+failed and counts no attempt: the driver holds it, its thread free. It waits in its
+limit's line on the transport (highest priority first, then the first held), and the
+release of a slot of that limit keeps the slot for the first start in line and sends
+it again at once (:func:`give_back`): the Dramatiq driver's message (Dramatiq's
+encoded form, kept in the line), the in-process Worker's wake (:data:`woken`). Its
+own delayed copy stays the fallback: it asks again after :func:`hold_seconds` (the
+Dramatiq driver acknowledges the message and sends it again, due then), so a start
+whose release was never made (its worker died) or never sent is not lost. A second
+copy of a step is harmless: the first to take the slot claims the step, the other's
+claim is refused (the step is claimed already, or ran) and it gives its slot back.
 
 A slot is a lease: this process renews the leases of the slots it holds
 (:class:`HeldSlots`, a thread of its own while any is held); a worker that dies
@@ -26,12 +33,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..channels.broker import get_transport
+import dramatiq
+
+from ..channels.broker import get_broker, get_transport
 from ..channels.channel import manager
 from ..errors import BrokerUnavailableError
 from ..limits.concurrency import key_concurrency
 from ..ops.logs import get_logger
-from ..transport.base import Transport, channel_slot_key
+from ..transport.base import HeldStart, Transport, channel_slot_key
 
 logger = get_logger(__name__)
 
@@ -49,6 +58,12 @@ def hold_seconds(holds: int) -> float:
     """How long a start refused after ``holds`` earlier refusals waits before it asks
     again: :data:`HOLD_SECONDS`, doubling, at most :data:`MAX_HOLD_SECONDS`."""
     return min(MAX_HOLD_SECONDS, HOLD_SECONDS * float(1 << min(holds, 8)))
+
+
+#: How long a slot released is kept for the start woken in its line (seconds): its
+#: message goes to the back of its queue and may wait there behind the queue's backlog;
+#: the slot is then free for anyone, and the woken start asks as any start.
+RESERVE_SECONDS = 5.0
 
 
 #: The shortest interval between two renewals of the slots held here (seconds).
@@ -74,7 +89,7 @@ class Slots:
         self.released = True
         held_here.forget(self)
         try:
-            self.transport.release_slots(self.keys, self.holder)
+            give_back(self.transport, self.keys, self.holder)
         except BrokerUnavailableError as exc:
             logger.warning(
                 "concurrency slots %s of %s not given back (%s); they lapse in %.0fs",
@@ -83,6 +98,81 @@ class Slots:
                 exc,
                 self.lease_seconds,
             )
+
+
+def give_back(transport: Transport, keys: Sequence[str], holder: str) -> list[HeldStart]:
+    """Give back ``holder``'s slots of ``keys`` and send again at once the first start
+    waiting in each one's line, its slot kept for it :data:`RESERVE_SECONDS`
+    (:meth:`~pypepper_dramatiq.transport.base.Transport.release_slots`): the starts
+    woken.
+
+    Raises:
+        BrokerUnavailableError: the transport could not be reached (the slots lapse
+            with their lease; the starts in line ask again by their own messages).
+    """
+    starts = transport.release_slots(keys, holder, RESERVE_SECONDS)
+    for start in starts:
+        send_again(start)
+    return starts
+
+
+def send_again(start: HeldStart) -> None:
+    """Send a woken start again: its message, due now (a broker that refuses it is
+    logged: its own delayed copy asks again), or the in-process Worker's wake."""
+    if not start.data:
+        woken.wake(start.job_id)
+        return
+    try:
+        message = dramatiq.Message.decode(start.data.encode("utf-8"))
+        get_broker().enqueue(message)
+    except Exception as exc:  # a broker down, a message damaged: the delayed copy asks
+        logger.warning(
+            "job %s: its start woken by a released slot was not sent again (%s); its "
+            "delayed message asks again",
+            start.job_id,
+            exc,
+        )
+        return
+    logger.debug(
+        "job %s: sent again, a slot of its concurrency limit freed",
+        start.job_id,
+        extra={"action": "concurrency_wake", "job_id": start.job_id},
+    )
+
+
+class Wakes:
+    """The starts the in-process Worker awaits that a released slot woke, by job id."""
+
+    def __init__(self) -> None:
+        self._woken: set[str] = set()
+        self._changed = threading.Condition()
+
+    def wake(self, job_id: str) -> None:
+        """``job_id``'s start may take its slot now."""
+        with self._changed:
+            self._woken.add(job_id)
+            self._changed.notify_all()
+
+    def take(self, job_id: str) -> bool:
+        """Whether ``job_id``'s start was woken (forgotten once told)."""
+        with self._changed:
+            if job_id in self._woken:
+                self._woken.discard(job_id)
+                return True
+            return False
+
+    def wait(self, job_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``job_id``'s start to be woken."""
+        with self._changed:
+            self._changed.wait_for(lambda: job_id in self._woken, timeout)
+            if job_id in self._woken:
+                self._woken.discard(job_id)
+                return True
+            return False
+
+
+#: The in-process Worker's starts woken by a released slot.
+woken = Wakes()
 
 
 #: The slots of a step under no limit: nothing taken, nothing to give back.
@@ -117,10 +207,12 @@ def try_start(
     job_id: str,
     owner: str,
     lease_seconds: float,
+    held: HeldStart | None = None,
 ) -> Slots | None:
     """Take a slot of each limit of a step of job ``job_id`` (run by ``owner``) now:
     the slots, renewed from now on until released; None when a limit is reached
-    (nothing taken). A step under no limit gets empty slots, without a call.
+    (nothing taken: the start waits in line, as ``held`` says it is sent again). A step
+    under no limit gets empty slots, without a call.
 
     Raises:
         BrokerUnavailableError: the transport could not be reached (nothing taken):
@@ -133,7 +225,9 @@ def try_start(
     transport = channel.transport if channel is not None else get_transport()
     holder = f"{job_id}@{owner}#{uuid.uuid4().hex[:8]}"
     slots = Slots(transport, tuple(key for key, _ in limits), holder, lease_seconds)
-    if not transport.acquire_slots(limits, holder, lease_seconds):
+    if held is None:
+        held = HeldStart(job_id)
+    if not transport.acquire_slots(limits, holder, lease_seconds, held):
         return None
     held_here.keep(slots)
     return slots

@@ -44,6 +44,15 @@ def channel_of_queue(queue_name: str) -> str:
     return queue_name
 
 
+def priority_of_queue(queue_name: str) -> int:
+    """The priority of the jobs a queue of :func:`queue_name` carries (a channel's own
+    queue: the lowest; where one queue carries every priority, the lowest too)."""
+    base, dot, suffix = queue_name.rpartition(".p")
+    if dot and base and len(suffix) == 1 and suffix in "123456789":
+        return int(suffix)
+    return LOWEST
+
+
 def check_priority(value: object, label: str = "priority") -> int:
     """``value`` as a priority; :class:`~pypepper_dramatiq.errors.InvalidPriorityError`
     naming ``label`` for anything but an int from 0 to 9 (a bool is no priority)."""

@@ -316,3 +316,17 @@ concurrency_slots = Table(
     Column("holder", exact_text(limits.CONCURRENCY_HOLDER_LENGTH), primary_key=True),
     Column("expires_at", Double(), nullable=False),
 )
+
+#: The starts a concurrency limit refused, waiting in its line for a slot (created on
+#: PostgreSQL only: migration 0019): one row per key and job, its place by priority
+#: (highest first), then ``seq`` (first held), and its message to send again.
+concurrency_waits = Table(
+    "scheduler_concurrency_waits",
+    metadata,
+    Column("key", exact_text(limits.CONCURRENCY_SLOT_KEY_LENGTH), primary_key=True),
+    Column("job_id", exact_text(limits.ID_LENGTH), primary_key=True),
+    Column("priority", SmallInteger, nullable=False),
+    Column("seq", BigInteger, Identity(), nullable=False),
+    Column("data", Text, nullable=False),
+    Index("ix_scheduler_concurrency_waits_line", "key", "priority", "seq"),
+)

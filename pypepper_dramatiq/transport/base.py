@@ -175,6 +175,23 @@ class ChannelState:
 
 #: The prefix of a channel's concurrency limit key (:func:`channel_slot_key`).
 CHANNEL_SLOT_PREFIX = "channel:"
+#: The prefix of the holder of a slot kept for a held start woken by a release
+#: (:meth:`Transport.release_slots`): ``held:<job id>``.
+RESERVED_PREFIX = "held:"
+
+
+@dataclass(frozen=True)
+class HeldStart:
+    """A step start a concurrency limit refused, waiting on the transport for a slot of
+    it (:meth:`Transport.acquire_slots`), one per job: in line by priority (highest
+    first), then by when it was first held."""
+
+    job_id: str
+    #: The job's priority (0 to 9).
+    priority: int = 0
+    #: The step's message to send again when a slot frees (Dramatiq's encoded form);
+    #: empty for a start the in-process Worker awaits (it is woken in its process).
+    data: str = ""
 
 
 def channel_slot_key(channel_id: str) -> str:
@@ -342,7 +359,11 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def acquire_slots(
-        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+        self,
+        limits: Sequence[tuple[str, int]],
+        holder: str,
+        lease_seconds: float,
+        held: HeldStart | None = None,
     ) -> bool:
         """Take one slot of each limit of ``limits`` (key, how many may be held at once)
         for ``holder``, all or none, counted for every process: True when taken.
@@ -353,13 +374,26 @@ class Transport(abc.ABC):
         under a key keeps its slot (its lease renewed). One round trip, atomic on the
         server.
 
+        ``held``: the start asking (its job). A slot a release kept for that job
+        (:meth:`release_slots`) is taken over by ``holder``. Refused, the start waits
+        in line under each key that was full (where it waits already, it keeps its
+        place); taken, it leaves every line of ``limits``.
+
         Raises:
             BrokerUnavailableError: the server could not be reached (nothing taken).
         """
 
     @abc.abstractmethod
-    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+    def release_slots(
+        self, keys: Sequence[str], holder: str, reserve_seconds: float = 0.0
+    ) -> list[HeldStart]:
         """Give back ``holder``'s slot of each of ``keys`` (one it does not hold: nothing).
+
+        With ``reserve_seconds``, for each key given back, the first start waiting in its
+        line (:meth:`acquire_slots`) leaves it and the slot is kept for its job that
+        long (holder ``held:<job id>``): the starts to send again now, which the caller
+        sends (a start not sent is not lost: its own delayed message asks again, and
+        the kept slot lapses). One round trip, atomic on the server.
 
         Raises:
             BrokerUnavailableError: the server could not be reached (the slots lapse

@@ -13,7 +13,17 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from ..limits.rates import IDLE_KEEP_SECONDS, Rate
-from .base import ChannelState, Gate, SendResult, Subscription, Topic, Transport, log_bound_change
+from .base import (
+    RESERVED_PREFIX,
+    ChannelState,
+    Gate,
+    HeldStart,
+    SendResult,
+    Subscription,
+    Topic,
+    Transport,
+    log_bound_change,
+)
 
 
 class LocalGate(Gate):
@@ -125,6 +135,10 @@ class LocalTransport(Transport):
         self._starts_lock = threading.Lock()
         #: Concurrency limit key -> holder -> when its lease lapses (``time.monotonic()``).
         self._slots: dict[str, dict[str, float]] = {}
+        #: Concurrency limit key -> the starts waiting in its line, by job id, with
+        #: their place ((-priority, order first held)).
+        self._lines: dict[str, dict[str, tuple[tuple[int, int], HeldStart]]] = {}
+        self._held_count = 0
 
     def ask_start(self, key: str, rate: Rate, told: bool = False) -> float:
         with self._starts_lock:
@@ -158,26 +172,57 @@ class LocalTransport(Transport):
             return len(idle)
 
     def acquire_slots(
-        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+        self,
+        limits: Sequence[tuple[str, int]],
+        holder: str,
+        lease_seconds: float,
+        held: HeldStart | None = None,
     ) -> bool:
         with self._starts_lock:
             now = time.monotonic()
+            kept = None if held is None else RESERVED_PREFIX + held.job_id
+            full = []
             for key, limit in limits:
                 holders = self._live(key, now)
-                if holder not in holders and len(holders) >= limit:
-                    return False
+                if holder not in holders and kept not in holders and len(holders) >= limit:
+                    full.append(key)
+            if full:
+                if held is not None:
+                    for key in full:
+                        line = self._lines.setdefault(key, {})
+                        if held.job_id in line:  # it keeps its place
+                            line[held.job_id] = (line[held.job_id][0], held)
+                        else:
+                            self._held_count += 1
+                            line[held.job_id] = ((-held.priority, self._held_count), held)
+                return False
             for key, _ in limits:
-                self._slots.setdefault(key, {})[holder] = now + lease_seconds
+                holders = self._slots.setdefault(key, {})
+                if held is not None:
+                    holders.pop(RESERVED_PREFIX + held.job_id, None)
+                    self._lines.get(key, {}).pop(held.job_id, None)
+                holders[holder] = now + lease_seconds
             return True
 
-    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+    def release_slots(
+        self, keys: Sequence[str], holder: str, reserve_seconds: float = 0.0
+    ) -> list[HeldStart]:
+        woken: dict[str, HeldStart] = {}
         with self._starts_lock:
+            now = time.monotonic()
             for key in keys:
                 holders = self._slots.get(key)
-                if holders is not None:
-                    holders.pop(holder, None)
-                    if not holders:
-                        del self._slots[key]
+                if holders is None or holders.pop(holder, None) is None:
+                    continue
+                line = self._lines.get(key)
+                if reserve_seconds > 0 and line:
+                    job_id = min(line, key=lambda job: line[job][0])
+                    _, start = line.pop(job_id)
+                    holders[RESERVED_PREFIX + job_id] = now + reserve_seconds
+                    woken[job_id] = start
+                if not holders:
+                    del self._slots[key]
+        return list(woken.values())
 
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         with self._starts_lock:

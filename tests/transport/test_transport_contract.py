@@ -39,7 +39,7 @@ from pypepper_dramatiq.transport import (
     Topic,
     Transport,
 )
-from pypepper_dramatiq.transport.base import channel_rate_key
+from pypepper_dramatiq.transport.base import HeldStart, channel_rate_key
 from pypepper_dramatiq.transport.postgres import PostgresTransport
 from pypepper_dramatiq.transport.redis import RedisTransport
 from pypepper_dramatiq.transport.redis.layout import LEADER_KEY
@@ -392,6 +392,44 @@ def test_slots_are_taken_all_or_none(processes: Processes) -> None:
     processes.one.release_slots([key], "holder")
     assert processes.other.acquire_slots([(channel, 5), (key, 1)], "other", 60.0)
     assert processes.one.slots_held(channel) == processes.one.slots_held(key) == ["other"]
+
+
+def test_a_release_wakes_the_held_starts_by_priority_then_first_held(
+    processes: Processes,
+) -> None:
+    # A limit of 1 held by "a". Four starts refused, in this order: j1 (priority 0),
+    # j2 (5), j3 (0), j4 (5); j1 asks again, refused, and keeps its place (its newer
+    # message replaces the older). Each release keeps the slot for the first in line
+    # (a newcomer is refused meanwhile) and answers it, with its message, to be sent
+    # again: j2, j4, j1, j3. A release with nothing kept wakes nobody.
+    key = slot_key()
+    one, other = processes.one, processes.other
+    assert one.acquire_slots([(key, 1)], "a", 60.0)
+    for job, priority in (("j1", 0), ("j2", 5), ("j3", 0), ("j4", 5)):
+        start = HeldStart(job, priority, f"message of {job}")
+        assert not other.acquire_slots([(key, 1)], f"h-{job}", 60.0, start)
+    assert not one.acquire_slots([(key, 1)], "h-j1", 60.0, HeldStart("j1", 0, "newer"))
+    holder, order = "a", []
+    for expected in ("j2", "j4", "j1", "j3"):
+        [woken] = (one if len(order) % 2 else other).release_slots([key], holder, 30.0)
+        assert woken.job_id == expected and woken.priority in (0, 5)
+        order.append(woken)
+        assert one.slots_held(key) == [f"held:{expected}"]
+        assert not one.acquire_slots([(key, 1)], "newcomer", 60.0, HeldStart("late"))
+        holder = f"h-{expected}"
+        assert other.acquire_slots([(key, 1)], holder, 60.0, HeldStart(expected, 0, "x"))
+        assert one.slots_held(key) == [holder]
+    assert [(w.priority, w.data) for w in order] == [
+        (5, "message of j2"),
+        (5, "message of j4"),
+        (0, "newer"),
+        (0, "message of j3"),
+    ]
+    assert [w.job_id for w in one.release_slots([key], holder, 30.0)] == ["late"]
+    assert one.acquire_slots([(key, 1)], "h-late", 60.0, HeldStart("late"))
+    assert one.release_slots([key], "h-late") == []  # nothing kept: nobody woken
+    assert one.release_slots([key], "h-late", 30.0) == []  # not held: nothing given back
+    assert one.slots_held(key) == []
 
 
 def test_a_slot_not_renewed_lapses_and_a_renewed_one_stays(processes: Processes) -> None:

@@ -45,11 +45,13 @@ from ...ops.logs import get_logger
 from ...ops.outage import JOB_STORE, shared_outage
 from ...records.record import utcnow
 from ...records.spec import TaskSpec
+from ...rules.priorities import priority_in, priority_of_queue
 from ...rules.start_times import late_retry
 from ...rules.steps import Action, Position, Step, may_continue
 from ...settings import Settings
 from ...stores.registry import get_job_store
 from ...transport import broker_name
+from ...transport.base import HeldStart
 from . import step_actor
 from .cancel_listener import CancelListener
 from .fetch_claims import FetchClaims
@@ -361,14 +363,28 @@ class WorkflowMiddleware(Middleware):
         concurrency_key: str | None,
     ) -> concurrency.Slots | None:
         """The slots of the step's concurrency limits, taken; None when a limit is
-        reached: then its message is sent again, due in
+        reached: then the step waits in its limit's line on the transport with its
+        message (sent again at once when a slot frees), its message is sent again due in
         :func:`~pypepper_dramatiq.engine.concurrency.hold_seconds` (longer each time
-        it is held), and this one is acknowledged unrun, no attempt counted. A
-        transport that cannot be reached holds it ``defer_seconds``."""
+        it is held: the fallback), and this one is acknowledged unrun, no attempt
+        counted. A transport that cannot be reached holds it ``defer_seconds``."""
         wait = concurrency.hold_seconds(step.holds)
+        again = replace(step, holds=step.holds + 1)
+        copy = again.to_message(message.queue_name, _same_priority(message))
+        priority = (
+            priority_in(step.record.state)
+            if step.record is not None
+            else priority_of_queue(message.queue_name)
+        )
+        held = HeldStart(step.job_id, priority, copy.encode().decode("utf-8"))
         try:
             slots = concurrency.try_start(
-                channel_id, concurrency_key, step.job_id, self.owner, self.lease_seconds
+                channel_id,
+                concurrency_key,
+                step.job_id,
+                self.owner,
+                self.lease_seconds,
+                held,
             )
         except BrokerUnavailableError as exc:
             self.logger.warning(
@@ -390,7 +406,12 @@ class WorkflowMiddleware(Middleware):
             concurrency_key,
             extra={"action": "concurrency_hold", "job_id": step.job_id},
         )
-        self._send_held(broker, replace(step, holds=step.holds + 1), message, wait, "concurrency")
+        if not self._enqueue(broker, copy, delay=wait):
+            self.logger.warning(
+                "job %s: message held by a concurrency limit not put back; the recovery "
+                "sweep sends it again",
+                step.job_id,
+            )
         return None
 
     def _held_for_its_turn(

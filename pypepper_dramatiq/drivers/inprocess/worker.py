@@ -51,6 +51,7 @@ from ...rules.events import CANCEL, COMPLETE, FAIL, RUN
 from ...rules.start_times import late_retry, missed_deadline
 from ...rules.status import Status
 from ...stores.registry import get_job_store
+from ...transport.base import HeldStart
 
 logger = get_logger(__name__)
 
@@ -475,10 +476,14 @@ class Worker:
         return None
 
     def _slot_due(self) -> Job | None:
-        """The put-aside job to ask for its slots now (or that was cancelled), taken
-        off the list: of those due, the highest priority, then the first taken."""
+        """The put-aside job to ask for its slots now (woken by a released slot, due to
+        ask again, or cancelled), taken off the list: of those, the highest priority,
+        then the first taken."""
         if not self._slot_waits:
             return None
+        for wait in self._slot_waits:
+            if concurrency.woken.take(wait.job.id):
+                wait.due = 0.0
         now = time.monotonic()
         due = [n for n, wait in enumerate(self._slot_waits) if wait.due <= now]
         due += [n for n, wait in enumerate(self._slot_waits) if wait.job.is_cancelled]
@@ -848,7 +853,7 @@ def _slot_came(job: Job) -> concurrency.Slots | None:
     for slots, wait in _slot_tries(job):
         if slots is not None:
             return slots
-        job.cancel_event.wait(wait)
+        concurrency.woken.wait(job.id, wait)  # a released slot wakes it sooner
     return None
 
 
@@ -875,7 +880,12 @@ def _try_slot(job: Job, holds: int) -> tuple[concurrency.Slots | None, float]:
     ``holds`` refusals (a transport out of reach, logged: :data:`RATE_RETRY_SECONDS`)."""
     try:
         slots = concurrency.try_start(
-            job.channel_id, job.concurrency_key, job.id, _IN_PROCESS_OWNER, _IN_PROCESS_LEASE
+            job.channel_id,
+            job.concurrency_key,
+            job.id,
+            _IN_PROCESS_OWNER,
+            _IN_PROCESS_LEASE,
+            HeldStart(job.id, job.priority),
         )
     except BrokerUnavailableError as exc:
         logger.warning("job %s: its concurrency limit could not be asked: %s", job.id, exc)

@@ -14,10 +14,11 @@ from ...limits.rates import IDLE_KEEP_SECONDS, Rate
 from ...limits.storable import (
     CONCURRENCY_HOLDER_LENGTH,
     CONCURRENCY_SLOT_KEY_LENGTH,
+    ID_LENGTH,
     RATE_KEY_LENGTH,
     check_text,
 )
-from ..base import ChannelState, Gate, Subscription, Topic, Transport
+from ..base import ChannelState, Gate, HeldStart, Subscription, Topic, Transport
 from . import batch
 from .connections import dedicated
 from .gate import PostgresGate, channel_states
@@ -42,7 +43,14 @@ _PRUNE = text(
 
 #: Takes a slot of each of some concurrency limits, all or none
 #: (``Transport.acquire_slots``): one call of the function of migration 0017.
-_ACQUIRE_SLOTS = text("SELECT pypepper_slots_acquire(:keys, :limits, :holder, :lease)")
+_ACQUIRE_SLOTS = text(
+    "SELECT pypepper_slots_acquire(:keys, :limits, :holder, :lease, :job, :priority, :data)"
+)
+#: Gives a holder's slots back and wakes the first start in each one's line (0019).
+_RELEASE_WAKING = text(
+    "SELECT woken_job, woken_priority, woken_data"
+    " FROM pypepper_slots_release(:keys, :holder, :reserve)"
+)
 #: Gives a holder's slots back.
 _RELEASE_SLOTS = text(
     "DELETE FROM scheduler_concurrency_slots WHERE key = ANY(:keys) AND holder = :holder"
@@ -128,7 +136,11 @@ class PostgresTransport(Transport):
     # -- concurrency limits --------------------------------------------------------------
 
     def acquire_slots(
-        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+        self,
+        limits: Sequence[tuple[str, int]],
+        holder: str,
+        lease_seconds: float,
+        held: HeldStart | None = None,
     ) -> bool:
         keys = [
             check_text("concurrency limit key", k, CONCURRENCY_SLOT_KEY_LENGTH) for k, _ in limits
@@ -142,17 +154,31 @@ class PostgresTransport(Transport):
             limits=[limit for _, limit in limits],
             holder=holder,
             lease=float(lease_seconds),
+            job=None if held is None else check_text("job_id", held.job_id, ID_LENGTH),
+            priority=0 if held is None else held.priority,
+            data=None if held is None else held.data,
         )
         return bool(rows[0][0])
 
-    def release_slots(self, keys: Sequence[str], holder: str) -> None:
-        run(
+    def release_slots(
+        self, keys: Sequence[str], holder: str, reserve_seconds: float = 0.0
+    ) -> list[HeldStart]:
+        doing = "concurrency limits " + ", ".join(keys)
+        if reserve_seconds <= 0:
+            run(self.engine, doing, _RELEASE_SLOTS, keys=list(keys), holder=holder)
+            return []
+        rows = run(
             self.engine,
-            "concurrency limits " + ", ".join(keys),
-            _RELEASE_SLOTS,
+            doing,
+            _RELEASE_WAKING,
             keys=list(keys),
             holder=holder,
+            reserve=float(reserve_seconds),
         )
+        woken = {
+            str(job): HeldStart(str(job), int(priority), str(data)) for job, priority, data in rows
+        }
+        return list(woken.values())
 
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         if not held:

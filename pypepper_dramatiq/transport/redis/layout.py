@@ -52,6 +52,10 @@ RATE_KEY_PREFIX = f"{KEY_PREFIX}:rate:"
 #: Prefix of a concurrency limit's sorted set: ``<prefix><key>``, its holders scored
 #: by when their lease lapses (seconds of Redis's clock).
 SLOTS_KEY_PREFIX = f"{KEY_PREFIX}:slots:"
+#: Prefix of a concurrency limit's line of held starts: ``<prefix><key>``, a sorted set
+#: of job ids by their place (priority, then when first held); ``<prefix><key>:data``
+#: the hash of their messages.
+LINE_KEY_PREFIX = f"{KEY_PREFIX}:slots-line:"
 #: The lock the recovery sweeper's leader holds.
 LEADER_KEY = f"{KEY_PREFIX}:recovery:leader"
 

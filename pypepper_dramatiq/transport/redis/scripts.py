@@ -30,6 +30,7 @@ NAMES = (
     "acquire_slots",
     "renew_slots",
     "slots_held",
+    "release_slots",
 )
 
 
@@ -52,6 +53,7 @@ class Scripts:
     acquire_slots: Any
     renew_slots: Any
     slots_held: Any
+    release_slots: Any
 
 
 def _register(client: Any) -> Scripts:

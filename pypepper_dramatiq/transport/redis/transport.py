@@ -18,6 +18,7 @@ from ..base import (
     Admission,
     ChannelState,
     Gate,
+    HeldStart,
     Notice,
     SendResult,
     Subscribed,
@@ -157,10 +158,20 @@ class RedisTransport(Transport):
     # -- concurrency limits --------------------------------------------------------------
 
     def acquire_slots(
-        self, limits: Sequence[tuple[str, int]], holder: str, lease_seconds: float
+        self,
+        limits: Sequence[tuple[str, int]],
+        holder: str,
+        lease_seconds: float,
+        held: HeldStart | None = None,
     ) -> bool:
-        keys = [layout.SLOTS_KEY_PREFIX + key for key, _ in limits]
-        args = [holder, repr(float(lease_seconds)), len(limits), *(limit for _, limit in limits)]
+        keys = _slot_keys([key for key, _ in limits])
+        args: list[str | int] = [
+            holder,
+            repr(float(lease_seconds)),
+            len(limits),
+            *(limit for _, limit in limits),
+            *(("", 0, "") if held is None else (held.job_id, held.priority, held.data)),
+        ]
         # A channel's limit is recorded in its hash, for people (the CLI, the dashboard).
         for key, limit in limits:
             if key.startswith(CHANNEL_SLOT_PREFIX):
@@ -169,12 +180,24 @@ class RedisTransport(Transport):
         with _unreachable("concurrency limits " + ", ".join(key for key, _ in limits)):
             return bool(scripts_of(self.client).acquire_slots(keys=keys, args=args))
 
-    def release_slots(self, keys: Sequence[str], holder: str) -> None:
+    def release_slots(
+        self, keys: Sequence[str], holder: str, reserve_seconds: float = 0.0
+    ) -> list[HeldStart]:
         with _unreachable("concurrency limits " + ", ".join(keys)):
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.zrem(layout.SLOTS_KEY_PREFIX + key, holder)
-            pipe.execute()
+            if reserve_seconds <= 0:
+                pipe = self.client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.zrem(layout.SLOTS_KEY_PREFIX + key, holder)
+                pipe.execute()
+                return []
+            answer = scripts_of(self.client).release_slots(
+                keys=_slot_keys(keys), args=[holder, repr(float(reserve_seconds))]
+            )
+        woken: dict[str, HeldStart] = {}
+        for n in range(0, len(answer), 3):
+            job_id, priority, data = (_text(value) for value in answer[n : n + 3])
+            woken[job_id] = HeldStart(job_id, int(priority), data)
+        return list(woken.values())
 
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         if not held:
@@ -274,3 +297,13 @@ class RedisTransport(Transport):
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _slot_keys(keys: Sequence[str]) -> list[str]:
+    """The Redis keys of concurrency limits ``keys``: their slots, then their lines,
+    then their lines' messages (see ``scripts/acquire_slots.lua``)."""
+    return [
+        *(layout.SLOTS_KEY_PREFIX + key for key in keys),
+        *(layout.LINE_KEY_PREFIX + key for key in keys),
+        *(layout.LINE_KEY_PREFIX + key + ":data" for key in keys),
+    ]
