@@ -28,11 +28,12 @@ from pypepper_dramatiq import (
     workflow_task,
 )
 from pypepper_dramatiq.channels.broker import get_transport
+from pypepper_dramatiq.engine import concurrency
 from pypepper_dramatiq.engine.concurrency import held_here
 from pypepper_dramatiq.limits.concurrency import key_concurrency
 from pypepper_dramatiq.transport.base import channel_slot_key
 
-from .drivers import CHANNEL, JOB_TIMEOUT, Driver, make_job
+from .drivers import CHANNEL, JOB_TIMEOUT, Driver, InProcessDriver, make_job
 
 _lock = threading.Lock()
 #: Each call's key, in call order.
@@ -240,3 +241,91 @@ def test_a_start_held_by_its_keys_limit_does_not_stall_the_other_jobs(
     assert [r.status for r in records] == [Status.COMPLETED] * 3
     assert sorted(CALLS) == ["free", "held", "other"]
     assert transport.slots_held("key:tenant-a") == []
+
+
+def test_held_starts_start_as_slots_free_by_priority_then_submit_order(
+    driver: Driver, holds: pytest.LogCaptureFixture
+) -> None:
+    # max_running=1, its slot held by another worker: five jobs are held in submit
+    # order (priorities 0, 5, 0, 9, 5). Once the slot is given back, each release wakes
+    # the first in line, whose slot is kept for it: they run one at a time, highest
+    # priority first, then in submit order, none overtaken by a delayed copy asking.
+    manager.new(CHANNEL, max_running=1)
+    key = channel_slot_key(CHANNEL)
+    free_slots(key)
+    transport = get_transport()
+    assert transport.acquire_slots([(key, 1)], "another-worker", 60.0)
+    jobs = [
+        make_job([step.options(retry_count=0).task(name="w", key=f"j{n}-p{priority}")])
+        for n, priority in enumerate((0, 5, 0, 9, 5))
+    ]
+    for job, priority in zip(jobs, (0, 5, 0, 9, 5), strict=True):
+        job.priority = priority
+    if isinstance(driver, InProcessDriver):
+        # Scheduled before it runs (its channel then refuses jobs): it takes them by
+        # priority, then submit order, and holds each in that order.
+        for job in jobs:
+            job.scheduled()
+        driver.start()
+    else:
+        driver.start()
+        for job in jobs:  # each held before the next is submitted: one order
+            job.scheduled()
+            eventually(lambda job=job: job.id in held_ids(holds), "the job is held")  # type: ignore[misc]
+    eventually(lambda: all(job.id in held_ids(holds) for job in jobs), "every job is held")
+    assert CALLS == []
+    concurrency.give_back(transport, [key], "another-worker")
+    records = driver.wait(*jobs)
+    assert [r.status for r in records] == [Status.COMPLETED] * 5
+    assert CALLS == ["j3-p9", "j1-p5", "j4-p5", "j0-p0", "j2-p0"]
+    assert PEAK[""] == 1
+    assert all(attempts(job) == Counter({"0.0": 1}) for job in jobs)
+    assert transport.slots_held(key) == []
+
+
+def test_a_held_start_is_woken_by_the_release_not_by_asking_again(
+    driver: Driver, holds: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A held start asks again only in an hour here: it starts once the slot is given
+    # back, because the release sends it again at once. Given back without waking
+    # (a plain release_slots, a worker of before), it would wait for its hour.
+    monkeypatch.setattr(concurrency, "hold_seconds", lambda holds: 3600.0)
+    key_concurrency.configure({"tenant-*": 1})
+    free_slots("key:tenant-w")
+    transport = get_transport()
+    assert transport.acquire_slots([("key:tenant-w", 1)], "another-worker", 60.0)
+    job = make_job([step.options(retry_count=0).task(name="w", key="woken")])
+    job.scheduled(concurrency_key="tenant-w")
+    driver.start()
+    eventually(lambda: job.id in held_ids(holds), "the job is held")
+    assert CALLS == []
+    [woken] = concurrency.give_back(transport, ["key:tenant-w"], "another-worker")
+    assert woken.job_id == job.id
+    eventually(lambda: status_of(job) is Status.COMPLETED, "the woken job completes")
+    assert CALLS == ["woken"]
+    assert attempts(job) == Counter({"0.0": 1})
+    eventually(lambda: transport.slots_held("key:tenant-w") == [], "its slot is given back")
+
+
+def test_a_held_start_whose_wake_was_never_sent_starts_by_its_own_copy(
+    driver: Driver, holds: pytest.LogCaptureFixture
+) -> None:
+    # The releasing worker took the held start out of the line and kept the slot for
+    # it, then died before sending it again (its process SIGKILLed). Nothing is lost:
+    # the start's own delayed copy asks again, takes over the slot kept for its job,
+    # and runs once.
+    key_concurrency.configure({"tenant-*": 1})
+    free_slots("key:tenant-k")
+    transport = get_transport()
+    assert transport.acquire_slots([("key:tenant-k", 1)], "dying-worker", 60.0)
+    job = make_job([step.options(retry_count=0).task(name="w", key="kept")])
+    job.scheduled(concurrency_key="tenant-k")
+    driver.start()
+    eventually(lambda: job.id in held_ids(holds), "the job is held")
+    [woken] = transport.release_slots(["key:tenant-k"], "dying-worker", 60.0)  # never sent
+    assert woken.job_id == job.id
+    assert transport.slots_held("key:tenant-k") == [f"held:{job.id}"]
+    [record] = driver.wait(job)
+    assert record.status is Status.COMPLETED
+    assert CALLS == ["kept"] and attempts(job) == Counter({"0.0": 1})
+    assert transport.slots_held("key:tenant-k") == []
