@@ -124,7 +124,7 @@ def send_again(start: HeldStart) -> None:
         return
     try:
         message = dramatiq.Message.decode(start.data.encode("utf-8"))
-        get_broker().enqueue(message)
+        get_transport().send_first(get_broker(), message)
     except Exception as exc:  # a broker down, a message damaged: the delayed copy asks
         logger.warning(
             "job %s: its start woken by a released slot was not sent again (%s); its "

@@ -400,6 +400,16 @@ class Transport(abc.ABC):
                 with their lease).
         """
 
+    def send_first(self, broker: Any, message: dramatiq.Message[Any]) -> None:
+        """Send ``message`` (a held start a release woke) so that its queue gives it
+        before the messages waiting there, where the broker allows (Redis: at the head
+        of the list); elsewhere enqueue it as any (RabbitMQ orders by priority).
+
+        Raises:
+            Exception: the broker's, when it was not sent.
+        """
+        broker.enqueue(message)
+
     @abc.abstractmethod
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         """Push the lease of each (key, holder) of ``held`` to ``lease_seconds`` from

@@ -5,6 +5,7 @@ Every Redis call of the package goes through here (or :mod:`.gate`, :mod:`.batch
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -198,6 +199,19 @@ class RedisTransport(Transport):
             job_id, priority, data = (_text(value) for value in answer[n : n + 3])
             woken[job_id] = HeldStart(job_id, int(priority), data)
         return list(woken.values())
+
+    def send_first(self, broker: Any, message: Any) -> None:
+        """At the head of its queue's list (Dramatiq's Redis consumers pop the head):
+        the woken start does not wait behind its queue's backlog while its slot is
+        kept for it. Dramatiq's enqueue hooks run as for any enqueue."""
+        message = message.copy(options={"redis_message_id": str(uuid.uuid4())})
+        message_id = message.options["redis_message_id"]
+        broker.emit_before("enqueue", message, None)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hset(layout.messages_key(broker, message.queue_name), message_id, message.encode())
+        pipe.lpush(layout.queue_key(broker, message.queue_name), message_id)
+        pipe.execute()
+        broker.emit_after("enqueue", message, None)
 
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         if not held:
