@@ -469,6 +469,7 @@ class Worker:
         holds = self._slot_holds.pop(job.id, 0)
         slots, wait = _try_slot(job, holds)
         if slots is not None:
+            concurrency.woken.take(job.id)  # woken too: nothing left to wake
             return slots
         if not holds:
             _log(job, "concurrency_hold")
@@ -852,6 +853,7 @@ def _slot_came(job: Job) -> concurrency.Slots | None:
     the job was cancelled meanwhile."""
     for slots, wait in _slot_tries(job):
         if slots is not None:
+            concurrency.woken.take(job.id)  # woken too: nothing left to wake
             return slots
         concurrency.woken.wait(job.id, wait)  # a released slot wakes it sooner
     return None
