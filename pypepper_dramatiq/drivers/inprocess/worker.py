@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -82,10 +83,9 @@ class Worker:
         #: When the put-aside jobs are looked at next (``time.monotonic()``).
         self._next_look = 0.0
         #: Jobs taken from the channel whose first step waits for a slot of its
-        #: concurrency limits, in the order taken: the worker goes on with other jobs.
-        self._slot_waits: list[_SlotWait] = []
-        #: The refusals of the put-aside job asking again (it asks less often each time).
-        self._slot_holds: dict[str, int] = {}
+        #: concurrency limits: the worker goes on with other jobs, and any worker of
+        #: the channel in this process starts one once woken or due.
+        self._slot_line = _slot_line_of(channel)
 
     async def run_once(self) -> Job | None:
         """Receive and process one job; None when the channel is stopped and empty.
@@ -107,7 +107,7 @@ class Worker:
         try:
             while True:
                 job = self._resumed() or self._unparked() or self._slot_due()
-                if job is None and (self._parked or self._held or self._slot_waits):
+                if job is None and (self._parked or self._held or self._slot_line.waits):
                     job = self.channel.take()
                     if job is None:
                         await asyncio.sleep(PARK_POLL_SECONDS)
@@ -119,9 +119,8 @@ class Worker:
                 if await self.process(job):
                     return job
         except asyncio.CancelledError:
-            held = [job for job, _ in self._held] + [wait.job for wait in self._slot_waits]
+            held = [job for job, _ in self._held] + self._slot_line.take_all()
             parked, self._parked, self._held = held + self._parked, [], []
-            self._slot_waits = []
             for waiting_job in parked:
                 self._put_back(waiting_job)
             raise
@@ -466,34 +465,39 @@ class Worker:
         """The slots of the first step of ``job`` now; None when a limit is reached:
         the job is put aside until its next ask (:func:`_try_slot`), its first
         refusal logged."""
-        holds = self._slot_holds.pop(job.id, 0)
+        line = self._slot_line
+        with line.lock:
+            holds = line.holds.pop(job.id, 0)
         slots, wait = _try_slot(job, holds)
         if slots is not None:
             concurrency.woken.take(job.id)  # woken too: nothing left to wake
             return slots
         if not holds:
             _log(job, "concurrency_hold")
-        self._slot_waits.append(_SlotWait(job, holds + 1, time.monotonic() + wait))
+        with line.lock:
+            line.waits.append(_SlotWait(job, holds + 1, time.monotonic() + wait))
         return None
 
     def _slot_due(self) -> Job | None:
         """The put-aside job to ask for its slots now (woken by a released slot, due to
         ask again, or cancelled), taken off the list: of those, the highest priority,
         then the first taken."""
-        if not self._slot_waits:
+        line = self._slot_line
+        if not line.waits:
             return None
-        for wait in self._slot_waits:
-            if concurrency.woken.take(wait.job.id):
-                wait.due = 0.0
-        now = time.monotonic()
-        due = [n for n, wait in enumerate(self._slot_waits) if wait.due <= now]
-        due += [n for n, wait in enumerate(self._slot_waits) if wait.job.is_cancelled]
-        if not due:
-            return None
-        n = min(due, key=lambda n: (-self._slot_waits[n].job.priority, n))
-        wait = self._slot_waits.pop(n)
-        self._slot_holds[wait.job.id] = wait.holds
-        return wait.job
+        with line.lock:
+            waits = line.waits
+            for wait in waits:
+                if concurrency.woken.take(wait.job.id):
+                    wait.due = 0.0
+            now = time.monotonic()
+            due = [n for n, wait in enumerate(waits) if wait.due <= now or wait.job.is_cancelled]
+            if not due:
+                return None
+            n = min(due, key=lambda n: (-waits[n].job.priority, n))
+            wait = waits.pop(n)
+            line.holds[wait.job.id] = wait.holds
+            return wait.job
 
     # -- waits --------------------------------------------------------------
 
@@ -834,6 +838,40 @@ def _start_or_wait(job: Job, told: bool = False) -> float:
     except BrokerUnavailableError as exc:
         logger.warning("job %s: its channel's rate limit could not be asked: %s", job.id, exc)
         return RATE_RETRY_SECONDS
+
+
+class _SlotLine:
+    """The jobs of one channel put aside by its Workers in this process until they ask
+    for their slots again, in the order taken: shared, so that a worker whose own jobs
+    are done starts one a released slot woke rather than wait for a new job."""
+
+    def __init__(self) -> None:
+        self.waits: list[_SlotWait] = []
+        #: The refusals of a put-aside job asking again (it asks less often each time).
+        self.holds: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def take_all(self) -> list[Job]:
+        """Every job put aside, taken off the line (a worker cancelled puts them back
+        on the channel)."""
+        with self.lock:
+            jobs = [wait.job for wait in self.waits]
+            self.waits = []
+            return jobs
+
+
+#: Each channel's line of put-aside jobs, while the channel is in use.
+_slot_lines: weakref.WeakKeyDictionary[Channel, _SlotLine] = weakref.WeakKeyDictionary()
+_slot_lines_lock = threading.Lock()
+
+
+def _slot_line_of(channel: Channel) -> _SlotLine:
+    """``channel``'s line of put-aside jobs (made on first use)."""
+    with _slot_lines_lock:
+        line = _slot_lines.get(channel)
+        if line is None:
+            line = _slot_lines[channel] = _SlotLine()
+        return line
 
 
 @dataclass
