@@ -64,8 +64,10 @@ class Settings:
             continuation off.
         claim_fetched: claim the step messages of each fetch of the Redis consumer
             together, in one store call, before they reach the worker threads
-            (:mod:`~pypepper_dramatiq.drivers.dramatiq.fetch_claims`); off by default:
-            a prototype whose measurements are in ``bench/README.md``.
+            (:mod:`~pypepper_dramatiq.drivers.dramatiq.fetch_claims`), and record
+            their outcomes, then acknowledge their messages, many at a time in a
+            completion thread (:mod:`~pypepper_dramatiq.drivers.dramatiq.completion`);
+            off by default: its measurements are in ``bench/README.md``.
         defaults: what a task or a job takes when neither it nor its handler class
             says (:class:`~pypepper_dramatiq.defaults.Defaults`: channel, retry count,
             delay, backoff, jitter and cap, ``round_timeout``, ``max_start_delay``),

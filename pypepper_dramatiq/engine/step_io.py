@@ -590,6 +590,7 @@ class StepIO:
         *,
         task: Task | None = None,
         hold_next: Callable[[rules.Step], bool] | None = None,
+        verdict: outcomes.Verdict | None = None,
     ) -> Recorded | None:
         """:meth:`record`, also returning the row as written (None: the write lost).
 
@@ -618,26 +619,18 @@ class StepIO:
         step is kept to run here) or the step is released for the caller's
         message (:meth:`_hand_on`). None then also when the step is no longer
         this worker's (the job was cancelled, or recovery took the step over).
+
+        ``verdict``: the outcome's :meth:`verdict`, when the caller decided it
+        already (to choose where the outcome is recorded).
         """
         attempt = _attempt_of(claim)
         writer = self._writer()
         now = utcnow()
-        verdict = outcomes.decide(attempt, outcome, now)
+        if verdict is None:
+            verdict = outcomes.decide(attempt, outcome, now)
         outcome, decision = verdict.outcome, verdict.step
         position = claim.position
-        if not outcome.succeeded and not outcome.cancels_job:
-            logger.info(
-                "job %s: task %s failed (%s): %s",
-                claim.record.id,
-                claim.spec.name,
-                rules.attempt_of(position, claim.spec.policy),
-                outcome.error,
-                extra={
-                    "action": "attempt_failed",
-                    "job_id": claim.record.id,
-                    "position": position.to_list(),
-                },
-            )
+        _log_failed_attempt(claim, outcome)
         keeps_next = verdict.asks_caller(writer) and hold_next is not None and hold_next(decision)
         write = outcomes.outcome_write(
             claim.record, attempt, verdict, writer, now, keeps_next=keeps_next
@@ -689,6 +682,120 @@ class StepIO:
         _tell_task_ended(claim, kind, outcome)
         _log_decision(claim, decision, outcome, write.attempts)
         return self._after_write(claim, outcome, write, task, hold_next)
+
+    def verdict(self, claim: Claim, outcome: Outcome) -> outcomes.Verdict:
+        """What ``outcome`` decides for ``claim``'s job, before any write
+        (:func:`~pypepper_dramatiq.engine.outcomes.decide`): a caller chooses by it
+        where the outcome is recorded, then hands it to the record."""
+        return outcomes.decide(_attempt_of(claim), outcome, utcnow())
+
+    def record_outcomes(
+        self, finished: Sequence[tuple[Claim, outcomes.Verdict]]
+    ) -> list[Recorded | BaseException | None]:
+        """The outcomes of many attempts, written in one store call (per round of
+        :func:`~pypepper_dramatiq.ops.group_commit.in_rounds`), each then carried out as
+        :meth:`record_outcome` does; one answer per attempt, in order.
+
+        For a caller that runs none of the next steps itself and calls no hook
+        (no verdict here may have ``hook_due``): each step to run is left free for
+        the caller's message. An answer is the :class:`Recorded` row, None (the
+        write lost to another writer, as :meth:`record_outcome`), or the error that
+        kept this attempt's outcome from the store (:class:`OutcomeNotRecorded`
+        after ``write_attempts`` tries of an outage; the observers are told of the
+        attempt's end all the same). A row the store refused for its content is
+        recorded as the failure that names the refusal, as :meth:`record_outcome`
+        does, in a write of its own.
+        """
+        writer, now = self._writer(), utcnow()
+        writes: list[outcomes.OutcomeWrite] = []
+        for claim, verdict in finished:
+            if verdict.hook_due:
+                raise ValueError(f"job {claim.record.id}: a hook falls due; record it alone")
+            _log_failed_attempt(claim, verdict.outcome)
+            writes.append(
+                outcomes.outcome_write(
+                    claim.record, _attempt_of(claim), verdict, writer, now, keeps_next=False
+                )
+            )
+        answers = self._write_all([write.row for write in writes])
+        results: list[Recorded | BaseException | None] = []
+        for (claim, verdict), write, answer in zip(finished, writes, answers, strict=True):
+            try:
+                results.append(self._recorded_one(claim, verdict, write, answer, writer, now))
+            except Exception as exc:  # this attempt's answer, not the batch's
+                results.append(exc)
+        return results
+
+    def _recorded_one(
+        self,
+        claim: Claim,
+        verdict: outcomes.Verdict,
+        write: outcomes.OutcomeWrite,
+        answer: bool | BaseException,
+        writer: outcomes.Writer,
+        now: datetime,
+    ) -> Recorded | None:
+        """Carry out one write of :meth:`record_outcomes` by its store ``answer``."""
+        outcome = verdict.outcome
+        kind = outcome.history_kind
+        try:
+            if isinstance(answer, BaseException):
+                raise answer
+            written = answer
+            seen: JobRecord = claim.record
+            for _ in range(REBASE_ATTEMPTS):
+                if written:
+                    break
+                # As record_outcome: only the row's hooks moved, write over them.
+                current = self._store().get(claim.record.id)
+                if current is None or not outcomes.only_hooks_moved(seen, current):
+                    break
+                seen = current
+                write = outcomes.outcome_write(
+                    current, _attempt_of(claim), verdict, writer, now, keeps_next=False
+                )
+                written = self._write(write.row)
+        except StoreError as exc:
+            if isinstance(exc, StoreDataError) and not outcome.refused:
+                logger.error(
+                    "job %s: the job store refused the outcome of task %s (%s); "
+                    "recording the attempt as failed without it",
+                    claim.record.id,
+                    claim.spec.name,
+                    exc,
+                    extra={"action": "outcome_refused", "job_id": claim.record.id},
+                )
+                return self.record_outcome(claim, outcome.refused_by_store(exc))
+            _tell_task_ended(claim, kind, outcome)
+            raise OutcomeNotRecorded(exc, verdict.step, write.row) from exc
+        if not written:
+            self._lost(claim, outcome, kind)
+            return None
+        _tell_task_ended(claim, kind, outcome)
+        _log_decision(claim, verdict.step, outcome, write.attempts)
+        return self._after_write(claim, outcome, write, None, None)
+
+    def _write_all(self, rows: list[JobRecord]) -> list[bool | BaseException]:
+        """:meth:`_write` for many rows in one store call: the rows an outage kept
+        out are sent again together, up to ``write_attempts`` calls in all."""
+        answers = list(self._outcome_batch(rows))
+        delay = 0.1
+        for _ in range(self.write_attempts - 1):
+            again = [
+                n
+                for n, answer in enumerate(answers)
+                if isinstance(answer, StoreError) and retry_may_cure(answer)
+            ]
+            if not again:
+                break
+            logger.warning(
+                "outcome writes of %d jobs failed (%s); retrying", len(again), answers[again[0]]
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            for n, answer in zip(again, self._outcome_batch([rows[n] for n in again]), strict=True):
+                answers[n] = answer
+        return answers
 
     def _after_write(
         self,
@@ -1003,6 +1110,25 @@ def _attempt_of(claim: Claim) -> outcomes.Attempt:
         claim.plan,
         bool(claim.spec.on_final_failure),
         claim.record.updated,
+    )
+
+
+def _log_failed_attempt(claim: Claim, outcome: Outcome) -> None:
+    """Say that the claimed attempt failed (a cancel that ended it is not a failure)."""
+    if outcome.succeeded or outcome.cancels_job:
+        return
+    position = claim.position
+    logger.info(
+        "job %s: task %s failed (%s): %s",
+        claim.record.id,
+        claim.spec.name,
+        rules.attempt_of(position, claim.spec.policy),
+        outcome.error,
+        extra={
+            "action": "attempt_failed",
+            "job_id": claim.record.id,
+            "position": position.to_list(),
+        },
     )
 
 

@@ -42,6 +42,7 @@ from ...engine.step_io import Claim, StepIO
 from ...errors import MessageError, StoreError
 from ...ops.logs import get_logger
 from ...records.record import utcnow
+from .completion import Completions
 
 logger = get_logger(__name__)
 
@@ -61,6 +62,9 @@ class FetchClaims:
         #: The store outages met by the batch, by message id: its thread defers it.
         self._failed: dict[str, StoreError] = {}
         self._lock = threading.Lock()
+        #: Where the worker threads leave the steps they ran, for the completion
+        #: thread to record and acknowledge (None: each thread does it itself).
+        self.completions: Completions | None = None
 
     # -- the consumer ------------------------------------------------------------------
 
@@ -186,9 +190,17 @@ class ClaimingConsumer(Consumer):
         return self._ready.pop(0)
 
     def ack(self, message: MessageProxy) -> None:
+        # A step whose outcome waits for the completion thread: acknowledged there,
+        # after its record (Dramatiq acknowledges in the worker thread).
+        completions = self.claims.completions
+        if completions is not None and completions.hand_over(message, self.inner):
+            return
         self.inner.ack(message)
 
     def nack(self, message: MessageProxy) -> None:
+        completions = self.claims.completions
+        if completions is not None and completions.hand_over(message, self.inner):
+            return  # failed by another middleware after its step ran: nacked once recorded
         self.inner.nack(message)
 
     def requeue(self, messages: Iterable[MessageProxy]) -> None:

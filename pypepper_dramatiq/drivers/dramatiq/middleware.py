@@ -37,8 +37,9 @@ from ...channels.broker import priority_options, queue_for, transport_of
 from ...channels.channel import ChannelConnector, channel_of_step, manager
 from ...channels.messages import STEP_ACTOR, StepMessage
 from ...engine import concurrency, rate_limits
+from ...engine.outcomes import Verdict
 from ...engine.running import running_here
-from ...engine.step_io import Claim, Outcome, StepIO, StepSkipped
+from ...engine.step_io import Claim, Outcome, Recorded, StepIO, StepSkipped
 from ...errors import BrokerUnavailableError, MessageError, StoreError, retry_may_cure
 from ...ops import observers
 from ...ops.logs import get_logger
@@ -54,6 +55,7 @@ from ...transport import broker_name
 from ...transport.base import HeldStart
 from . import step_actor
 from .cancel_listener import CancelListener
+from .completion import Completions, Finished
 from .fetch_claims import FetchClaims
 from .leases import LeaseKeeper
 from .orphans import AckKeeper
@@ -120,6 +122,13 @@ class WorkflowMiddleware(Middleware):
         self.fetch_claims = (
             FetchClaims(self.book, self.inflight) if settings.claim_fetched else None
         )
+        #: The completion thread's steps (``claim_fetched``): their outcomes recorded
+        #: and their messages acknowledged off the worker threads; or None.
+        self.completions: Completions | None = None
+        if self.fetch_claims is not None and COMPLETION_THREAD:
+            self.completions = Completions(self._complete)
+            self.fetch_claims.completions = self.completions
+        self._broker: Broker | None = None
 
     # -- process lifecycle -----------------------------------------------------
 
@@ -129,8 +138,15 @@ class WorkflowMiddleware(Middleware):
         self.book.owner = self.owner
 
     def before_worker_boot(self, broker: Broker, worker: Any) -> None:
+        self._broker = broker
         if self.fetch_claims is not None:  # before the consumer threads start
             self.fetch_claims.wrap(broker)
+
+    def before_consumer_thread_shutdown(self, broker: Broker, thread: Any) -> None:
+        # The worker threads are done: the outcomes they handed over are recorded
+        # and acknowledged before the consumers close.
+        if self.completions is not None:
+            self.completions.drain()
 
     def after_worker_boot(self, broker: Broker, worker: Any) -> None:
         if not manager.ids():
@@ -202,6 +218,8 @@ class WorkflowMiddleware(Middleware):
         self.stop_background()
 
     def stop_background(self) -> None:
+        if self.completions is not None:
+            self.completions.stop()
         for thread in self._threads:
             thread.stop()
         for thread in self._threads:
@@ -536,7 +554,8 @@ class WorkflowMiddleware(Middleware):
         exception: Any,
     ) -> None:
         """Record the outcome of the attempt the message ran (if it ran one) and carry
-        the job on: :meth:`after_process_message` without the slots."""
+        the job on, or leave that to the completion thread: :meth:`after_process_message`
+        without the slots."""
         reporter = getattr(step_actor.current, "reporter", None)
         since: float = getattr(step_actor.current, "since", None) or time.monotonic()
         if reporter is not None:  # closed already unless the actor never ran
@@ -548,6 +567,11 @@ class WorkflowMiddleware(Middleware):
             return
         if outcome is None:
             outcome = Outcome(False, error=f"{type(exception).__name__}: {exception}")
+        verdict: Verdict | None = None
+        if self.completions is not None:
+            verdict = self._completed_apart(message, claim, outcome, since)
+            if verdict is None:
+                return  # handed over: recorded and acknowledged by the completion thread
         unknown_since: float | None = None
         if outcome.unknown_task:
             unknown_since = StepMessage.from_message(message).unknown_since
@@ -557,15 +581,87 @@ class WorkflowMiddleware(Middleware):
             # after ours): a continued attempt is limited by its own deadline.
             try:
                 following = self._settle(
-                    broker, message.queue_name, claim, outcome, unknown_since, continued, since
+                    broker,
+                    message.queue_name,
+                    claim,
+                    outcome,
+                    unknown_since,
+                    continued,
+                    since,
+                    verdict,
                 )
             finally:
                 observers.attempt_ended(claim.record.id)
             if following is None:
                 return
             continued += 1
-            claim, unknown_since = following, None
+            claim, unknown_since, verdict = following, None, None
             outcome = self._run_continued(claim)
+
+    def _completed_apart(
+        self, message: Any, claim: Claim, outcome: Outcome, since: float
+    ) -> Verdict | None:
+        """Leave the outcome of ``claim``'s attempt to the completion thread when this
+        thread need not know how its record went: None once left there (its message's
+        acknowledgement hands it over); otherwise the outcome's verdict, for this
+        thread to record it as it always did.
+
+        This thread keeps the outcome when the attempt was handed back or its task is
+        unknown here, when it holds concurrency slots, when its task has a
+        ``round_timeout``, when a cancel reached it, when the message failed, when
+        the outcome calls an ``on_final_failure`` hook, when the step that follows
+        may run here at once (continuation), and while an observer follows attempts
+        by the thread that runs them (tracing: the attempt's span is this thread's).
+        """
+        if (
+            outcome is step_actor.HANDED_BACK
+            or outcome.unknown_task
+            or message.failed
+            or getattr(step_actor.current, "slots", None) is not None
+            or claim.spec.round_timeout > 0
+            or _observers_follow_threads()
+        ):
+            return self.book.verdict(claim, outcome)
+        running = self.inflight.get(claim.record.id)
+        if running is None or running.cancel_event.is_set():
+            return self.book.verdict(claim, outcome)
+        verdict = self.book.verdict(claim, outcome)
+        if verdict.hook_due:
+            return verdict
+        if verdict.step.action is Action.RUN and self._may_run_here(claim, verdict.step, 0, since):
+            return verdict
+        assert self.completions is not None
+        # Its lease is renewed until the record (no interrupt reaches a reserved step).
+        self.inflight.reserve(claim.record.id)
+        self.completions.stash(Finished(claim, outcome, verdict, message))
+        return None
+
+    def _complete(self, finished: list[Finished]) -> None:
+        """Record the outcomes the completion thread took, in one store call, and send
+        the steps that follow (its messages are acknowledged after this)."""
+        broker = self._broker
+        assert broker is not None
+        try:
+            results = self.book.record_outcomes([(done.claim, done.verdict) for done in finished])
+        except Exception as exc:  # a bug: each job is told, and left to its lease
+            results = [exc] * len(finished)
+        for done, result in zip(finished, results, strict=True):
+            claim = done.claim
+            self.inflight.remove(claim.record.id)
+            try:
+                if isinstance(result, BaseException):
+                    self.logger.error(
+                        "job %s: outcome of %s not recorded (%s); the step runs again after "
+                        "its lease",
+                        claim.record.id,
+                        claim.position.key(),
+                        result,
+                        extra={"action": "outcome_not_recorded", "job_id": claim.record.id},
+                    )
+                    continue
+                self._send_next(broker, done.message.queue_name, claim, result)
+            finally:
+                observers.attempt_ended(claim.record.id)
 
     def _settle(
         self,
@@ -576,6 +672,7 @@ class WorkflowMiddleware(Middleware):
         unknown_since: float | None,
         continued: int,
         since: float,
+        verdict: Verdict | None = None,
     ) -> Claim | None:
         """Record the outcome of ``claim``'s attempt and send the step that follows.
 
@@ -598,35 +695,10 @@ class WorkflowMiddleware(Middleware):
                 return None
 
         def here(step: Step) -> bool:
-            # A retry past the job's start deadline goes as a message: its claim
-            # cancels the job (the one place that rule is applied).
-            late = step.position is not None and late_retry(
-                claim.record.start_deadline, step.position.to_list(), utcnow()
-            )
-            # A step of a paused channel or task goes as a message: its claim holds it.
-            paused = step.position is not None and self._paused(claim, step.position)
-            # A step under a rate or concurrency limit goes as a message: it takes its
-            # turn, or its slot.
-            rate_key, concurrency_key = _keys(claim)
-            limited = rate_limits.limited(claim.record.channel_id, rate_key) or concurrency.limited(
-                claim.record.channel_id, concurrency_key
-            )
-            return (
-                not late
-                and not paused
-                and not limited
-                and may_continue(
-                    step,
-                    continued=continued,
-                    elapsed=time.monotonic() - since,
-                    max_steps=self.settings.continue_steps,
-                    max_seconds=self.settings.continue_seconds,
-                    stopping=self._stopping.is_set(),
-                )
-            )
+            return self._may_run_here(claim, step, continued, since)
 
         try:
-            recorded = self.book.record_outcome(claim, outcome, hold_next=here)
+            recorded = self.book.record_outcome(claim, outcome, hold_next=here, verdict=verdict)
         except StoreError as exc:
             # An outage; or the store refused even the failure recorded in place of
             # a refused outcome (StepIO.record_outcome): then the row itself is
@@ -639,12 +711,55 @@ class WorkflowMiddleware(Middleware):
             )
             return None
         _release_slots()  # the step ended: its next one (a message) takes a slot of its own
+        if (
+            recorded is not None
+            and recorded.decision.action is Action.RUN
+            and recorded.record.lease_owner == self.owner
+        ):  # claimed by the write: run it here
+            assert recorded.decision.position is not None
+            return Claim(recorded.record, recorded.decision.position, claim.tasks)
+        self._send_next(broker, queue_name, claim, recorded)
+        return None
+
+    def _may_run_here(self, claim: Claim, step: Step, continued: int, since: float) -> bool:
+        """Whether ``step``, which follows ``claim``'s, runs at once in this thread
+        (continuation) rather than as a message."""
+        # A retry past the job's start deadline goes as a message: its claim
+        # cancels the job (the one place that rule is applied).
+        late = step.position is not None and late_retry(
+            claim.record.start_deadline, step.position.to_list(), utcnow()
+        )
+        # A step of a paused channel or task goes as a message: its claim holds it.
+        paused = step.position is not None and self._paused(claim, step.position)
+        # A step under a rate or concurrency limit goes as a message: it takes its
+        # turn, or its slot.
+        rate_key, concurrency_key = _keys(claim)
+        limited = rate_limits.limited(claim.record.channel_id, rate_key) or concurrency.limited(
+            claim.record.channel_id, concurrency_key
+        )
+        return (
+            not late
+            and not paused
+            and not limited
+            and may_continue(
+                step,
+                continued=continued,
+                elapsed=time.monotonic() - since,
+                max_steps=self.settings.continue_steps,
+                max_seconds=self.settings.continue_seconds,
+                stopping=self._stopping.is_set(),
+            )
+        )
+
+    def _send_next(
+        self, broker: Broker, queue_name: str, claim: Claim, recorded: Recorded | None
+    ) -> None:
+        """Send the message of the step ``recorded`` decides to run next, if any (not
+        sent: recovery sends it when it is due)."""
         if recorded is None or recorded.decision.action is not Action.RUN:
-            return None
+            return
         decision = recorded.decision
         assert decision.position is not None
-        if recorded.record.lease_owner == self.owner:  # claimed by the write: run it here
-            return Claim(recorded.record, decision.position, claim.tasks)
         next_message = StepMessage.keyed(
             claim.record.id, decision.position, claim.record.payload
         ).to_message(queue_name, priority_options(claim.record.state, broker))
@@ -655,7 +770,6 @@ class WorkflowMiddleware(Middleware):
                 decision.position.key(),
             )
             self.book.due_now(claim.record.id, decision.position, decision.delay)
-        return None
 
     def _paused(self, claim: Claim, position: Position) -> bool:
         """Whether the step at ``position`` of ``claim``'s job may not start now (its
@@ -751,6 +865,9 @@ def _same_priority(message: Any) -> dict[str, Any] | None:
     return None if priority is None else {"broker_priority": priority}
 
 
+#: The completion thread is used when ``claim_fetched`` is on (False: the worker
+#: threads record their outcomes themselves, as with the prototype of claims ahead).
+COMPLETION_THREAD = True
 #: Longest wait between two tries of a thread holding a message it cannot place yet.
 MAX_HOLD_BACKOFF = 5.0
 #: How often a step whose task is unknown here is offered again to the workers.
@@ -767,6 +884,14 @@ def _release_slots() -> None:
     step_actor.current.slots = None
     if slots is not None:
         slots.release()
+
+
+def _observers_follow_threads() -> bool:
+    """Whether an installed observer follows each attempt in the thread that ran it
+    (it listens to :meth:`~pypepper_dramatiq.ops.observers.Observer.attempt_started`):
+    what the record tells it must then be told in that thread."""
+    base = observers.Observer.attempt_started
+    return any(type(observer).attempt_started is not base for observer in observers.installed())
 
 
 def _keys(claim: Claim) -> tuple[str | None, str | None]:

@@ -252,8 +252,9 @@ def setup(
             of the wrong type or a malformed duration is a ``ConfigError`` naming
             the key. The default channel is declared as ``channels`` are.
         claim_fetched: claim the step messages of each Redis fetch in one store
-            call before the worker threads take them (YAML
-            ``scheduler.claimFetched``; default off: a prototype, see
+            call before the worker threads take them, and record their outcomes
+            (then acknowledge their messages) many at a time in a completion
+            thread (YAML ``scheduler.claimFetched``; default off, see
             ``bench/README.md``).
 
     Returns:
