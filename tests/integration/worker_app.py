@@ -93,6 +93,11 @@ ENV = {
     "concurrency": "PYPEPPER_IT_CONCURRENCY",
     #: "1": ``setup(claim_fetched=True)``: each Redis fetch claimed ahead of the threads.
     "claim_fetched": "PYPEPPER_IT_CLAIM_FETCHED",
+    #: with ``claim_fetched``: what this worker's completion thread never does, as if
+    #: the process froze there: ``record`` (it stops for good before recording the
+    #: first outcomes it took) or ``ack`` (it records every outcome, and acknowledges
+    #: no message).
+    "hold_completion": "PYPEPPER_IT_HOLD_COMPLETION",
 }
 
 #: The channel every test job goes to.
@@ -155,6 +160,24 @@ def _trace_to(directory: str) -> None:
     trace.set_tracer_provider(provider)
 
 
+def _hold_completion(where: str) -> None:
+    """Make this process's completion thread never record (``where``: ``record``) or
+    never acknowledge (``ack``): what a SIGKILL then finds."""
+    from pypepper_dramatiq.drivers.dramatiq.completion import Completions
+    from pypepper_dramatiq.engine.step_io import StepIO
+
+    def frozen(*args: Any, **kwargs: Any) -> Any:
+        while True:
+            time.sleep(3600)
+
+    if where == "record":
+        StepIO.record_outcomes = frozen  # type: ignore[method-assign]
+    elif where == "ack":
+        Completions._acknowledge = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    else:
+        raise ValueError(f"{ENV['hold_completion']}: record or ack, not {where!r}")
+
+
 if REDIS_URL and BROKER_URL and STORE_URI:
     if os.environ.get(ENV["trace_dir"]):
         _trace_to(os.environ[ENV["trace_dir"]])
@@ -209,6 +232,8 @@ if REDIS_URL and BROKER_URL and STORE_URI:
         defaults=json.loads(os.environ.get(ENV["defaults"]) or "null"),
         claim_fetched=os.environ.get(ENV["claim_fetched"]) == "1",
     )
+    if os.environ.get(ENV["hold_completion"]):
+        _hold_completion(os.environ[ENV["hold_completion"]])
     if os.environ.get(ENV["metrics"]) == "1":
         from dramatiq.middleware.prometheus import Prometheus
 
