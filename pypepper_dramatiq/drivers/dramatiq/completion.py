@@ -197,7 +197,11 @@ class Completions:
 def _ack_pipelined(consumer: Any, messages: list[Any]) -> bool:
     """Acknowledge ``messages`` of Dramatiq's Redis ``consumer`` in one pipeline of the
     broker's own ``ack`` script calls; False if this consumer is not one (or the
-    pipeline failed: the caller then acknowledges one by one, which is idempotent)."""
+    pipeline failed: the caller then acknowledges one by one, which is idempotent).
+
+    The script is called by its digest (``EVALSHA``): its consumer loaded it to
+    fetch these messages, and a pipeline given the script object would first ask
+    Redis whether it exists, a round trip of its own."""
     broker = getattr(consumer, "broker", None)
     scripts = getattr(broker, "scripts", None)
     client = getattr(broker, "client", None)
@@ -218,7 +222,7 @@ def _ack_pipelined(consumer: Any, messages: list[Any]) -> bool:
                 broker._max_unpack_size(),
                 message.options["redis_message_id"],
             ]
-            dispatch(args=args, keys=[broker.namespace], client=pipe)
+            pipe.evalsha(dispatch.sha, 1, broker.namespace, *args)
         pipe.execute()
     except Exception as exc:  # the one-by-one path reports its own errors
         logger.debug("pipelined acknowledgement failed (%s); one by one", exc)
