@@ -1596,7 +1596,16 @@ def _most_slots_held(stack: Stack, stop: threading.Event, peak: list[int]) -> No
 
 #: The competitors of scenario 22: plain Dramatiq, and the durable worker with
 #: ``claim_fetched`` off and on.
-AHEAD_VARIANTS = ("plain", "off", "on")
+AHEAD_VARIANTS = ("plain", "off", "ahead", "on")
+#: The environment of each variant of scenario 22's durable worker: ``off`` (the
+#: worker threads claim and record), ``ahead`` (claims ahead, the threads record:
+#: the prototype), ``on`` (claims ahead and the completion thread records).
+AHEAD_ENV = {
+    "plain": {"BENCH_CLAIM_FETCHED": "0", "BENCH_COMPLETION_THREAD": "1"},
+    "off": {"BENCH_CLAIM_FETCHED": "0", "BENCH_COMPLETION_THREAD": "1"},
+    "ahead": {"BENCH_CLAIM_FETCHED": "1", "BENCH_COMPLETION_THREAD": "0"},
+    "on": {"BENCH_CLAIM_FETCHED": "1", "BENCH_COMPLETION_THREAD": "1"},
+}
 
 
 def _drain_with_cpu(
@@ -1634,8 +1643,9 @@ def _cpu_seconds(worker: Any) -> float:
 
 
 def claims_ahead(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> dict[str, Any]:
-    """The prototype of issue 29's first item: plain Dramatiq and the durable worker
-    with ``claim_fetched`` off and on, alternated, draining N one-task jobs at each
+    """Issue 29's first item: plain Dramatiq and the durable worker with
+    ``claim_fetched`` off, with claims ahead only (``ahead``: the prototype) and
+    on (claims ahead and the completion thread), alternated, draining N one-task jobs at each
     shape (rates and durable / plain ratios from the same run); then one counted
     1x8 run of each (``BENCH_COUNT_TRIPS``: counting costs CPU, so it is kept
     apart) giving the blocking calls per job made in Dramatiq's worker threads and
@@ -1651,7 +1661,7 @@ def claims_ahead(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> 
             shape = f"{processes}x8"
             for variant in _rotate(list(AHEAD_VARIANTS), rep):
                 competitor = plain if variant == "plain" else durable
-                with _environ(BENCH_CLAIM_FETCHED="1" if variant == "on" else "0"):
+                with _environ(**AHEAD_ENV[variant]):
                     rate, cpu = _drain_with_cpu(stack, competitor, jobs, processes)
                 rates.setdefault(shape, {}).setdefault(variant, []).append(rate)
                 cpus.setdefault(shape, {}).setdefault(variant, []).append(cpu)
@@ -1669,21 +1679,22 @@ def claims_ahead(stack: Stack, plain: Plain, durable: Durable, sizes: Sizes) -> 
             "cpu_ms": {v: median(values) * 1000 for v, values in cpus[shape].items()},
             "all_cpu_ms": {v: [c * 1000 for c in values] for v, values in cpus[shape].items()},
             "ratio_off": medians["off"] / medians["plain"],
+            "ratio_ahead": medians["ahead"] / medians["plain"],
             "ratio_on": medians["on"] / medians["plain"],
         }
         print(
             f"  claims ahead {shape}: durable / plain {out['shapes'][shape]['ratio_off']:.3f}x "
-            f"off, {out['shapes'][shape]['ratio_on']:.3f}x on",
+            f"off, {out['shapes'][shape]['ratio_ahead']:.3f}x ahead, "
+            f"{out['shapes'][shape]['ratio_on']:.3f}x on",
             flush=True,
         )
     counted: dict[str, dict[str, float]] = {}
     for variant in AHEAD_VARIANTS:
         competitor = plain if variant == "plain" else durable
-        flag = "1" if variant == "on" else "0"
         competitor.warm()
         stack.reset()
         enqueue(competitor, jobs)
-        with _environ(BENCH_CLAIM_FETCHED=flag, BENCH_COUNT_TRIPS="1"):
+        with _environ(**AHEAD_ENV[variant], BENCH_COUNT_TRIPS="1"):
             worker = competitor.worker(1)
         try:
             wait_until(lambda c=competitor: c.done() >= jobs, 600, f"{variant} jobs", worker)

@@ -57,6 +57,11 @@ if TRACING:
 
     trace.set_tracer_provider(sdk_tracer_provider(lambda n: probe.count("spans", n)))
 
+if os.environ.get("BENCH_COMPLETION_THREAD") == "0":  # scenario 22's prototype variant
+    from pypepper_dramatiq.drivers.dramatiq import middleware as _middleware
+
+    _middleware.COMPLETION_THREAD = False
+
 broker = setup(
     os.environ.get("BENCH_BROKER_URL") or os.environ["BENCH_REDIS_URL"],
     os.environ["BENCH_STORE_URI"],

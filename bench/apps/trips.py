@@ -30,6 +30,8 @@ _probe_port = int(os.environ["BENCH_PROBE_URL"].rsplit(":", 1)[1].split("/")[0])
 
 def _thread_kind() -> str:
     thread = threading.current_thread()
+    if thread.name == "pypepper-completion":
+        return "completion"
     if isinstance(thread, WorkerThread):
         return "worker"
     if isinstance(thread, _ConsumerThread):
