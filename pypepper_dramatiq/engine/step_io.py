@@ -637,35 +637,16 @@ class StepIO:
         )
         kind = outcome.history_kind
         try:
-            written = self._write(write.row)
-            seen: JobRecord = claim.record
-            for _ in range(REBASE_ATTEMPTS):
-                if written:
-                    break
-                # Another writer changed only the row's hooks (a recovered hook of
-                # an earlier task): write ours over its changes, not lose the step.
-                current = self._store().get(claim.record.id)
-                if current is None or not outcomes.only_hooks_moved(seen, current):
-                    break
-                seen = current
-                write = outcomes.outcome_write(
-                    current, attempt, verdict, writer, now, keeps_next=keeps_next
-                )
-                written = self._write(write.row)
+            write, written = self._rebased(
+                claim, verdict, write, self._write(write.row), writer, now, keeps_next
+            )
         except StoreError as exc:
             if isinstance(exc, StoreDataError) and not outcome.refused:
                 # The store refused what this write holds (sending it again cannot
                 # help): record the attempt as a failure that names the refusal,
                 # without the content it carried, so the job goes on by its retry
                 # table and ends instead of leaving the step to its lease.
-                logger.error(
-                    "job %s: the job store refused the outcome of task %s (%s); "
-                    "recording the attempt as failed without it",
-                    claim.record.id,
-                    claim.spec.name,
-                    exc,
-                    extra={"action": "outcome_refused", "job_id": claim.record.id},
-                )
+                _log_outcome_refused(claim, exc)
                 return self.record_outcome(
                     claim, outcome.refused_by_store(exc), task=task, hold_next=hold_next
                 )
@@ -741,30 +722,10 @@ class StepIO:
         try:
             if isinstance(answer, BaseException):
                 raise answer
-            written = answer
-            seen: JobRecord = claim.record
-            for _ in range(REBASE_ATTEMPTS):
-                if written:
-                    break
-                # As record_outcome: only the row's hooks moved, write over them.
-                current = self._store().get(claim.record.id)
-                if current is None or not outcomes.only_hooks_moved(seen, current):
-                    break
-                seen = current
-                write = outcomes.outcome_write(
-                    current, _attempt_of(claim), verdict, writer, now, keeps_next=False
-                )
-                written = self._write(write.row)
+            write, written = self._rebased(claim, verdict, write, answer, writer, now, False)
         except StoreError as exc:
             if isinstance(exc, StoreDataError) and not outcome.refused:
-                logger.error(
-                    "job %s: the job store refused the outcome of task %s (%s); "
-                    "recording the attempt as failed without it",
-                    claim.record.id,
-                    claim.spec.name,
-                    exc,
-                    extra={"action": "outcome_refused", "job_id": claim.record.id},
-                )
+                _log_outcome_refused(claim, exc)
                 return self.record_outcome(claim, outcome.refused_by_store(exc))
             _tell_task_ended(claim, kind, outcome)
             raise OutcomeNotRecorded(exc, verdict.step, write.row) from exc
@@ -774,6 +735,34 @@ class StepIO:
         _tell_task_ended(claim, kind, outcome)
         _log_decision(claim, verdict.step, outcome, write.attempts)
         return self._after_write(claim, outcome, write, None, None)
+
+    def _rebased(
+        self,
+        claim: Claim,
+        verdict: outcomes.Verdict,
+        write: outcomes.OutcomeWrite,
+        written: bool,
+        writer: outcomes.Writer,
+        now: datetime,
+        keeps_next: bool,
+    ) -> tuple[outcomes.OutcomeWrite, bool]:
+        """An outcome's ``write`` that lost its compare-and-set (``written`` False)
+        written again over a row whose hooks alone moved (a recovered hook of an
+        earlier task), up to :data:`REBASE_ATTEMPTS` times: the write last sent, and
+        whether it was stored."""
+        seen: JobRecord = claim.record
+        for _ in range(REBASE_ATTEMPTS):
+            if written:
+                break
+            current = self._store().get(claim.record.id)
+            if current is None or not outcomes.only_hooks_moved(seen, current):
+                break
+            seen = current
+            write = outcomes.outcome_write(
+                current, _attempt_of(claim), verdict, writer, now, keeps_next=keeps_next
+            )
+            written = self._write(write.row)
+        return write, written
 
     def _write_all(self, rows: list[JobRecord]) -> list[bool | BaseException]:
         """:meth:`_write` for many rows in one store call: the rows an outage kept
@@ -1110,6 +1099,18 @@ def _attempt_of(claim: Claim) -> outcomes.Attempt:
         claim.plan,
         bool(claim.spec.on_final_failure),
         claim.record.updated,
+    )
+
+
+def _log_outcome_refused(claim: Claim, exc: StoreError) -> None:
+    """Say that the store refused an outcome's content, which is recorded as failed."""
+    logger.error(
+        "job %s: the job store refused the outcome of task %s (%s); "
+        "recording the attempt as failed without it",
+        claim.record.id,
+        claim.spec.name,
+        exc,
+        extra={"action": "outcome_refused", "job_id": claim.record.id},
     )
 
 
