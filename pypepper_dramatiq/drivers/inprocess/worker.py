@@ -14,9 +14,10 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from ...channels.channel import Channel
 from ...channels.end_notices import publish_ended
@@ -180,16 +181,11 @@ class Worker:
             observers.start_held(job.channel_id, observers.HELD_BY_PAUSE)
             _log(job, "pause_hold", why)
             return False
-        if job.not_before is not None:
-            # Planned later: wait for it here (a cancel of the job ends the wait).
-            try:
-                await _until(job.not_before, job.cancel_event)
-            except asyncio.CancelledError:
-                self._put_back(job)
-                raise
-            if _cancelled(job):
-                self._settle_cancelled(job)
-                return True
+        # Planned later: wait for it here (a cancel of the job ends the wait).
+        if job.not_before is not None and await self._cancelled_waiting(
+            job, _until(job.not_before, job.cancel_event)
+        ):
+            return True
         if job.start_deadline is not None and job.start_deadline < utcnow():
             self._cancel_overdue(job)
             return True
@@ -203,16 +199,11 @@ class Worker:
                 return False
         handed = False  # once the job's thread has the slots, it gives them back
         try:
-            if rate_limits.limited(job.channel_id, job.rate_key):
-                # Its turn under the channel's rate limit, awaited without a thread.
-                try:
-                    await _turn(job)
-                except asyncio.CancelledError:
-                    self._put_back(job)
-                    raise
-                if _cancelled(job):
-                    self._settle_cancelled(job)
-                    return True
+            # Its turn under the channel's rate limit, awaited without a thread.
+            if rate_limits.limited(job.channel_id, job.rate_key) and await self._cancelled_waiting(
+                job, _turn(job)
+            ):
+                return True
             if not self._start(job):
                 return True
             _log(job, "start")
@@ -263,6 +254,20 @@ class Worker:
             self._finish(job, None)
             return
         self._ended(job, ended)
+
+    async def _cancelled_waiting(self, job: Job, wait: Coroutine[Any, Any, None]) -> bool:
+        """Await ``wait``, the taken ``job`` waiting to start (no thread held): True when
+        the job was cancelled meanwhile (settled here). Should the ``run_once`` be
+        cancelled instead, the job goes back on the channel."""
+        try:
+            await wait
+        except asyncio.CancelledError:
+            self._put_back(job)
+            raise
+        if _cancelled(job):
+            self._settle_cancelled(job)
+            return True
+        return False
 
     def _put_back(self, job: Job) -> None:
         """``job`` was taken and not started, and its ``run_once`` was cancelled: it
@@ -806,10 +811,7 @@ async def _turn(job: Job) -> None:
         wait = _start_or_wait(job, told)
         if wait <= 0:
             return
-        observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
-        if not told:
-            _log(job, "rate_hold", f"{wait:.3f}s")
-            told = True
+        told = True
         await _until(utcnow() + timedelta(seconds=wait), job.cancel_event)
 
 
@@ -821,10 +823,7 @@ def _turn_came(job: Job) -> bool:
         wait = _start_or_wait(job, told)
         if wait <= 0:
             break
-        observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
-        if not told:
-            _log(job, "rate_hold", f"{wait:.3f}s")
-            told = True
+        told = True
         job.cancel_event.wait(wait)
     return not job.is_cancelled
 
@@ -832,12 +831,18 @@ def _turn_came(job: Job) -> bool:
 def _start_or_wait(job: Job, told: bool = False) -> float:
     """:func:`rate_limits.start_or_wait` for the job's channel (``told``: it was told a
     time already, and asks at it); a transport out of reach (logged) waits
-    :data:`RATE_RETRY_SECONDS`."""
+    :data:`RATE_RETRY_SECONDS`. A wait is a start held: counted each time, logged the
+    first (not ``told``), here for both ways of waiting for the turn."""
     try:
-        return rate_limits.start_or_wait(job.channel_id, job.rate_key, told)
+        wait = rate_limits.start_or_wait(job.channel_id, job.rate_key, told)
     except BrokerUnavailableError as exc:
         logger.warning("job %s: its channel's rate limit could not be asked: %s", job.id, exc)
-        return RATE_RETRY_SECONDS
+        wait = RATE_RETRY_SECONDS
+    if wait > 0:
+        observers.start_held(job.channel_id, observers.HELD_BY_RATE_LIMIT)
+        if not told:
+            _log(job, "rate_hold", f"{wait:.3f}s")
+    return wait
 
 
 class _SlotLine:

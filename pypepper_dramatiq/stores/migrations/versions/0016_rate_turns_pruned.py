@@ -19,7 +19,11 @@ from __future__ import annotations
 
 from alembic import op
 
-from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only, rate_ask_function
+from pypepper_dramatiq.stores.migrations.postgres_only import (
+    RATE_ASK_LOCK_ROW,
+    postgresql_only,
+    rate_ask_function,
+)
 
 revision: str = "0016"
 down_revision: str | None = "0015"
@@ -39,16 +43,7 @@ _BEFORE = """
         FROM scheduler_rate_turns WHERE key = p_key FOR UPDATE;
 
 """
-_AFTER = """
-    LOOP
-        SELECT starts, tail_at INTO v_starts, v_tail
-            FROM scheduler_rate_turns WHERE key = p_key FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)
-            VALUES (p_key, '{}', 0, p_limit) ON CONFLICT (key) DO NOTHING;
-    END LOOP;
-
-"""
+_AFTER = "\n" + RATE_ASK_LOCK_ROW + "\n"
 
 
 @postgresql_only

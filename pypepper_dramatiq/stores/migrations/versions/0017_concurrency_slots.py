@@ -25,46 +25,13 @@ import sqlalchemy as sa
 from alembic import op
 
 from pypepper_dramatiq.limits import storable as limits
-from pypepper_dramatiq.stores.migrations.postgres_only import postgresql_only
+from pypepper_dramatiq.stores.migrations.postgres_only import SLOTS_ACQUIRE_0017, postgresql_only
 from pypepper_dramatiq.stores.schema import exact_text
 
 revision: str = "0017"
 down_revision: str | None = "0016"
 
 SLOTS = "scheduler_concurrency_slots"
-
-_ACQUIRE = """
-CREATE FUNCTION pypepper_slots_acquire(
-    p_keys text[], p_limits integer[], p_holder text, p_lease float8
-)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_key text;
-    v_now float8;
-    i integer;
-BEGIN
-    FOR v_key IN SELECT k FROM unnest(p_keys) AS k ORDER BY k LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended('pypepper_slots:' || v_key, 0));
-    END LOOP;
-    v_now := extract(epoch FROM clock_timestamp());
-    DELETE FROM scheduler_concurrency_slots WHERE key = ANY(p_keys) AND expires_at <= v_now;
-    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
-        IF NOT EXISTS (
-            SELECT 1 FROM scheduler_concurrency_slots WHERE key = p_keys[i] AND holder = p_holder
-        ) AND (
-            SELECT count(*) FROM scheduler_concurrency_slots WHERE key = p_keys[i]
-        ) >= p_limits[i] THEN
-            RETURN false;
-        END IF;
-    END LOOP;
-    INSERT INTO scheduler_concurrency_slots (key, holder, expires_at)
-        SELECT k, p_holder, v_now + p_lease FROM unnest(p_keys) AS k
-        ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at;
-    RETURN true;
-END
-$$
-"""
 
 
 @postgresql_only
@@ -75,7 +42,7 @@ def upgrade() -> None:
         sa.Column("holder", exact_text(limits.CONCURRENCY_HOLDER_LENGTH), primary_key=True),
         sa.Column("expires_at", sa.Double(), nullable=False),
     )
-    op.execute(_ACQUIRE)
+    op.execute(SLOTS_ACQUIRE_0017)
 
 
 @postgresql_only

@@ -42,6 +42,15 @@ import sqlalchemy as sa
 from alembic import op
 
 from pypepper_dramatiq.limits import storable as limits
+from pypepper_dramatiq.stores.migrations.postgres_only import (
+    RATE_ASK_LOCK_ROW,
+    SLOTS_ACQUIRE_0017,
+    SLOTS_DROP_LAPSED,
+    SLOTS_LOCK_KEYS,
+    SLOTS_TAKE,
+    postgresql_only,
+    rate_ask_function,
+)
 from pypepper_dramatiq.stores.schema import exact_text
 
 revision: str = "0019"
@@ -51,7 +60,8 @@ WAITS = "scheduler_concurrency_waits"
 
 #: Taking slots with the start asking: migration 0017's function, which also records
 #: the limits of channel keys and keeps the lines.
-_ACQUIRE_HELD = """
+_ACQUIRE_HELD = (
+    """
 CREATE FUNCTION pypepper_slots_acquire(
     p_keys text[], p_limits integer[], p_holder text, p_lease float8,
     p_job text, p_priority integer, p_data text
@@ -69,13 +79,12 @@ BEGIN
         FROM unnest(p_keys, p_limits) AS u(k, l)
         WHERE u.k LIKE 'channel:%' AND c.name = substr(u.k, 9)
         AND c.max_running IS DISTINCT FROM u.l;
-    FOR v_key IN SELECT k FROM unnest(p_keys) AS k ORDER BY k LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended('pypepper_slots:' || v_key, 0));
-    END LOOP;
-    v_now := extract(epoch FROM clock_timestamp());
-    v_kept := 'held:' || p_job;
-    DELETE FROM scheduler_concurrency_slots WHERE key = ANY(p_keys) AND expires_at <= v_now;
-    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+"""
+    + SLOTS_LOCK_KEYS
+    + """    v_kept := 'held:' || p_job;
+"""
+    + SLOTS_DROP_LAPSED
+    + """    FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
         IF NOT EXISTS (
             SELECT 1 FROM scheduler_concurrency_slots WHERE key = p_keys[i]
             AND (holder = p_holder OR holder = v_kept)
@@ -97,13 +106,9 @@ BEGIN
         DELETE FROM scheduler_concurrency_slots WHERE key = ANY(p_keys) AND holder = v_kept;
         DELETE FROM scheduler_concurrency_waits WHERE key = ANY(p_keys) AND job_id = p_job;
     END IF;
-    INSERT INTO scheduler_concurrency_slots (key, holder, expires_at)
-        SELECT k, p_holder, v_now + p_lease FROM unnest(p_keys) AS k
-        ON CONFLICT (key, holder) DO UPDATE SET expires_at = excluded.expires_at;
-    RETURN true;
-END
-$$
 """
+    + SLOTS_TAKE
+)
 
 #: Migration 0017's four-argument form: no start asking.
 _ACQUIRE = """
@@ -117,7 +122,8 @@ $$
 """
 
 #: Giving slots back, waking the first start in each one's line.
-_RELEASE = """
+_RELEASE = (
+    """
 CREATE FUNCTION pypepper_slots_release(p_keys text[], p_holder text, p_reserve float8)
 RETURNS TABLE (woken_job text, woken_priority integer, woken_data text)
 LANGUAGE plpgsql AS $$
@@ -125,11 +131,9 @@ DECLARE
     v_key text;
     v_now float8;
 BEGIN
-    FOR v_key IN SELECT k FROM unnest(p_keys) AS k ORDER BY k LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended('pypepper_slots:' || v_key, 0));
-    END LOOP;
-    v_now := extract(epoch FROM clock_timestamp());
-    FOR v_key IN SELECT k FROM unnest(p_keys) AS k ORDER BY k LOOP
+"""
+    + SLOTS_LOCK_KEYS
+    + """    FOR v_key IN SELECT k FROM unnest(p_keys) AS k ORDER BY k LOOP
         DELETE FROM scheduler_concurrency_slots AS s WHERE s.key = v_key AND s.holder = p_holder;
         IF FOUND AND p_reserve > 0 THEN
             DELETE FROM scheduler_concurrency_waits AS w WHERE w.key = v_key AND w.job_id = (
@@ -147,36 +151,18 @@ BEGIN
 END
 $$
 """
+)
 
 
 #: Migration 0016's function with ``p_told`` (a function of its own: five arguments).
-_ASK = """
+_ASK = rate_ask_function(
+    """
 CREATE FUNCTION pypepper_rate_ask(
     p_key text, p_count integer, p_period float8, p_limit text, p_told boolean
 )
-RETURNS float8
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_now float8;
-    v_starts float8[];
-    v_tail float8;
-    v_slot float8;
-BEGIN
-    LOOP
-        SELECT starts, tail_at INTO v_starts, v_tail
-            FROM scheduler_rate_turns WHERE key = p_key FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO scheduler_rate_turns (key, starts, tail_at, rate_limit)
-            VALUES (p_key, '{}', 0, p_limit) ON CONFLICT (key) DO NOTHING;
-    END LOOP;
-    v_now := extract(epoch FROM clock_timestamp());
-    v_starts := ARRAY(SELECT s FROM unnest(v_starts) AS s WHERE s > v_now - p_period ORDER BY s);
-    IF coalesce(array_length(v_starts, 1), 0) < p_count THEN
-        UPDATE scheduler_rate_turns SET starts = v_starts || v_now, rate_limit = p_limit
-            WHERE key = p_key;
-        RETURN 0;
-    END IF;
-    IF p_told THEN
+""",
+    RATE_ASK_LOCK_ROW,
+    """    IF p_told THEN
         v_slot := v_starts[1] + p_period;
         v_tail := greatest(v_tail, v_slot + p_period / p_count);
     ELSE
@@ -188,12 +174,12 @@ BEGIN
     RETURN v_slot - v_now;
 END
 $$
-"""
+""",
+)
 
 
+@postgresql_only
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     op.add_column("scheduler_channels", sa.Column("max_running", sa.Integer(), nullable=True))
     op.create_table(
         WAITS,
@@ -210,19 +196,14 @@ def upgrade() -> None:
     op.execute(_ASK)
 
 
+@postgresql_only
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
-    from importlib import import_module
-
     op.execute("DROP FUNCTION pypepper_rate_ask(text, integer, float8, text, boolean)")
     op.execute("DROP FUNCTION pypepper_slots_release(text[], text, float8)")
-
-    before = import_module("pypepper_dramatiq.stores.migrations.versions.0017_concurrency_slots")
     op.execute("DROP FUNCTION pypepper_slots_acquire(text[], integer[], text, float8)")
     op.execute(
         "DROP FUNCTION pypepper_slots_acquire(text[], integer[], text, float8, text, integer, text)"
     )
-    op.execute(before._ACQUIRE)
+    op.execute(SLOTS_ACQUIRE_0017)
     op.drop_table(WAITS)
     op.drop_column("scheduler_channels", "max_running")
