@@ -19,7 +19,7 @@ import abc
 import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import dramatiq
 
@@ -194,6 +194,11 @@ class HeldStart:
     data: str = ""
 
 
+#: The concurrency limits a start asks a slot of (:meth:`Transport.acquire_slots`): each
+#: limit's key, and how many may hold a slot of it at once.
+SlotLimits: TypeAlias = Sequence[tuple[str, int]]
+
+
 def channel_slot_key(channel_id: str) -> str:
     """The concurrency limit key of a channel's running steps (:meth:`Transport.acquire_slots`)."""
     return f"{CHANNEL_SLOT_PREFIX}{channel_id}"
@@ -359,11 +364,7 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def acquire_slots(
-        self,
-        limits: Sequence[tuple[str, int]],
-        holder: str,
-        lease_seconds: float,
-        held: HeldStart | None = None,
+        self, limits: SlotLimits, holder: str, lease_seconds: float, held: HeldStart | None = None
     ) -> bool:
         """Take one slot of each limit of ``limits`` (key, how many may be held at once)
         for ``holder``, all or none, counted for every process: True when taken.

@@ -19,6 +19,7 @@ from .base import (
     Gate,
     HeldStart,
     SendResult,
+    SlotLimits,
     Subscription,
     Topic,
     Transport,
@@ -172,11 +173,7 @@ class LocalTransport(Transport):
             return len(idle)
 
     def acquire_slots(
-        self,
-        limits: Sequence[tuple[str, int]],
-        holder: str,
-        lease_seconds: float,
-        held: HeldStart | None = None,
+        self, limits: SlotLimits, holder: str, lease_seconds: float, held: HeldStart | None = None
     ) -> bool:
         with self._starts_lock:
             now = time.monotonic()

@@ -18,7 +18,7 @@ from ...limits.storable import (
     RATE_KEY_LENGTH,
     check_text,
 )
-from ..base import ChannelState, Gate, HeldStart, Subscription, Topic, Transport
+from ..base import ChannelState, Gate, HeldStart, SlotLimits, Subscription, Topic, Transport
 from . import batch
 from .connections import dedicated
 from .gate import PostgresGate, channel_states
@@ -136,11 +136,7 @@ class PostgresTransport(Transport):
     # -- concurrency limits --------------------------------------------------------------
 
     def acquire_slots(
-        self,
-        limits: Sequence[tuple[str, int]],
-        holder: str,
-        lease_seconds: float,
-        held: HeldStart | None = None,
+        self, limits: SlotLimits, holder: str, lease_seconds: float, held: HeldStart | None = None
     ) -> bool:
         keys = [
             check_text("concurrency limit key", k, CONCURRENCY_SLOT_KEY_LENGTH) for k, _ in limits

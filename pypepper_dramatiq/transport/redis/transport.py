@@ -22,6 +22,7 @@ from ..base import (
     HeldStart,
     Notice,
     SendResult,
+    SlotLimits,
     Subscribed,
     Subscription,
     Topic,
@@ -159,11 +160,7 @@ class RedisTransport(Transport):
     # -- concurrency limits --------------------------------------------------------------
 
     def acquire_slots(
-        self,
-        limits: Sequence[tuple[str, int]],
-        holder: str,
-        lease_seconds: float,
-        held: HeldStart | None = None,
+        self, limits: SlotLimits, holder: str, lease_seconds: float, held: HeldStart | None = None
     ) -> bool:
         keys = _slot_keys([key for key, _ in limits])
         args: list[str | int] = [
