@@ -67,7 +67,9 @@ class Settings:
             (:mod:`~pypepper_dramatiq.drivers.dramatiq.fetch_claims`), and record
             their outcomes, then acknowledge their messages, many at a time in a
             completion thread (:mod:`~pypepper_dramatiq.drivers.dramatiq.completion`);
-            off by default: its measurements are in ``bench/README.md``.
+            a worker then prefetches 6 messages per thread unless
+            ``dramatiq_queue_prefetch`` is set. Off by default: its measurements are
+            in ``bench/README.md``.
         defaults: what a task or a job takes when neither it nor its handler class
             says (:class:`~pypepper_dramatiq.defaults.Defaults`: channel, retry count,
             delay, backoff, jitter and cap, ``round_timeout``, ``max_start_delay``),

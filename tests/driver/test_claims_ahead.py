@@ -30,6 +30,7 @@ from pypepper_dramatiq import (
     set_job_store,
     workflow_task,
 )
+from pypepper_dramatiq.drivers.dramatiq.fetch_claims import PREFETCH_ENV
 from pypepper_dramatiq.stores.base import StepClaim
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
@@ -109,3 +110,38 @@ def test_a_batch_claim_the_store_fails_defers_its_steps_none_lost_none_run_twice
     # Told of the outage by its batch, a thread deferred its message without asking
     # the store again; the copy was claimed ahead once the store answered.
     assert workflow_middleware(stub_broker).book.claims.stats.calls == 0
+
+
+def test_a_worker_with_claims_ahead_prefetches_six_messages_per_thread(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], monkeypatch: Any
+) -> None:
+    monkeypatch.delenv(PREFETCH_ENV, raising=False)
+    worker = start_worker()
+
+    # Dramatiq's default is 2 per thread; its consumers were made with the larger one.
+    assert worker.queue_prefetch == 6 * worker.worker_threads
+    assert {c.prefetch for c in worker.consumers.values() if not c.queue_name.endswith(".DQ")} == {
+        6 * worker.worker_threads
+    }
+
+
+def test_a_prefetch_its_user_set_is_kept(
+    stub_broker: StubBroker, start_worker: Callable[[], dramatiq.Worker], monkeypatch: Any
+) -> None:
+    monkeypatch.setenv(PREFETCH_ENV, "5")
+    worker = dramatiq.Worker(stub_broker, worker_timeout=100, worker_threads=2)
+    worker.queue_prefetch = 3  # as Dramatiq's QUEUE_PREFETCH would have, read at import
+    worker.start()
+    try:
+        assert worker.queue_prefetch == 3
+    finally:
+        worker.stop()
+
+    monkeypatch.delenv(PREFETCH_ENV)
+    worker = dramatiq.Worker(stub_broker, worker_timeout=100, worker_threads=2)
+    worker.queue_prefetch = 7  # set by its user, not Dramatiq's default
+    worker.start()
+    try:
+        assert worker.queue_prefetch == 7
+    finally:
+        worker.stop()

@@ -27,11 +27,13 @@ the batch takes the ordinary path in its thread.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+import dramatiq.worker
 from dramatiq.broker import Broker, Consumer, MessageProxy
 
 from ...channels.channel import channel_of_step, manager
@@ -45,6 +47,28 @@ from ...records.record import utcnow
 from .completion import Completions
 
 logger = get_logger(__name__)
+
+#: Messages a consumer prefetches per worker thread when ``claim_fetched`` is on and
+#: the user set no ``dramatiq_queue_prefetch`` (Dramatiq's default is 2): a message
+#: waiting for the completion thread still counts against the prefetch, and a
+#: larger fetch is a larger claim batch (bench/README.md, "Per-job CPU, second pass").
+PREFETCH_PER_THREAD = 6
+#: The environment variable through which Dramatiq's user sets the prefetch.
+PREFETCH_ENV = "dramatiq_queue_prefetch"
+
+
+def raise_prefetch(worker: Any) -> None:
+    """Give ``worker`` (a ``dramatiq.Worker`` before its consumers start) a prefetch of
+    :data:`PREFETCH_PER_THREAD` messages per thread, unless its prefetch was chosen
+    by its user (``dramatiq_queue_prefetch``, or an attribute set otherwise)."""
+    if os.environ.get(PREFETCH_ENV) or dramatiq.worker.QUEUE_PREFETCH:
+        return
+    threads = getattr(worker, "worker_threads", None)
+    if not isinstance(threads, int) or threads < 1:
+        return
+    if getattr(worker, "queue_prefetch", None) != min(threads * 2, 65535):
+        return  # not Dramatiq's default: set by its user
+    worker.queue_prefetch = min(threads * PREFETCH_PER_THREAD, 65535)
 
 
 class FetchClaims:

@@ -56,7 +56,7 @@ from ...transport.base import HeldStart
 from . import step_actor
 from .cancel_listener import CancelListener
 from .completion import Completions, Finished
-from .fetch_claims import FetchClaims
+from .fetch_claims import FetchClaims, raise_prefetch
 from .leases import LeaseKeeper
 from .orphans import AckKeeper
 from .recovery import RecoverySweeper
@@ -141,6 +141,7 @@ class WorkflowMiddleware(Middleware):
         self._broker = broker
         if self.fetch_claims is not None:  # before the consumer threads start
             self.fetch_claims.wrap(broker)
+            raise_prefetch(worker)
 
     def before_consumer_thread_shutdown(self, broker: Broker, thread: Any) -> None:
         # The worker threads are done: the outcomes they handed over are recorded
