@@ -140,6 +140,32 @@ class TestAdvanceEach:
     def test_no_record_no_answer(self, store: IJobStore) -> None:
         assert store.advance_each([]) == []
 
+    def test_every_column_is_written_as_advance_writes_it(self, store: IJobStore) -> None:
+        # The batch sends its rows as one JSON array: times, JSON values (a float
+        # past 1e16, nested arrays, non-ASCII text), NULLs and text must come back
+        # exactly as the one-row statement leaves them.
+        batch, alone = running(store, "batch"), running(store, "alone")
+        moment = T0 + timedelta(minutes=3, microseconds=123_457)
+        fields: dict[str, Any] = {
+            "state": {"cursor": [0, 1, 0, 0], "big": 8.850783147909827e16, "t": ["é", [1.5]]},
+            "updated": moment,
+            "error": "TypeError: ünïcode, 'quotes' \"and\" commas,",
+            "lease_owner": None,
+            "lease_expires": moment + timedelta(seconds=1),
+            "not_before": moment + timedelta(seconds=2),
+            "release_at": None,
+            "start_deadline": moment + timedelta(seconds=4),
+            "unique_key": "key, with comma",
+            "waits": {"parents": ["x"]},
+            "waiting_since": moment,
+            "status": Status.COMPLETED,
+        }
+        assert store.advance_each([batch.evolve(**fields), job("other-row")]) == [True, False]
+        assert store.advance(alone.evolve(**fields))
+        written, expected = stored(store, "batch"), stored(store, "alone")
+        assert written == expected.evolve(id="batch", created=written.created)
+        assert written.state["big"] == 8.850783147909827e16
+
 
 @pytest.mark.parametrize("size", [1, 2, 30])
 def test_batches_of_any_size_answer_in_order(store: IJobStore, size: int) -> None:

@@ -30,8 +30,8 @@ from .boundary import (
 from .engine import transaction
 from .mapping import (
     TIME_COLUMNS,
-    pg_advance_arrays,
-    pg_claim_arrays,
+    pg_advance_rows,
+    pg_claim_rows,
     pg_insert_params,
     pg_params,
     row_values,
@@ -191,7 +191,7 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
         rows = once_more_if_stale(
             self._engine,
             f"claiming {len(first)} steps",
-            lambda: self._run_many(PG_CLAIM_MANY, pg_claim_arrays(requests, first)),
+            lambda: self._run_many(PG_CLAIM_MANY, pg_claim_rows(requests, first)),
         )
         answers: builtins.list[JobRecord | CorruptRecordError | None] = [None] * len(requests)
         for row in rows:
@@ -213,7 +213,7 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
         # a job given again in the same batch is written alone after it.
         first, *again = rounds_of([r.id for r in records])
         answers: builtins.list[bool | Exception] = [False] * len(records)
-        for row in self._run_many(PG_ADVANCE_MANY, pg_advance_arrays(records, first)):
+        for row in self._run_many(PG_ADVANCE_MANY, pg_advance_rows(records, first)):
             answers[row["n"]] = True
         for n in (n for later in again for n in later):
             try:

@@ -172,38 +172,33 @@ def _prefixed(columns: str, table: str) -> str:
     return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
 
 
-#: Group commit's claims: the predicate of PG_CLAIM, for each row of the arrays.
+#: Group commit's claims: the predicate of PG_CLAIM, for each row of one JSON array.
 PG_CLAIM_MANY = f"""
 UPDATE scheduler_jobs AS j SET
     status = 'InProgress', version = j.version + 1, updated = c.now,
-    state = jsonb_set(j.state, '{{cursor}}', c.cursor::jsonb),
+    state = jsonb_set(j.state, '{{cursor}}', c.cursor),
     lease_owner = c.owner, lease_expires = c.lease_until
-FROM unnest(%(n)s::int[], %(id)s::text[], %(cursor)s::text[], %(owner)s::text[],
-            %(now)s::timestamptz[], %(lease_until)s::timestamptz[], %(start)s::bool[],
-            %(retry)s::bool[])
-    AS c(n, id, cursor, owner, now, lease_until, start, retry)
+FROM json_to_recordset(%(rows)s::json)
+    AS c(n int, id text, cursor jsonb, owner text, now timestamptz,
+         lease_until timestamptz, start bool, retry bool)
 WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND {_CLAIMABLE_MANY}
 RETURNING c.n, {_prefixed(COLUMNS, "j")}
 """
 
-#: Group commit's outcome records: PG_ADVANCE for each row of the arrays (the
-#: allowed statuses of a row as one comma-separated text).
+#: Group commit's outcome records: PG_ADVANCE for each row of one JSON array (the
+#: allowed statuses of a row as one comma-separated text; a JSON null is SQL NULL).
 PG_ADVANCE_MANY = """
 UPDATE scheduler_jobs AS j SET
     status = a.status, version = j.version + 1, updated = a.updated,
-    state = a.state::jsonb, error = a.error, lease_owner = a.lease_owner,
+    state = a.state, error = a.error, lease_owner = a.lease_owner,
     lease_expires = a.lease_expires, not_before = a.not_before,
     release_at = a.release_at, start_deadline = a.start_deadline,
-    unique_key = a.unique_key, waits = a.waits::jsonb, waiting_since = a.waiting_since
-FROM unnest(%(n)s::int[], %(id)s::text[], %(version)s::int[], %(allowed)s::text[],
-            %(status)s::text[], %(updated)s::timestamptz[], %(state)s::text[],
-            %(error)s::text[], %(lease_owner)s::text[], %(lease_expires)s::timestamptz[],
-            %(not_before)s::timestamptz[], %(release_at)s::timestamptz[],
-            %(start_deadline)s::timestamptz[], %(unique_key)s::text[], %(waits)s::text[],
-            %(waiting_since)s::timestamptz[])
-    AS a(n, id, version, allowed, status, updated, state, error, lease_owner,
-         lease_expires, not_before, release_at, start_deadline, unique_key, waits,
-         waiting_since)
+    unique_key = a.unique_key, waits = a.waits, waiting_since = a.waiting_since
+FROM json_to_recordset(%(rows)s::json)
+    AS a(n int, id text, version int, allowed text, status text, updated timestamptz,
+         state jsonb, error text, lease_owner text, lease_expires timestamptz,
+         not_before timestamptz, release_at timestamptz, start_deadline timestamptz,
+         unique_key text, waits jsonb, waiting_since timestamptz)
 WHERE j.id = a.id AND j.version = a.version
     AND j.status = ANY(string_to_array(a.allowed, ','))
 RETURNING a.n
