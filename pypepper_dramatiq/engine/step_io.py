@@ -92,7 +92,12 @@ class Claim:
     # Read several times per step (the rules, the hooks, the observers): parsed once.
     @cached_property
     def plan(self) -> list[Policies]:
-        return plan_of(self.tasks)
+        plan = plan_of(self.tasks)
+        workflow, task = self.position.workflow, self.position.task
+        if 0 <= workflow < len(plan) and 0 <= task < len(plan[workflow]):
+            # The step's own table from the spec the claim parses anyway: one parse.
+            plan[workflow].keep(task, self.spec.policy)
+        return plan
 
     @property
     def task(self) -> dict[str, Any]:
@@ -150,6 +155,10 @@ class Policies(Sequence[RetryPolicy]):
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    def keep(self, index: int, policy: RetryPolicy) -> None:
+        """Take ``policy`` as task ``index``'s table (built from its task already)."""
+        self._built[index] = policy
 
     @overload
     def __getitem__(self, index: int) -> RetryPolicy: ...

@@ -245,7 +245,15 @@ class Task:
         Raises:
             UnknownExecutorError: (a ``ValueError``) for a missing or unknown id.
         """
-        spec = TaskSpec.from_dict(data)
+        return cls.from_spec(TaskSpec.from_dict(data))
+
+    @classmethod
+    def from_spec(cls, spec: TaskSpec) -> Task:
+        """Rebuild a task from its parsed stored form (a claim parses it once per step).
+
+        Raises:
+            UnknownExecutorError: (a ``ValueError``) for a missing or unknown id.
+        """
         if spec.executor_id is None:
             raise UnknownExecutorError(None, f"task {spec.name!r}")
         task = cls(

@@ -82,7 +82,8 @@ class FetchClaims:
     def __init__(self, book: StepIO, inflight: InFlight) -> None:
         self.book = book
         self.inflight = inflight
-        self._held: dict[str, Claim] = {}
+        #: The claims taken ahead, with their decoded messages (decoded once), by id.
+        self._held: dict[str, tuple[Claim, StepMessage]] = {}
         #: The store outages met by the batch, by message id: its thread defers it.
         self._failed: dict[str, StoreError] = {}
         self._lock = threading.Lock()
@@ -139,7 +140,7 @@ class FetchClaims:
                 if claim is None:
                     continue
                 self.inflight.reserve(claim.record.id)
-                self._held[message.message_id] = claim
+                self._held[message.message_id] = (claim, step)
                 if step.record is not None:
                     slots.setdefault(step.record.channel_id, []).append(step.job_id)
         for channel_id, job_ids in slots.items():
@@ -147,8 +148,9 @@ class FetchClaims:
 
     # -- the worker threads ---------------------------------------------------------------
 
-    def take(self, message: Any) -> Claim | None:
-        """The claim taken ahead for ``message`` (None: none), no longer held here."""
+    def take(self, message: Any) -> tuple[Claim, StepMessage] | None:
+        """The claim taken ahead for ``message`` and the step its message was decoded
+        into (None: none), no longer held here."""
         with self._lock:
             return self._held.pop(message.message_id, None)
 
@@ -181,9 +183,9 @@ class FetchClaims:
         """Release the claims taken ahead for ``messages`` (requeued or skipped)."""
         for message in messages:
             self.outage(message)
-            claim = self.take(message)
-            if claim is not None:
-                self.give_back(claim)
+            taken = self.take(message)
+            if taken is not None:
+                self.give_back(taken[0])
 
 
 class ClaimingConsumer(Consumer):

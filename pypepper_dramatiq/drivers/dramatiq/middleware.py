@@ -239,14 +239,18 @@ class WorkflowMiddleware(Middleware):
         step_actor.current.outcome = None
         step_actor.current.slots = None
         step_actor.current.handled = True
-        try:
-            step = StepMessage.from_message(message)
-        except MessageError as exc:
-            self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
-            message.fail()
-            return
         claims = self.fetch_claims
-        ahead = None if claims is None else claims.take(message)
+        taken = None if claims is None else claims.take(message)
+        ahead: Claim | None = None
+        if taken is not None:
+            ahead, step = taken  # decoded by the consumer thread, which claimed it
+        else:
+            try:
+                step = StepMessage.from_message(message)
+            except MessageError as exc:
+                self.logger.error("dead-lettering message %s: %s", message.message_id, exc)
+                message.fail()
+                return
         if self._stopping.is_set():
             if claims is not None and ahead is not None:
                 claims.give_back(ahead)

@@ -93,7 +93,7 @@ def _run_attempt(
     result = _NOTHING
     try:
         try:
-            task = Task.from_dict(claim.task)
+            task = Task.from_spec(claim.spec)  # parsed once per claim, read before this
         except UnknownExecutorError as exc:
             # Maybe a rolling deploy: the middleware decides whether to wait for a
             # worker that knows the task or to fail it (unknown_task_grace).
