@@ -411,6 +411,13 @@ class Transport(abc.ABC):
         """
         broker.enqueue(message)
 
+    def ack_fetched(self, consumer: Any, messages: Sequence[Any]) -> bool:
+        """Acknowledge ``messages`` that Dramatiq's ``consumer`` fetched in one round
+        trip, where the broker allows it: True when done. False (here: always) leaves
+        them to the caller, which acknowledges them one by one (idempotent, so also
+        after a failed batch)."""
+        return False
+
     @abc.abstractmethod
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         """Push the lease of each (key, holder) of ``held`` to ``lease_seconds`` from

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...channels.broker import transport_of
 from ...engine.outcomes import Verdict
 from ...engine.step_io import Claim, Outcome
 from ...ops.logs import get_logger
@@ -144,7 +145,8 @@ class Completions:
         in one pipeline, others one by one, retried while the broker cannot take them
         (until shutdown: then their redelivery finds their steps done)."""
         acks = [message for message in messages if not message.failed]
-        if len(acks) > 1 and _ack_pipelined(consumer, acks):
+        broker = getattr(consumer, "broker", None)
+        if len(acks) > 1 and transport_of(broker).ack_fetched(consumer, acks):
             messages = [message for message in messages if message.failed]
         for message in messages:
             while True:
@@ -192,41 +194,3 @@ class Completions:
         if thread is not None and thread.is_alive():
             self._queue.put(None)
             thread.join(timeout=5)
-
-
-def _ack_pipelined(consumer: Any, messages: list[Any]) -> bool:
-    """Acknowledge ``messages`` of Dramatiq's Redis ``consumer`` in one pipeline of the
-    broker's own ``ack`` script calls; False if this consumer is not one (or the
-    pipeline failed: the caller then acknowledges one by one, which is idempotent).
-
-    The script is called by its digest (``EVALSHA``): its consumer loaded it to
-    fetch these messages, and a pipeline given the script object would first ask
-    Redis whether it exists, a round trip of its own."""
-    broker = getattr(consumer, "broker", None)
-    scripts = getattr(broker, "scripts", None)
-    client = getattr(broker, "client", None)
-    if broker is None or not isinstance(scripts, dict) or "dispatch" not in scripts:
-        return False
-    try:
-        dispatch = scripts["dispatch"]
-        pipe = client.pipeline(transaction=False)  # type: ignore[union-attr]
-        for message in messages:
-            args = [
-                "ack",
-                int(time.time() * 1000),
-                consumer.queue_name,
-                broker.broker_id,
-                broker.heartbeat_timeout,
-                broker.dead_message_ttl,
-                broker._should_do_maintenance("ack"),
-                broker._max_unpack_size(),
-                message.options["redis_message_id"],
-            ]
-            pipe.evalsha(dispatch.sha, 1, broker.namespace, *args)
-        pipe.execute()
-    except Exception as exc:  # the one-by-one path reports its own errors
-        logger.debug("pipelined acknowledgement failed (%s); one by one", exc)
-        return False
-    for message in messages:
-        consumer.queued_message_ids.discard(message.message_id)
-    return True

@@ -5,6 +5,7 @@ Every Redis call of the package goes through here (or :mod:`.gate`, :mod:`.batch
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from dramatiq.common import dq_name
 
 from ...errors import BrokerUnavailableError
 from ...limits.rates import Rate
+from ...ops.logs import get_logger
 from ..base import (
     CHANNEL_SLOT_PREFIX,
     Admission,
@@ -31,6 +33,8 @@ from ..base import (
 from . import batch, layout
 from .gate import RedisGate, admit_and_enqueue, channel_states, is_redis_error
 from .scripts import scripts_of
+
+logger = get_logger(__name__)
 
 
 @contextmanager
@@ -209,6 +213,41 @@ class RedisTransport(Transport):
         pipe.lpush(layout.queue_key(broker, message.queue_name), message_id)
         pipe.execute()
         broker.emit_after("enqueue", message, None)
+
+    def ack_fetched(self, consumer: Any, messages: Sequence[Any]) -> bool:
+        """One pipeline of the Redis broker's own ``ack`` script calls, by its digest
+        (``EVALSHA``): the consumer loaded the script to fetch these messages, and a
+        pipeline given the script object would first ask Redis whether it exists, a
+        round trip of its own. False when ``consumer`` is not a Redis broker's, or the
+        pipeline failed."""
+        broker = getattr(consumer, "broker", None)
+        scripts = getattr(broker, "scripts", None)
+        client = getattr(broker, "client", None)
+        if broker is None or not isinstance(scripts, dict) or "dispatch" not in scripts:
+            return False
+        try:
+            dispatch = scripts["dispatch"]
+            pipe = client.pipeline(transaction=False)  # type: ignore[union-attr]
+            for message in messages:
+                args = [
+                    "ack",
+                    int(time.time() * 1000),
+                    consumer.queue_name,
+                    broker.broker_id,
+                    broker.heartbeat_timeout,
+                    broker.dead_message_ttl,
+                    broker._should_do_maintenance("ack"),
+                    broker._max_unpack_size(),
+                    message.options["redis_message_id"],
+                ]
+                pipe.evalsha(dispatch.sha, 1, broker.namespace, *args)
+            pipe.execute()
+        except Exception as exc:  # the one-by-one path reports its own errors
+            logger.debug("pipelined acknowledgement failed (%s); one by one", exc)
+            return False
+        for message in messages:
+            consumer.queued_message_ids.discard(message.message_id)
+        return True
 
     def renew_slots(self, held: Sequence[tuple[str, str]], lease_seconds: float) -> None:
         if not held:
