@@ -3,8 +3,6 @@ acknowledged in one pipeline through the transport, leave its unacked set."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
@@ -17,12 +15,8 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def broker(redis_url: str) -> Iterator[RedisBroker]:
-    made = RedisBroker(url=redis_url)
-    made.client.flushdb()
-    yield made
-    made.client.flushdb()
-    made.close()
+def broker(flushed_redis_broker: RedisBroker) -> RedisBroker:
+    return flushed_redis_broker
 
 
 def fetched(
