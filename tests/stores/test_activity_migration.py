@@ -13,7 +13,7 @@ from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore, schema_revision, upgrade_schema
 
-from .test_sql_store import migrate_to
+from .migrations import migrate_to
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 ACTIVITY, MARK = "scheduler_activity", "scheduler_activity_mark"

@@ -6,26 +6,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from pypepper_dramatiq.stores.schema import VERSION_TABLE
-from pypepper_dramatiq.stores.sql import MIGRATIONS, head_revision, schema_revision
+from pypepper_dramatiq.stores.sql import head_revision, schema_revision
 
-
-def migrate(uri: str, revision: str, *, down: bool = False) -> None:
-    """Move the database at ``uri`` to ``revision`` with the package's own scripts."""
-    engine = create_engine(uri)
-    try:
-        with engine.begin() as connection:
-            config = Config()
-            config.set_main_option("script_location", str(MIGRATIONS))
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, revision)
-    finally:
-        engine.dispose()
+from .migrations import migrate_to
 
 
 def tables(uri: str) -> set[str]:
@@ -53,11 +40,11 @@ def empty_mysql_uri(mysql_uri: str) -> Iterator[str]:
 
 
 def round_trip(uri: str) -> None:
-    migrate(uri, "head")
+    migrate_to(uri, "head")
     assert tables(uri), "the upgrade made no table"
-    migrate(uri, "base", down=True)
+    migrate_to(uri, "base", down=True)
     assert tables(uri) == set()
-    migrate(uri, "head")
+    migrate_to(uri, "head")
     assert schema_revision(uri) == head_revision()
 
 

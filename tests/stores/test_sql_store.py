@@ -7,8 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from alembic import command
-from alembic.config import Config
 from croniter import croniter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,7 +23,6 @@ from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 from pypepper_dramatiq.stores.schema import VERSION_TABLE, jobs
 from pypepper_dramatiq.stores.sql import (
-    MIGRATIONS,
     PostgresJobStore,
     SqlJobStore,
     head_revision,
@@ -33,24 +30,13 @@ from pypepper_dramatiq.stores.sql import (
     upgrade_schema,
 )
 
+from .migrations import migrate_to
+
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 #: What revision 0002 adds to ``scheduler_jobs``.
 LEASE_COLUMNS = {"lease_owner", "lease_expires"}
 LEASE_INDEX = "ix_scheduler_jobs_status_lease_expires"
-
-
-def migrate_to(uri: str, revision: str, *, down: bool = False) -> None:
-    """Move the database at ``uri`` to ``revision`` with the package's own scripts."""
-    engine = create_engine(uri)
-    try:
-        with engine.begin() as connection:
-            config = Config()
-            config.set_main_option("script_location", str(MIGRATIONS))
-            config.attributes["connection"] = connection
-            (command.downgrade if down else command.upgrade)(config, revision)
-    finally:
-        engine.dispose()
 
 
 def job_table(uri: str) -> tuple[dict[str, bool], set[str]]:

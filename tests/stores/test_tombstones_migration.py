@@ -11,7 +11,7 @@ from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import JobRecord
 from pypepper_dramatiq.stores.sql import SqlJobStore, head_revision, schema_revision, upgrade_schema
 
-from .test_sql_store import migrate_to
+from .migrations import migrate_to
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 PURGED = "scheduler_purged"
