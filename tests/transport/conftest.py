@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from dramatiq import Broker
 from dramatiq.brokers.redis import RedisBroker
+from process_state import redis_channel_setup
 
 
 @pytest.fixture
@@ -16,3 +18,11 @@ def flushed_redis_broker(redis_url: str) -> Iterator[RedisBroker]:
     yield made
     made.client.flushdb()
     made.close()
+
+
+@pytest.fixture
+def broker(redis_url: str, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """``setup()`` on the session's Redis with the test module's one ``CHANNEL``,
+    unbounded, its queue empty before and after; the broker."""
+    with redis_channel_setup(redis_url, request.module.CHANNEL) as made:
+        yield made

@@ -12,37 +12,20 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from collections.abc import Iterator
 
 import pytest
-from process_state import redis_channel_setup
 
-from pypepper_dramatiq import Context, Job, Task, Workflow, manager, workflow_task
+from pypepper_dramatiq import manager
+
+from .one_task_jobs import one_task_job
 
 pytestmark = pytest.mark.redis
 
 CHANNEL = "sent-jobs"
 
 
-@workflow_task(name="sent-jobs.noop")
-def noop(task: Task, context: Context) -> None:
-    return None
-
-
-@pytest.fixture
-def broker(redis_url: str) -> Iterator[object]:
-    with redis_channel_setup(redis_url, CHANNEL) as made:
-        yield made
-
-
-def one_task_job() -> Job:
-    made = Job(channel_id=CHANNEL)
-    made.workflows.append(Workflow([noop.task(name="noop")]))
-    return made
-
-
 def test_a_producer_keeps_no_job_it_sent_once_the_caller_dropped_it(broker: object) -> None:
-    sent = [one_task_job() for _ in range(50)]
+    sent = [one_task_job(CHANNEL) for _ in range(50)]
     for made in sent:
         made.scheduled()
     refs = [weakref.ref(made) for made in sent]
@@ -54,9 +37,9 @@ def test_a_producer_keeps_no_job_it_sent_once_the_caller_dropped_it(broker: obje
 def test_a_process_taking_from_the_channel_gets_its_own_jobs_back(broker: object) -> None:
     channel = manager.available(CHANNEL)
     assert channel.take() is None  # this process now takes from the channel
-    kept = one_task_job()
+    kept = one_task_job(CHANNEL)
     kept.scheduled()
-    dropped_id = one_task_job().scheduled()
+    dropped_id = one_task_job(CHANNEL).scheduled()
     gc.collect()
     first = asyncio.run(channel.receive())
     second = asyncio.run(channel.receive())

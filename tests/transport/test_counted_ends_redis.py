@@ -8,32 +8,20 @@ it is cancelled, so only the recovery sweep's look at recent ends
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from process_state import redis_channel_setup
 from prometheus_client import CollectorRegistry
 
-from pypepper_dramatiq import Context, Job, Task, Workflow, get_job_store, workflow_task
+from pypepper_dramatiq import Job, get_job_store
 from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
 from pypepper_dramatiq.metrics.prometheus import install_metrics, uninstall_metrics
 from pypepper_dramatiq.ops import observers
+
+from .one_task_jobs import one_task_job
 
 pytestmark = pytest.mark.redis
 
 CHANNEL = "counted-ends"
 HOUR = 3600
-
-
-@workflow_task(name="counted-ends.noop")
-def noop(task: Task, context: Context) -> None:
-    return None
-
-
-@pytest.fixture
-def broker(redis_url: str) -> Iterator[object]:
-    with redis_channel_setup(redis_url, CHANNEL) as made:
-        yield made
 
 
 def cancelled(registry: CollectorRegistry) -> float:
@@ -44,8 +32,7 @@ def cancelled(registry: CollectorRegistry) -> float:
 def test_a_delayed_job_cancelled_without_metrics_is_counted_once_by_the_sweep(
     broker: object,
 ) -> None:
-    job = Job(channel_id=CHANNEL)
-    job.workflows.append(Workflow([noop.task(name="noop")]))
+    job = one_task_job(CHANNEL)
     job.scheduled(delay=HOUR)
     held = get_job_store().get(job.id)
     assert held is not None and held.release_at is not None  # no message in flight

@@ -9,48 +9,27 @@ held, and a stop does not hold it back (it was accepted before the stop).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from process_state import redis_channel_setup
 
 from pypepper_dramatiq import (
     ChannelFullError,
     ChannelStoppedError,
-    Context,
     Job,
-    Task,
-    Workflow,
     get_job_store,
     manager,
-    workflow_task,
 )
 from pypepper_dramatiq.channels.messages import DISPATCH_KEY
 from pypepper_dramatiq.drivers.dramatiq.recovery import RecoverySweeper
 from pypepper_dramatiq.records.record import JobRecord, utcnow
 
+from .one_task_jobs import one_task_job
+
 pytestmark = pytest.mark.redis
 
 CHANNEL = "held-jobs"
 HOUR = 3600
-
-
-@workflow_task(name="held-jobs.noop")
-def noop(task: Task, context: Context) -> None:
-    return None
-
-
-@pytest.fixture
-def broker(redis_url: str) -> Iterator[object]:
-    with redis_channel_setup(redis_url, CHANNEL) as made:
-        yield made
-
-
-def job() -> Job:
-    made = Job(channel_id=CHANNEL)
-    made.workflows.append(Workflow([noop.task(name="noop")]))
-    return made
 
 
 def waiting() -> int:
@@ -74,10 +53,10 @@ def release_all_due(sweep: RecoverySweeper) -> int:
 
 def test_held_jobs_take_no_slot_however_many(broker: object) -> None:
     manager.resize(CHANNEL, 2)
-    ids = [job().scheduled(delay=HOUR) for _ in range(5)]  # more than the bound
-    parent = job()
+    ids = [one_task_job(CHANNEL).scheduled(delay=HOUR) for _ in range(5)]  # more than the bound
+    parent = one_task_job(CHANNEL)
     parent.scheduled(delay=HOUR)
-    child = job()
+    child = one_task_job(CHANNEL)
     child.scheduled(after=[parent])
     assert waiting() == 0
     assert all(stored(job_id).release_at is not None for job_id in ids)
@@ -87,13 +66,13 @@ def test_a_held_job_is_refused_by_a_full_or_stopped_channel_and_nothing_is_store
     broker: object,
 ) -> None:
     manager.resize(CHANNEL, 1)
-    job().scheduled()  # takes the one slot (nobody consumes it)
-    refused = job()
+    one_task_job(CHANNEL).scheduled()  # takes the one slot (nobody consumes it)
+    refused = one_task_job(CHANNEL)
     with pytest.raises(ChannelFullError):
         refused.scheduled(delay=HOUR)
-    parent = job()
+    parent = one_task_job(CHANNEL)
     with pytest.raises(ChannelFullError):
-        job().scheduled(after=[stored_parent(parent)])
+        one_task_job(CHANNEL).scheduled(after=[stored_parent(parent)])
     manager.resize(CHANNEL, 0)
     manager.available(CHANNEL).request_stop()
     with pytest.raises(ChannelStoppedError):
@@ -111,7 +90,7 @@ def stored_parent(parent: Job) -> str:
 
 
 def test_the_sweep_gives_a_released_job_its_slot_and_sends_it(broker: object) -> None:
-    held = job()
+    held = one_task_job(CHANNEL)
     held.scheduled(delay=HOUR)
     assert waiting() == 0
 
@@ -125,7 +104,7 @@ def test_the_sweep_gives_a_released_job_its_slot_and_sends_it(broker: object) ->
 
 def test_a_full_channel_keeps_due_jobs_held_until_it_has_room(broker: object) -> None:
     manager.resize(CHANNEL, 2)
-    ids = [job().scheduled(delay=HOUR) for _ in range(5)]
+    ids = [one_task_job(CHANNEL).scheduled(delay=HOUR) for _ in range(5)]
     sweep = sweeper(broker)
 
     assert release_all_due(sweep) == 2
@@ -140,7 +119,7 @@ def test_a_full_channel_keeps_due_jobs_held_until_it_has_room(broker: object) ->
 
 
 def test_a_stop_does_not_hold_back_a_job_accepted_before_it(broker: object) -> None:
-    held = job()
+    held = one_task_job(CHANNEL)
     held.scheduled(delay=HOUR)
     manager.available(CHANNEL).request_stop()
 
@@ -150,12 +129,12 @@ def test_a_stop_does_not_hold_back_a_job_accepted_before_it(broker: object) -> N
 
 
 def test_cancelling_a_held_job_leaves_the_channel_count_alone(broker: object) -> None:
-    other = job()
+    other = one_task_job(CHANNEL)
     other.scheduled()  # one job really waiting
-    delayed = job()
+    delayed = one_task_job(CHANNEL)
     delayed.scheduled(delay=HOUR)
     assert Job.cancel_saved(delayed.id) is True
-    parent, child = job(), job()
+    parent, child = one_task_job(CHANNEL), one_task_job(CHANNEL)
     parent.scheduled(delay=HOUR)
     child.scheduled(after=[parent])
     assert child.cancel() is True
@@ -163,7 +142,7 @@ def test_cancelling_a_held_job_leaves_the_channel_count_alone(broker: object) ->
 
 
 def test_a_cancelled_held_job_is_not_released(broker: object) -> None:
-    delayed = job()
+    delayed = one_task_job(CHANNEL)
     delayed.scheduled(delay=HOUR)
     assert Job.cancel_saved(delayed.id) is True
     assert release_all_due(sweeper(broker)) == 0

@@ -9,11 +9,9 @@ as before. Real workers: ``tests/integration/test_priority_processes.py``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import dramatiq
 import pytest
-from process_state import redis_channel_setup
 
 from pypepper_dramatiq import (
     Context,
@@ -28,14 +26,11 @@ from pypepper_dramatiq import (
 from pypepper_dramatiq.channels.broker import get_broker
 from pypepper_dramatiq.rules.priorities import queue_names
 
+from .one_task_jobs import one_task_job
+
 pytestmark = pytest.mark.redis
 
 CHANNEL = "prio-queues"
-
-
-@workflow_task(name="prio-queues.noop")
-def noop(task: Task, context: Context) -> None:
-    return None
 
 
 #: When each timed task started (``time.monotonic()``).
@@ -47,24 +42,12 @@ def timed(task: Task, context: Context) -> None:
     STARTS.append(time.monotonic())
 
 
-@pytest.fixture
-def broker(redis_url: str) -> Iterator[object]:
-    with redis_channel_setup(redis_url, CHANNEL) as made:
-        yield made
-
-
-def job_of(priority: int) -> Job:
-    made = Job(channel_id=CHANNEL, priority=priority)
-    made.workflows.append(Workflow([noop.task(name="noop")]))
-    return made
-
-
 def test_each_priority_has_a_queue_declared_and_a_job_goes_to_its_own(broker: object) -> None:
     manager.available(CHANNEL)
     declared = get_broker().get_declared_queues()
     assert set(queue_names(CHANNEL)) <= declared
     assert f"{CHANNEL}.p0" not in declared  # priority 0 is the channel's own queue
-    plain, high = job_of(0), job_of(7)
+    plain, high = one_task_job(CHANNEL, priority=0), one_task_job(CHANNEL, priority=7)
     plain.scheduled()
     high.scheduled()
     for made, queue in ((plain, CHANNEL), (high, f"{CHANNEL}.p7")):
@@ -76,10 +59,10 @@ def test_each_priority_has_a_queue_declared_and_a_job_goes_to_its_own(broker: ob
 
 def test_the_in_process_channel_takes_the_highest_priority_first(broker: object) -> None:
     channel = manager.available(CHANNEL)
-    lows = [job_of(0) for _ in range(3)]
+    lows = [one_task_job(CHANNEL, priority=0) for _ in range(3)]
     for made in lows:
         made.scheduled()
-    mid, high = job_of(4), job_of(9)
+    mid, high = one_task_job(CHANNEL, priority=4), one_task_job(CHANNEL, priority=9)
     mid.scheduled()
     high.scheduled()
     taken = [channel.take() for _ in range(5)]

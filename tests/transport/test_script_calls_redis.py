@@ -9,24 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from process_state import redis_channel_setup
 
-from pypepper_dramatiq import Context, Job, Task, Workflow, workflow_task
+from .one_task_jobs import one_task_job
 
 pytestmark = pytest.mark.redis
 
 CHANNEL = "script-calls"
-
-
-@workflow_task(name="script-calls.noop")
-def noop(task: Task, context: Context) -> None:
-    return None
-
-
-@pytest.fixture
-def broker(redis_url: str) -> Iterator[object]:
-    with redis_channel_setup(redis_url, CHANNEL) as made:
-        yield made
 
 
 @pytest.fixture
@@ -34,12 +22,6 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     made = redis.Redis.from_url(redis_url)
     yield made
     made.close()
-
-
-def one_task_job() -> Job:
-    made = Job(channel_id=CHANNEL)
-    made.workflows.append(Workflow([noop.task(name="noop")]))
-    return made
 
 
 def queued(client: redis.Redis) -> list[bytes]:
@@ -50,9 +32,9 @@ def queued(client: redis.Redis) -> list[bytes]:
 def test_a_script_redis_lost_is_loaded_again_and_the_job_queued(
     broker: object, client: redis.Redis
 ) -> None:
-    one_task_job().scheduled()  # the script is loaded
+    one_task_job(CHANNEL).scheduled()  # the script is loaded
     client.script_flush()  # as after a Redis restart without persistence
-    second = one_task_job()
+    second = one_task_job(CHANNEL)
     assert second.scheduled() == second.id
     assert len(queued(client)) == 2
     assert client.sismember(f"pypepper:channel:{CHANNEL}:waiting", second.id)
@@ -61,8 +43,8 @@ def test_a_script_redis_lost_is_loaded_again_and_the_job_queued(
 def test_a_connection_cut_is_made_again_and_the_job_queued_once(
     broker: object, client: redis.Redis
 ) -> None:
-    one_task_job().scheduled()  # the producer's connection is open and pooled
+    one_task_job(CHANNEL).scheduled()  # the producer's connection is open and pooled
     assert client.client_kill_filter(_type="normal", skipme=True) >= 1
-    second = one_task_job()
+    second = one_task_job(CHANNEL)
     assert second.scheduled() == second.id
     assert len(queued(client)) == 2  # one message each: the cut call was not run twice
