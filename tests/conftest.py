@@ -107,19 +107,21 @@ def postgres_uri(postgres_server: PostgresServer) -> str:
     return postgres_server.uri
 
 
+def emptied_store(uri: str) -> Iterator[SqlJobStore]:
+    """A migrated :class:`SqlJobStore` at ``uri`` whose tables of jobs, schedules,
+    tombstones, pauses and activity are emptied first; closed afterwards."""
+    store = SqlJobStore(uri, migrate=True)
+    with store.engine.begin() as connection:
+        for table in (jobs, recurring, purged, paused, activity, activity_mark):
+            connection.execute(delete(table))
+    yield store
+    store.close()
+
+
 @pytest.fixture
 def pg_store(postgres_uri: str) -> Iterator[SqlJobStore]:
     """A migrated :class:`SqlJobStore` on PostgreSQL with an empty jobs table."""
-    store = SqlJobStore(postgres_uri, migrate=True)
-    with store.engine.begin() as connection:
-        connection.execute(delete(jobs))
-        connection.execute(delete(recurring))
-        connection.execute(delete(purged))
-        connection.execute(delete(paused))
-        connection.execute(delete(activity))
-        connection.execute(delete(activity_mark))
-    yield store
-    store.close()
+    yield from emptied_store(postgres_uri)
 
 
 @pytest.fixture
@@ -154,16 +156,7 @@ def mysql_uri(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def mysql_store(mysql_uri: str) -> Iterator[SqlJobStore]:
     """A migrated :class:`SqlJobStore` on MySQL/MariaDB with an empty jobs table."""
-    store = SqlJobStore(mysql_uri, migrate=True)
-    with store.engine.begin() as connection:
-        connection.execute(delete(jobs))
-        connection.execute(delete(recurring))
-        connection.execute(delete(purged))
-        connection.execute(delete(paused))
-        connection.execute(delete(activity))
-        connection.execute(delete(activity_mark))
-    yield store
-    store.close()
+    yield from emptied_store(mysql_uri)
 
 
 @pytest.fixture
