@@ -89,6 +89,46 @@ class TestClaimSteps:
     def test_no_request_no_answer(self, store: IJobStore) -> None:
         assert store.claim_steps([]) == []
 
+    def test_each_answer_is_the_row_as_stored_in_every_column(self, store: IJobStore) -> None:
+        # A store may answer a batch with only what the claim did not write from its
+        # request (PostgreSQL's does): each answer, rebuilt, must still be the row as
+        # stored and as the one-row claim answers it, column by column.
+        moment = NOW - timedelta(minutes=1, microseconds=654_321)
+        columns: dict[str, Any] = {
+            "category": "cat, é",
+            "error": 'ValueError: "quotes", ünïcode',
+            "not_before": moment,
+            "release_at": moment + timedelta(microseconds=3),
+            "start_deadline": NOW + timedelta(hours=1, microseconds=7),
+        }
+        payload = {"workflows": [{"tasks": [{"name": "t", "params": {"x": [1.5, "é"]}}]}]}
+        for job_id in ("running", "running-alone"):
+            running(store, job_id, waits={"parents": ["p"]}, unique_key=f"{job_id}, key", **columns)
+        for job_id in ("first", "first-alone"):
+            state = {"cursor": [0, 0, 0, 0], "big": 8.850783147909827e16}
+            first = job(job_id, status=Status.SCHEDULED, state=state, payload=payload, **columns)
+            assert store.put(first.evolve(unique_key=f"{job_id}, key"))
+        now = NOW + timedelta(microseconds=123_457)
+        lease = now + timedelta(seconds=30, microseconds=1)
+        asked = [
+            StepClaim("running", AT, "me", now, lease),
+            StepClaim("first", [0, 0, 0, 0], "me", now, lease, True),
+        ]
+        answers = store.claim_steps(asked)
+        alone = [
+            store.claim_step(
+                f"{r.job_id}-alone", r.cursor, r.owner, r.now, r.lease_until, start=r.start
+            )
+            for r in asked
+        ]
+        for request, answer, single in zip(asked, answers, alone, strict=True):
+            assert isinstance(answer, JobRecord) and isinstance(single, JobRecord)
+            assert answer == stored(store, request.job_id)
+            twin = single.evolve(id=request.job_id, created=answer.created)
+            assert answer == twin.evolve(unique_key=answer.unique_key)
+            assert answer.unique_key == f"{request.job_id}, key"
+            assert answer.status is Status.IN_PROGRESS and answer.updated == now
+
 
 class TestAdvanceEach:
     def test_mixed_outcomes_in_one_batch(self, store: IJobStore) -> None:
