@@ -144,6 +144,21 @@ def check_json(field: str, value: Any, depth: int = 0) -> Any:
         depth: how many arrays and objects hold ``value`` in its column's document
             (0: ``value`` is the document).
     """
+    checked_json_text(field, value, depth)
+    return value
+
+
+def checked_json_text(field: str, value: Any, depth: int = 0) -> str:
+    """:func:`check_json`'s check of ``value``, returning the JSON text a store writes
+    of it (as :func:`json_text` spells it): the check's one ``json.dumps`` serves the
+    write too, where the job's payload was encoded again for its row.
+
+    The text keeps non-ASCII characters as they are, where :func:`json_text` escapes
+    them (``\\u00e9``): a JSON column reads both as the same value.
+
+    Raises:
+        ValueError, TypeError: as :func:`check_json`.
+    """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
@@ -151,14 +166,15 @@ def check_json(field: str, value: Any, depth: int = 0) -> Any:
     # JSON writes a NUL as the escape \u0000 (a literal backslash-u0000 in a string
     # matches too: then the walk finds nothing wrong).
     if (
-        text is not None
-        and "\\u0000" not in text
-        and _UNSTORABLE.search(text) is None
-        and not _nests_deeper(text, JSON_DEPTH - depth)
+        text is None
+        or "\\u0000" in text
+        or _UNSTORABLE.search(text) is not None
+        or _nests_deeper(text, JSON_DEPTH - depth)
     ):
-        return value  # the common case: a pass or two over the encoded text
-    _walk(field, value, depth)
-    return value
+        _walk(field, value, depth)
+    if text is None:  # refused by json.dumps, yet the walk found nothing to name
+        return json_text(value)
+    return _spelled_out_numbers(text)  # the common case: a pass or two over the text
 
 
 #: A JSON string (skipped as it is), or a number written with a positive exponent.
@@ -182,7 +198,11 @@ def json_text(value: Any) -> str:
     int (and not of the float's exact value). Spelled out, it reads back as the
     same float. Ints never take an exponent, so no int changes.
     """
-    text = json.dumps(value)
+    return _spelled_out_numbers(json.dumps(value))
+
+
+def _spelled_out_numbers(text: str) -> str:
+    """The JSON ``text`` with each float's exponent spelled out (see :func:`json_text`)."""
     if "e+" not in text and "E+" not in text:
         return text  # the common case: nothing to spell out
     return _STRING_OR_EXPONENT.sub(_spelled_out, text)

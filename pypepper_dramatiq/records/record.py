@@ -109,6 +109,25 @@ class JobRecord:
     def evolve(self, **changes: Any) -> JobRecord:
         return replace(self, **changes)
 
+    def keep_payload_text(self, text: str) -> None:
+        """Keep ``text``, the JSON text of this record's payload as its check made it,
+        for the store to write (see :meth:`payload_text`): encoded once per job."""
+        self.__dict__[_PAYLOAD_TEXT] = (self.payload, text)
+
+    def payload_text(self) -> str | None:
+        """The JSON text kept by :meth:`keep_payload_text` while this record holds the
+        payload it was made of; else None (the store encodes the payload itself).
+
+        A copy that replaces the payload (``evolve``) does not hold the text; one that
+        keeps it (:meth:`with_state`, :meth:`scheduled_copy`) does. A record is a
+        snapshot: its payload is never changed in place.
+        """
+        kept = self.__dict__.get(_PAYLOAD_TEXT)
+        if kept is None or kept[0] is not self.payload:
+            return None
+        text: str = kept[1]
+        return text
+
     def with_state(self, state: dict[str, Any]) -> JobRecord:
         """This record with ``state`` in place of its own.
 
@@ -353,6 +372,10 @@ class JobRecord:
             waiting_since=_from_iso(data.get("waiting_since")),
         )
 
+
+#: The key, in a record's ``__dict__`` (no field: never compared, copied by
+#: ``evolve`` or stored), of its payload and that payload's checked JSON text.
+_PAYLOAD_TEXT = "_payload_text"
 
 #: The record's optional times (each a nullable column of the SQL store).
 _OPTIONAL_TIMES = (

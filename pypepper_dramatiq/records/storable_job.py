@@ -22,6 +22,7 @@ from ..limits.storable import (
     UNIQUE_KEY_LENGTH,
     check_json,
     check_text,
+    checked_json_text,
     unstorable_in,
 )
 from .record import JobRecord, check_job_id
@@ -35,6 +36,8 @@ def check_job_record(record: JobRecord) -> JobRecord:
 
     The engine's own fields (``state``, ``error``) are not checked here: the
     engine makes what it writes storable (:func:`~pypepper_dramatiq.limits.storable.storable_text`).
+    The payload's JSON text, made by its check, is kept on ``record`` for the store
+    (:meth:`JobRecord.payload_text <pypepper_dramatiq.records.record.JobRecord.payload_text>`).
     """
     check_job_id(record.id)
     check_channel_id(record.channel_id)
@@ -45,7 +48,7 @@ def check_job_record(record: JobRecord) -> JobRecord:
     if record.unique_key is not None:
         check_text("unique_key", record.unique_key, UNIQUE_KEY_LENGTH)
     if record.payload is not None:
-        _check_payload(record.payload)
+        record.keep_payload_text(_check_payload(record.payload))
     if record.waits is not None:
         check_json("waits", record.waits)
     return record
@@ -66,10 +69,11 @@ def could_be_stored(job_id: object) -> bool:
     )
 
 
-def _check_payload(payload: Mapping[str, Any]) -> None:
-    """The payload checked in one pass; when refused, the task at fault is named."""
+def _check_payload(payload: Mapping[str, Any]) -> str:
+    """The payload checked in one pass, as its JSON text for the store; when refused,
+    the task at fault is named."""
     try:
-        check_json("the job's payload", payload)
+        return checked_json_text("the job's payload", payload)
     except ValueError:
         workflows = payload.get("workflows")
         for w, workflow in enumerate(workflows if isinstance(workflows, list) else ()):

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pypepper_dramatiq.records.progress import entry
+from pypepper_dramatiq.records.storable_job import check_job_record
 from pypepper_dramatiq.rules.status import Status
 from pypepper_dramatiq.stores.base import IJobStore
 
@@ -61,6 +62,21 @@ def test_put_keeps_each_number_as_given(store: IJobStore) -> None:
     assert row.payload is not None
     _assert_kept(row.payload["numbers"])
     _assert_kept(row.state["results"]["t"])
+
+
+def test_a_checked_put_keeps_each_value_as_given(store: IJobStore) -> None:
+    """``scheduled()`` writes the payload's text its check made (non-ASCII kept as
+    it is, not escaped): read back, every value is the one given."""
+    texts = ["caf\u00e9", "\u4e2d\u6587", "\U0001f600", 'a "quote" \\ and \u2028']
+    record = check_job_record(job(payload={"numbers": NUMBERS, "texts": texts}))
+    assert record.payload_text() is not None  # the check kept its text for the store
+
+    assert store.put(record)
+
+    payload = stored(store).payload
+    assert payload is not None
+    _assert_kept(payload["numbers"])
+    assert payload["texts"] == texts
 
 
 def test_put_many_keeps_each_number_as_given(store: IJobStore) -> None:

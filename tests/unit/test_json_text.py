@@ -12,10 +12,13 @@ import json
 import re
 from typing import Any
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from pypepper_dramatiq.limits.storable import json_text
+from pypepper_dramatiq.limits.storable import checked_json_text, json_text
+from pypepper_dramatiq.records.record import JobRecord
+from pypepper_dramatiq.records.storable_job import check_job_record
+from pypepper_dramatiq.stores.sql.mapping import pg_insert_params, pg_params
 
 #: Any JSON value, floats of every magnitude and strings that look like numbers included.
 VALUES = st.recursive(
@@ -61,3 +64,62 @@ def test_a_large_float_is_spelled_out_with_a_fraction_and_strings_are_left_alone
         == '{"1e+16": "2e+5", "n": -150000000000000000.0}'
     )
     assert json_text([1e-07, 2**70]) == "[1e-07, 1180591620717411303424]"
+
+
+# -- the payload's text, kept from its check for the store -----------------------------
+
+
+@given(VALUES)
+def test_the_checks_text_reads_back_as_the_stores_text(value: Any) -> None:
+    try:
+        text = checked_json_text("value", value)
+    except ValueError:
+        assume(False)  # a value no store keeps (a NUL, a lone surrogate)
+        return
+
+    assert json.loads(text) == json.loads(json_text(value))
+    assert not re.search(r"\d[eE]\+", re.sub(r'"(?:[^"\\]|\\.)*"', "", text))
+
+
+def _checked(payload: dict[str, Any]) -> JobRecord:
+    return check_job_record(JobRecord(id="job-1", payload=payload))
+
+
+def test_the_check_keeps_the_text_the_store_would_write() -> None:
+    payload = {"n": 8.850783147909827e16, "s": "caf\u00e9", "t": [1, None, True]}
+
+    record = _checked(payload)
+
+    text = record.payload_text()
+    assert text is not None
+    assert json.loads(text) == json.loads(json_text(payload))
+    assert pg_insert_params(record)["payload"] == text  # the store writes it as made
+    assert "e+" not in text  # the exponent spelled out, as json_text does
+
+
+def test_a_copy_keeping_the_payload_keeps_its_text() -> None:
+    record = _checked({"a": 1})
+
+    copy = record.with_state({"cursor": [0, 0]})
+
+    assert copy.payload_text() == record.payload_text()
+
+
+def test_a_record_holding_another_payload_does_not_take_the_kept_text() -> None:
+    record = _checked({"a": 1})
+    # A copy of the fields (as with_state makes) whose payload is then another one.
+    other = record.with_state({})
+    object.__setattr__(other, "payload", {"b": 2})
+    evolved = record.evolve(payload={"c": 3})
+
+    assert other.payload_text() is None
+    assert json.loads(pg_insert_params(other)["payload"]) == {"b": 2}
+    assert evolved.payload_text() is None
+    assert json.loads(pg_params(evolved)["payload"]) == {"c": 3}
+
+
+def test_a_record_never_checked_is_encoded_by_the_store() -> None:
+    record = JobRecord(id="job-1", payload={"s": "caf\u00e9"})
+
+    assert record.payload_text() is None
+    assert pg_insert_params(record)["payload"] == json_text({"s": "caf\u00e9"})

@@ -60,7 +60,7 @@ def pg_params(record: JobRecord) -> dict[str, Any]:
     params = row_values(record)
     params.update(
         version=record.version,
-        payload=None if record.payload is None else json_text(record.payload),
+        payload=_payload_text(record),
         state=json_text(record.state),
         waits=None if record.waits is None else json_text(record.waits),
         allowed=ALLOWED[record.status],
@@ -73,11 +73,19 @@ def pg_insert_params(record: JobRecord) -> dict[str, Any]:
     params = row_values(record)
     del params["version"]  # always 1
     params.update(
-        payload=None if record.payload is None else json_text(record.payload),
+        payload=_payload_text(record),
         state=json_text(record.state),
         waits=None if record.waits is None else json_text(record.waits),
     )
     return params
+
+
+def _payload_text(record: JobRecord) -> str | None:
+    """The payload column's JSON text: the text its check made, when the record kept
+    it (``scheduled()``), else encoded now."""
+    if record.payload is None:
+        return None
+    return record.payload_text() or json_text(record.payload)
 
 
 def _iso(moment: datetime | None) -> str | None:
