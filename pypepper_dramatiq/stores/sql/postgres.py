@@ -101,10 +101,16 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
         :meth:`_run` learns the column names of every answer and a fetch builds
         the row, about 8 us of CPU a write that only needs the count.
         """
-        with self._pooled() as connection:
+        connection = self._engine.raw_connection()  # _pooled(), inline (about 1 us)
+        try:
             cursor = _kept_cursor(connection, _KEPT_COUNTING_CURSOR, tuple_row)
             cursor.execute(sql, params, prepare=True)
             return int(cursor.rowcount)
+        except DRIVER_DISCONNECTS:
+            connection.invalidate()
+            raise
+        finally:
+            connection.close()
 
     def _upsert(self, record: JobRecord) -> bool:
         # A first write (version 0) is a plain insert: every stored row has a version
