@@ -293,10 +293,13 @@ def run_offers(script: Any, offers: Sequence[Admission], broker: Any) -> list[Se
             ]
         args += [pair, offer.job_id, offer.message.options["redis_message_id"], offer.data]
     answers = call_script(script, keys, args)
-    return [
-        cast(SendResult, answer.decode() if isinstance(answer, bytes) else answer)
-        for answer in answers
-    ]
+    if isinstance(answers, str):  # a client that decodes its replies
+        answers = answers.encode()
+    return [_ANSWERS[letter] for letter in answers]
+
+
+#: The script's answer per job: one letter (its byte) of its one string.
+_ANSWERS: dict[int, SendResult] = {ord("o"): "ok", ord("f"): "full", ord("s"): "stopped"}
 
 
 def channel_states(client: Any) -> list[ChannelState]:

@@ -3,7 +3,9 @@
 -- channel's hash, its set of waiting job ids, the Dramatiq queue (a list of message
 -- ids) and its message hash. Per job i, ARGV[4i-3] to ARGV[4i]: its pair's number
 -- (1, 2...), the job id, the message's redis_message_id, the encoded message.
--- Answers 'ok', 'full' or 'stopped' per job; for each 'ok' the job is counted
+-- Answers one letter per job, in one string: 'o' (ok), 'f' (full) or 's'
+-- (stopped), one bulk reply where an array of 100 answers cost the client a read
+-- per answer (run_offers reads it); for each 'o' the job is counted
 -- waiting and its message queued as the broker's own "enqueue" command does. A
 -- channel's flag, bound and count are read once per call (nothing else runs
 -- meanwhile), then counted here.
@@ -21,21 +23,21 @@ for i = 1, #ARGV / 4 do
     }
     channels[meta] = channel
   end
-  local answer = 'ok'
+  local answer = 'o'
   if channel.stopped then
-    answer = 'stopped'
+    answer = 's'
   elseif redis.call('sismember', waiting, job_id) == 0 then
     if channel.maxsize > 0 and channel.size >= channel.maxsize then
-      answer = 'full'
+      answer = 'f'
     else
       redis.call('sadd', waiting, job_id)
       channel.size = channel.size + 1
     end
   end
-  if answer == 'ok' then
+  if answer == 'o' then
     redis.call('hset', KEYS[base], ARGV[4 * i - 1], ARGV[4 * i])
     redis.call('rpush', KEYS[base - 1], ARGV[4 * i - 1])
   end
   answers[i] = answer
 end
-return answers
+return table.concat(answers)
