@@ -79,6 +79,24 @@ def test_a_checked_put_keeps_each_value_as_given(store: IJobStore) -> None:
     assert payload["texts"] == texts
 
 
+def test_a_checked_put_many_keeps_each_value_as_given(store: IJobStore) -> None:
+    """``schedule_many`` writes each payload's text its check made."""
+    texts = ["caf\u00e9", "\U0001f600", 'a "quote" \\']
+    records = [
+        check_job_record(job(f"many-{n}", payload={"numbers": NUMBERS, "texts": texts, "n": n}))
+        for n in range(3)
+    ]
+
+    store.put_many(records)
+
+    for n in range(3):
+        payload = stored(store, f"many-{n}").payload
+        assert payload is not None
+        _assert_kept(payload["numbers"])
+        assert payload["texts"] == texts
+        assert payload["n"] == n
+
+
 def test_put_many_keeps_each_number_as_given(store: IJobStore) -> None:
     store.put_many([job("many-1", payload={"numbers": NUMBERS})])
 

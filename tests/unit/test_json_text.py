@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 from pypepper_dramatiq.limits.storable import checked_json_text, json_text
 from pypepper_dramatiq.records.record import JobRecord
 from pypepper_dramatiq.records.storable_job import check_job_record
-from pypepper_dramatiq.stores.sql.mapping import pg_insert_params, pg_params
+from pypepper_dramatiq.stores.sql.mapping import (
+    pg_insert_params,
+    pg_insert_rows,
+    pg_params,
+    row_values,
+)
 
 #: Any JSON value, floats of every magnitude and strings that look like numbers included.
 VALUES = st.recursive(
@@ -123,3 +128,27 @@ def test_a_record_never_checked_is_encoded_by_the_store() -> None:
 
     assert record.payload_text() is None
     assert pg_insert_params(record)["payload"] == json_text({"s": "caf\u00e9"})
+
+
+def test_a_batchs_rows_carry_each_kept_text_as_the_row_would() -> None:
+    """``put_many`` on PostgreSQL: a checked record's payload goes in as its kept text;
+    read as JSON, the rows are the rows as before (each column, times as text)."""
+    checked = _checked({"s": "caf\u00e9", "n": 1e16})
+    plain = JobRecord(id="job-2", payload={"t": [1, 2]})
+    bare = JobRecord(id="job-3")
+
+    text = pg_insert_rows([checked, plain, bare])
+    rows = json.loads(text)
+
+    kept = checked.payload_text()
+    assert kept is not None and kept in text  # as kept (json_text escapes the é)
+
+    expected = []
+    for record in (checked, plain, bare):
+        row = row_values(record)
+        for name, value in row.items():
+            if hasattr(value, "isoformat"):
+                row[name] = value.isoformat()
+        expected.append(row)
+    assert rows == json.loads(json.dumps(expected))
+    assert isinstance(rows[0]["payload"]["n"], float)  # spelled out: no exponent

@@ -80,6 +80,25 @@ def pg_insert_params(record: JobRecord) -> dict[str, Any]:
     return params
 
 
+def pg_insert_rows(records: Sequence[JobRecord]) -> str:
+    """The parameter of PG_INSERT_MANY: the rows as one JSON array (times as ISO 8601
+    text). A payload whose check kept its text (``schedule_many``) goes in as that
+    text, not encoded a second time: about 7 us of CPU a one-task job."""
+    texts = []
+    for record in records:
+        row = row_values(record)
+        for name in TIME_COLUMNS:
+            if row[name] is not None:
+                row[name] = row[name].isoformat()
+        kept = record.payload_text()
+        if kept is None:
+            texts.append(json_text(row))
+        else:
+            del row["payload"]  # the row's other columns, then the kept text
+            texts.append(f'{json_text(row)[:-1]}, "payload": {kept}}}')
+    return "[" + ", ".join(texts) + "]"
+
+
 def _payload_text(record: JobRecord) -> str | None:
     """The payload column's JSON text: the text its check made, when the record kept
     it (``scheduled()``), else encoded now."""

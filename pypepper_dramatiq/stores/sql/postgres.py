@@ -12,7 +12,6 @@ from typing import Any
 from sqlalchemy import update
 
 from ...errors import CorruptRecordError, DuplicateJobError, StoreError
-from ...limits.storable import json_text
 from ...ops.group_commit import rounds_of
 from ...rules.start_times import is_retry
 from ...rules.status import Status
@@ -29,12 +28,11 @@ from .boundary import (
 )
 from .engine import transaction
 from .mapping import (
-    TIME_COLUMNS,
     pg_advance_rows,
     pg_claim_rows,
     pg_insert_params,
+    pg_insert_rows,
     pg_params,
-    row_values,
 )
 from .statements import (
     PG_ADVANCE,
@@ -238,13 +236,8 @@ class PostgresJobStore(SqlJobStore, backend="postgresql"):
         # One fixed statement, prepared once, over the rows as one JSON array: the
         # long VALUES list of a multi-row INSERT is parsed anew by psycopg every
         # call, and one array per column costs psycopg a Python loop per value.
-        rows = [row_values(record) for record in records]
-        for row in rows:
-            for name in TIME_COLUMNS:
-                if row[name] is not None:
-                    row[name] = row[name].isoformat()
         with self._driver_cursor() as cursor:
-            cursor.execute(PG_INSERT_MANY, {"rows": json_text(rows)}, prepare=True)
+            cursor.execute(PG_INSERT_MANY, {"rows": pg_insert_rows(records)}, prepare=True)
             return {row["id"] for row in cursor.fetchall()}
 
 
