@@ -68,8 +68,10 @@ class Settings:
             their outcomes, then acknowledge their messages, many at a time in a
             completion thread (:mod:`~pypepper_dramatiq.drivers.dramatiq.completion`);
             a worker then prefetches 6 messages per thread unless
-            ``dramatiq_queue_prefetch`` is set. Off by default: its measurements are
-            in ``bench/README.md``.
+            ``dramatiq_queue_prefetch`` is set. On by default: the worker threads
+            then wait on no store round trip of ours (``bench/README.md``). A broker
+            whose consumer hands out one message at a time (RabbitMQ) keeps the
+            per-message path: each thread claims and records its own step.
         defaults: what a task or a job takes when neither it nor its handler class
             says (:class:`~pypepper_dramatiq.defaults.Defaults`: channel, retry count,
             delay, backoff, jitter and cap, ``round_timeout``, ``max_start_delay``),
@@ -88,7 +90,7 @@ class Settings:
     retention: Mapping[str, float | str | timedelta] | None = None
     continue_steps: int = 50
     continue_seconds: float = 1.0
-    claim_fetched: bool = False
+    claim_fetched: bool = True
     #: Checked into :class:`~pypepper_dramatiq.defaults.Defaults` (a mapping may be given).
     defaults: Defaults = field(default_factory=Defaults)
 

@@ -48,8 +48,9 @@ def workflow_middleware(broker: dramatiq.Broker) -> WorkflowMiddleware:
     return found[0]
 
 
-#: "1" in the environment: every Dramatiq driver test runs with claims ahead
-#: (``setup(claim_fetched=True)``), as the ``claims-ahead`` driver always does.
+#: "0" in the environment: every Dramatiq driver test runs on the per-message path
+#: (``setup(claim_fetched=False)``), as the ``per-message`` driver always does; "1"
+#: (or unset): with claims ahead, the default.
 CLAIMS_AHEAD_ENV = "PYPEPPER_TEST_CLAIM_FETCHED"
 
 
@@ -64,9 +65,9 @@ def holds(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 def setup_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     """More keyword arguments of the brokers' ``setup()`` (a test module overrides it)."""
     callspec = getattr(request.node, "callspec", None)
-    ahead = callspec is not None and callspec.params.get("driver") == "claims-ahead"
-    if ahead or os.environ.get(CLAIMS_AHEAD_ENV) == "1":
-        return {"claim_fetched": True}
+    per_message = callspec is not None and callspec.params.get("driver") == "per-message"
+    if per_message or os.environ.get(CLAIMS_AHEAD_ENV) == "0":
+        return {"claim_fetched": False}
     return {}
 
 
@@ -159,8 +160,8 @@ def driver(request: pytest.FixtureRequest) -> Driver:
 
 
 def make_driver(request: pytest.FixtureRequest) -> Driver:
-    """The driver ``request.param`` names (``claims-ahead``: the stub broker's
-    ``dramatiq.Worker`` with ``claim_fetched`` on)."""
+    """The driver ``request.param`` names (``per-message``: the stub broker's
+    ``dramatiq.Worker`` with ``claim_fetched`` off)."""
     if request.param == "rabbitmq":
         return DramatiqDriver(
             request.getfixturevalue("rabbitmq_broker"),

@@ -148,13 +148,14 @@ def wait_for_cancel(task: Task, context: Context, key: str, limit: float = 20.0)
     params=[
         "inprocess",
         "dramatiq",
-        "claims-ahead",
+        "per-message",
         pytest.param("rabbitmq", marks=pytest.mark.rabbitmq),
     ]
 )
 def driver(request: pytest.FixtureRequest) -> Driver:
-    """The drivers of ``conftest.py``, and the Dramatiq driver with its consumer's
-    messages claimed ahead of the worker threads (``claim_fetched``)."""
+    """The drivers of ``conftest.py``, and the Dramatiq driver with each message
+    claimed and recorded by its worker thread (``claim_fetched`` off; ``dramatiq``
+    claims each fetch ahead, the default)."""
     return make_driver(request)
 
 

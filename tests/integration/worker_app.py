@@ -91,7 +91,8 @@ ENV = {
     "max_running": "PYPEPPER_IT_MAX_RUNNING",
     #: ``setup(concurrency=...)`` as JSON (pattern -> limit); unset: none.
     "concurrency": "PYPEPPER_IT_CONCURRENCY",
-    #: "1": ``setup(claim_fetched=True)``: each Redis fetch claimed ahead of the threads.
+    #: "0": ``setup(claim_fetched=False)``: each step claimed and recorded by its
+    #: thread; "1" (or unset): each Redis fetch claimed ahead of the threads, the default.
     "claim_fetched": "PYPEPPER_IT_CLAIM_FETCHED",
     #: with ``claim_fetched``: what this worker's completion thread never does, as if
     #: the process froze there: ``record`` (it stops for good before recording the
@@ -230,7 +231,7 @@ if REDIS_URL and BROKER_URL and STORE_URI:
             else None
         ),
         defaults=json.loads(os.environ.get(ENV["defaults"]) or "null"),
-        claim_fetched=os.environ.get(ENV["claim_fetched"]) == "1",
+        claim_fetched=os.environ.get(ENV["claim_fetched"]) != "0",
     )
     if os.environ.get(ENV["hold_completion"]):
         _hold_completion(os.environ[ENV["hold_completion"]])

@@ -20,9 +20,12 @@ SIGKILLed worker's claims ahead are recovered like its running steps: by their
 leases' expiry.
 
 The batches are the Redis broker's fetches (its consumer keeps a fetch in a
-``message_cache`` the wrapper drains); another broker's consumer is wrapped all
-the same, each message its own batch. A message whose claim did not succeed in
-the batch takes the ordinary path in its thread.
+``message_cache`` the wrapper drains); the stub broker's consumer is wrapped all
+the same, each message its own batch (the tests' broker: the path is the Redis
+one). Another broker (RabbitMQ, whose consumer hands out one message at a time)
+is not wrapped (:func:`fetches_in_batches`): its threads claim and record their
+steps themselves, with the consumer thread left to fetch. A message whose claim
+did not succeed in the batch takes the ordinary path in its thread.
 """
 
 from __future__ import annotations
@@ -55,6 +58,23 @@ logger = get_logger(__name__)
 PREFETCH_PER_THREAD = 6
 #: The environment variable through which Dramatiq's user sets the prefetch.
 PREFETCH_ENV = "dramatiq_queue_prefetch"
+
+
+#: The brokers whose consumers are wrapped (module, class name; a subclass counts):
+#: Redis fetches its messages in batches; the stub broker is the tests' stand-in for it.
+BATCHING_BROKERS = (
+    ("dramatiq.brokers.redis", "RedisBroker"),
+    ("dramatiq.brokers.stub", "StubBroker"),
+)
+
+
+def fetches_in_batches(broker: Broker) -> bool:
+    """Whether ``broker``'s consumers take the claims-ahead path (Redis, the stub):
+    RabbitMQ's hands out one message at a time, and a claim per message on its
+    consumer thread would only queue the steps behind one another's round trips."""
+    return any(
+        (kind.__module__, kind.__name__) in BATCHING_BROKERS for kind in type(broker).__mro__
+    )
 
 
 def raise_prefetch(worker: Any) -> None:

@@ -56,7 +56,7 @@ from ...transport.base import HeldStart
 from . import step_actor
 from .cancel_listener import CancelListener
 from .completion import Completions, Finished
-from .fetch_claims import FetchClaims, raise_prefetch
+from .fetch_claims import FetchClaims, fetches_in_batches, raise_prefetch
 from .leases import LeaseKeeper
 from .orphans import AckKeeper
 from .recovery import RecoverySweeper
@@ -118,16 +118,12 @@ class WorkflowMiddleware(Middleware):
         self._stopping = threading.Event()
         self._shutdown_timer: threading.Timer | None = None
         self._store_outage = shared_outage(JOB_STORE)
-        #: The claims taken ahead of the worker threads (``claim_fetched``), or None.
-        self.fetch_claims = (
-            FetchClaims(self.book, self.inflight) if settings.claim_fetched else None
-        )
-        #: The completion thread's steps (``claim_fetched``): their outcomes recorded
-        #: and their messages acknowledged off the worker threads; or None.
+        #: The claims taken ahead of the worker threads (``claim_fetched``, on a
+        #: broker that fetches in batches), made at the worker's boot; or None.
+        self.fetch_claims: FetchClaims | None = None
+        #: The completion thread's steps (with :attr:`fetch_claims`): their outcomes
+        #: recorded and their messages acknowledged off the worker threads; or None.
         self.completions: Completions | None = None
-        if self.fetch_claims is not None and COMPLETION_THREAD:
-            self.completions = Completions(self._complete)
-            self.fetch_claims.completions = self.completions
         self._broker: Broker | None = None
 
     # -- process lifecycle -----------------------------------------------------
@@ -139,6 +135,18 @@ class WorkflowMiddleware(Middleware):
 
     def before_worker_boot(self, broker: Broker, worker: Any) -> None:
         self._broker = broker
+        if self.settings.claim_fetched and self.fetch_claims is None:
+            if fetches_in_batches(broker):
+                self.fetch_claims = FetchClaims(self.book, self.inflight)
+                if COMPLETION_THREAD:
+                    self.completions = Completions(self._complete)
+                    self.fetch_claims.completions = self.completions
+            else:
+                self.logger.debug(
+                    "%s hands out one message at a time: each step is claimed and "
+                    "recorded by its worker thread (claim_fetched has nothing to batch)",
+                    type(broker).__name__,
+                )
         if self.fetch_claims is not None:  # before the consumer threads start
             self.fetch_claims.wrap(broker)
             raise_prefetch(worker)

@@ -254,8 +254,9 @@ def setup(
         claim_fetched: claim the step messages of each Redis fetch in one store
             call before the worker threads take them, and record their outcomes
             (then acknowledge their messages) many at a time in a completion
-            thread (YAML ``scheduler.claimFetched``; default off, see
-            ``bench/README.md``).
+            thread (YAML ``scheduler.claimFetched``; default on, see
+            ``bench/README.md``). RabbitMQ, whose consumer hands out one message
+            at a time, keeps the per-message path whatever this says.
 
     Returns:
         The broker, also installed as Dramatiq's global broker.
