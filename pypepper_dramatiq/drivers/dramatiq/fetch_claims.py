@@ -11,9 +11,11 @@ the worker thread then finds its claim ready.
 
 A step claimed ahead is registered in this process's
 :data:`~pypepper_dramatiq.engine.running.running_here` as not started: the lease
-keeper renews its lease while it waits in the work queue, and a cancel (a
-notice, or a renewal that finds the job Cancelled or the lease taken) sets its
-event, so its thread acknowledges it unrun. A message skipped by another
+keeper renews its lease while it waits in the work queue, and a cancel (a notice, or
+a renewal that finds the job Cancelled or the lease taken) sets its event, so its
+thread acknowledges it unrun. A pause of its channel or task set while it waits
+holds it all the same: its thread releases the claim and claims the step as it would
+any message, a claim that holds it for the pause. A message skipped by another
 middleware, requeued on shutdown, or passed on, has its claim released (the row
 freed with an expiry, as a hand-back leaves it) so the next copy can claim it. A
 SIGKILLed worker's claims ahead are recovered like its running steps: by their

@@ -273,6 +273,12 @@ class WorkflowMiddleware(Middleware):
                 self.inflight.remove(ahead.record.id)
                 self.logger.debug("job %s: step claimed ahead not started: cancelled", step.job_id)
                 return
+            if self._paused(ahead, ahead.position):
+                # Paused while it waited for this thread: released unrun, and claimed
+                # below as any message is, by a claim that holds it for its pause.
+                claims.give_back(ahead)
+                ahead = None
+        if ahead is not None:
             claim = ahead
         else:
             channel_id = channel_of_step(message.queue_name, step)
