@@ -145,3 +145,22 @@ def test_a_prefetch_its_user_set_is_kept(
         assert worker.queue_prefetch == 7
     finally:
         worker.stop()
+
+
+@pytest.mark.rabbitmq
+def test_a_rabbitmq_worker_keeps_the_per_message_path(
+    rabbitmq_broker: dramatiq.Broker,
+    start_rabbitmq_worker: Callable[[], dramatiq.Worker],
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.delenv(PREFETCH_ENV, raising=False)
+    worker = start_rabbitmq_worker()
+    middleware = workflow_middleware(rabbitmq_broker)
+
+    # Asked for, yet its consumer hands out one message at a time: nothing to batch,
+    # so its threads claim and record their steps, with Dramatiq's prefetch.
+    assert middleware.settings.claim_fetched
+    assert middleware.fetch_claims is None and middleware.completions is None
+    assert worker.queue_prefetch == 2 * worker.worker_threads
+    assert not hasattr(rabbitmq_broker.consume, "claims_ahead")
+
