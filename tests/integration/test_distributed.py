@@ -89,7 +89,9 @@ def test_each_process_of_one_worker_holds_its_leases_under_its_own_name(
     # Leases belong to processes: if two processes of one worker shared a lease
     # owner, a live sibling would keep renewing a dead process's steps and they
     # would never be recovered.
-    cluster.start_worker(processes=2, threads=1)
+    # One message at a time per process: with claims ahead (the default) a process of
+    # one thread prefetches 6, its fetch claimed at once, and its sibling finds none.
+    cluster.start_worker(processes=2, threads=1, extra_env={"dramatiq_queue_prefetch": "1"})
     jobs = [cluster.schedule(probe.task(name="hold", sleep=2)) for _ in range(6)]
 
     def running_owners() -> dict[int, str] | None:
