@@ -9,7 +9,7 @@ import pytest
 from pypepper_dramatiq import ChannelStoppedError, manager
 
 from .harness import Cluster, wait_for
-from .worker_app import CHANNEL, probe
+from .worker_app import CHANNEL, ENV, probe
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 
@@ -21,8 +21,12 @@ def test_messages_prefetched_by_a_sigkilled_worker_come_back_in_bounded_time(
     # behind it. Killed, it leaves them unacknowledged in its Redis ack set,
     # where Dramatiq alone returns them only in a random maintenance pass; the
     # sweeper runs that pass for every queue once the heartbeat is stale.
+    # Claims off: its prefetched jobs stay Scheduled (with claims ahead they are claimed
+    # with their fetch, and recovered by their leases: test_claims_ahead_processes.py).
     heartbeat_ms = 2_000
-    crashed = cluster.start_worker(threads=1, heartbeat_timeout_ms=heartbeat_ms)
+    crashed = cluster.start_worker(
+        threads=1, heartbeat_timeout_ms=heartbeat_ms, extra_env={ENV["claim_fetched"]: "0"}
+    )
     blocker = cluster.schedule(probe.task(name="long", sleep=30))
     wait_for(lambda: cluster.stamp("running", blocker, "long"), 30, "the long task to start")
     queued = [cluster.schedule(probe.task(name="quick", value=i)) for i in range(3)]
