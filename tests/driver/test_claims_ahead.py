@@ -163,4 +163,3 @@ def test_a_rabbitmq_worker_keeps_the_per_message_path(
     assert middleware.fetch_claims is None and middleware.completions is None
     assert worker.queue_prefetch == 2 * worker.worker_threads
     assert not hasattr(rabbitmq_broker.consume, "claims_ahead")
-
