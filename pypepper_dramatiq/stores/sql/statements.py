@@ -172,6 +172,14 @@ def _prefixed(columns: str, table: str) -> str:
     return ", ".join(f"{table}.{column.strip()}" for column in columns.split(","))
 
 
+#: The batch statements' rows found by primary key whatever the table's statistics
+#: say. Joined with the rows of a function (estimated at 100), the table is read whole
+#: by a hash join: after a burst or a TRUNCATE, stale statistics had a claim of 12
+#: rows scan a backlog of 30,000 Scheduled rows (18.6 ms against 0.24 with this
+#: condition), and with fresh ones a table of 3,000 rows (0.78 ms against 0.16).
+#: The ids are the JSON parameter's own (psycopg sends it once).
+_BY_KEY = "j.id = ANY(ARRAY(SELECT e ->> 'id' FROM json_array_elements(%(rows)s::json) AS e))"
+
 #: Group commit's claims: the predicate of PG_CLAIM, for each row of one JSON array.
 PG_CLAIM_MANY = f"""
 UPDATE scheduler_jobs AS j SET
@@ -181,13 +189,13 @@ UPDATE scheduler_jobs AS j SET
 FROM json_to_recordset(%(rows)s::json)
     AS c(n int, id text, cursor jsonb, owner text, now timestamptz,
          lease_until timestamptz, start bool, retry bool)
-WHERE j.id = c.id AND jsonb_typeof(j.state) = 'object' AND {_CLAIMABLE_MANY}
+WHERE j.id = c.id AND {_BY_KEY} AND jsonb_typeof(j.state) = 'object' AND {_CLAIMABLE_MANY}
 RETURNING c.n, {_prefixed(COLUMNS, "j")}
 """
 
 #: Group commit's outcome records: PG_ADVANCE for each row of one JSON array (the
 #: allowed statuses of a row as one comma-separated text; a JSON null is SQL NULL).
-PG_ADVANCE_MANY = """
+PG_ADVANCE_MANY = f"""
 UPDATE scheduler_jobs AS j SET
     status = a.status, version = j.version + 1, updated = a.updated,
     state = a.state, error = a.error, lease_owner = a.lease_owner,
@@ -199,7 +207,7 @@ FROM json_to_recordset(%(rows)s::json)
          state jsonb, error text, lease_owner text, lease_expires timestamptz,
          not_before timestamptz, release_at timestamptz, start_deadline timestamptz,
          unique_key text, waits jsonb, waiting_since timestamptz)
-WHERE j.id = a.id AND j.version = a.version
+WHERE j.id = a.id AND {_BY_KEY} AND j.version = a.version
     AND j.status = ANY(string_to_array(a.allowed, ','))
 RETURNING a.n
 """
