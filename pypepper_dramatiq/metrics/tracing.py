@@ -13,8 +13,9 @@ engine tells it what it decided, where it decided it, on both drivers.
   it travels with the row and with the first message.
 * **pypepper.attempt** (kind CONSUMER): one per attempt, in whichever process runs it
   (a retry hours later, the first attempt of a job a worker healed from its message),
-  a child of the job's schedule span, current while the task runs (spans the task
-  makes are its children) and until its outcome is recorded.
+  a child of the job's schedule span, current in the thread that runs the task
+  while it runs (spans the task makes are its children), ended once its outcome is
+  recorded (by that thread, or by the completion thread it was handed to).
 * **pypepper.deadline** : a job cancelled unrun because it missed its start deadline
   has no attempt; this short span, a child of the schedule span, carries the event.
 
@@ -81,11 +82,12 @@ DEADLINE_EVENT = "pypepper.deadline_missed"
 
 @dataclass
 class _Attempt:
-    """The attempt span open in a thread."""
+    """An open attempt span, current in the thread that runs its task until left."""
 
     job_id: str
     span: Span
-    token: object
+    #: The attachment of the span as its thread's current context (None once left).
+    token: object | None
     cancelled: bool = False
 
 
@@ -99,7 +101,12 @@ class TracingObserver(observers.Observer):
         self.tracer_provider = tracer_provider
         self._tracer: Tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
         self._propagator = TraceContextTextMapPropagator()
+        #: The attempt current in each thread (attached, until left or ended).
         self._local = threading.local()
+        #: Attempts whose thread left their outcome to another, oldest first by job
+        #: id: a job's next attempt may start before its last one's is ended.
+        self._left: dict[str, list[_Attempt]] = {}
+        self._lock = threading.Lock()
 
     # -- the producer ----------------------------------------------------------------
 
@@ -176,9 +183,32 @@ class TracingObserver(observers.Observer):
         span.add_event(DEADLINE_EVENT)
         span.end()
 
+    def attempt_left(self, job_id: str) -> None:
+        from opentelemetry import context
+
+        attempt: _Attempt | None = getattr(self._local, "attempt", None)
+        if attempt is None or attempt.job_id != job_id:
+            return
+        self._local.attempt = None
+        token, attempt.token = attempt.token, None
+        with suppress(Exception):  # attached in another context (never here): nothing to undo
+            context.detach(token)  # type: ignore[arg-type]
+        with self._lock:
+            self._left.setdefault(job_id, []).append(attempt)
+
     def attempt_ended(self, job_id: str) -> None:
-        if self._open(job_id) is not None:
+        attempt: _Attempt | None = getattr(self._local, "attempt", None)
+        if attempt is not None and attempt.job_id == job_id:
             self._close()
+            return
+        with self._lock:
+            left = self._left.get(job_id)
+            if not left:
+                return
+            attempt = left.pop(0)
+            if not left:
+                del self._left[job_id]
+        attempt.span.end()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -187,8 +217,13 @@ class TracingObserver(observers.Observer):
         return self._propagator.extract(trace_of(record.state) or {})
 
     def _open(self, job_id: str) -> _Attempt | None:
+        """The attempt of ``job_id`` current in this thread, else the oldest one left."""
         attempt: _Attempt | None = getattr(self._local, "attempt", None)
-        return attempt if attempt is not None and attempt.job_id == job_id else None
+        if attempt is not None and attempt.job_id == job_id:
+            return attempt
+        with self._lock:
+            left = self._left.get(job_id)
+            return left[0] if left else None
 
     def _cancelled(self, attempt: _Attempt) -> None:
         if not attempt.cancelled:

@@ -92,11 +92,18 @@ class Observer:
         """An attempt of task ``task`` of job ``record`` starts in this thread
         (``attempt`` and ``round`` counted from 1). What this thread is told next
         about the job (:meth:`task_ended`, :meth:`retried`, :meth:`job_ended`)
-        belongs to it, until :meth:`attempt_ended`."""
+        belongs to it, until :meth:`attempt_left` or :meth:`attempt_ended`."""
+
+    def attempt_left(self, job_id: str) -> None:
+        """The task of the attempt :meth:`attempt_started` announced in this thread
+        has ended, and its outcome is handed to another thread: what that thread is
+        told about the job, up to :meth:`attempt_ended`, belongs to the attempt;
+        what follows in this thread does not."""
 
     def attempt_ended(self, job_id: str) -> None:
-        """The attempt :meth:`attempt_started` announced in this thread was recorded
-        (or could not be): what follows in this thread is no part of it."""
+        """The attempt :meth:`attempt_started` announced was recorded (or could not
+        be), in this thread or in the one it was left to: what follows in this
+        thread is no part of it."""
 
     def task_ended(
         self,
@@ -281,6 +288,7 @@ def scheduling(job_id: str, channel_id: str) -> AbstractContextManager[Mapping[s
 
 
 attempt_started = _notification(Observer.attempt_started)
+attempt_left = _notification(Observer.attempt_left)
 attempt_ended = _notification(Observer.attempt_ended)
 job_started = _notification(Observer.job_started)
 job_ended = _notification(Observer.job_ended)

@@ -9,6 +9,7 @@ worker process.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq.brokers.stub import StubBroker
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -38,6 +40,7 @@ from pypepper_dramatiq.ops import observers
 from pypepper_dramatiq.records.state import TRACE_KEY
 from pypepper_dramatiq.stores.memory import MemoryJobStore
 
+from .conftest import workflow_middleware
 from .drivers import CHANNEL, DramatiqDriver, Driver, make_job, run
 
 #: Attempts made so far, by job id.
@@ -50,6 +53,21 @@ def work(task: Task, context: Context, *, fail_first: int = 0) -> str:
     if CALLS[context.job_id] <= fail_first:
         raise RuntimeError("planned failure")
     return "done"
+
+
+#: The span a task makes itself, inside its attempt.
+USER_SPAN = "user.inside"
+
+
+@workflow_task(name="tracing.user_span")
+def user_span(task: Task, context: Context, *, fail_first: int = 0) -> str:
+    [observer] = [o for o in observers.installed() if isinstance(o, tracing.TracingObserver)]
+    tracer = trace.get_tracer("user", tracer_provider=observer.tracer_provider)
+    with tracer.start_as_current_span(USER_SPAN):
+        CALLS[context.job_id] = CALLS.get(context.job_id, 0) + 1
+        if CALLS[context.job_id] <= fail_first:
+            raise RuntimeError("planned failure")
+        return "done"
 
 
 @workflow_task(name="tracing.quit")
@@ -259,3 +277,41 @@ def test_a_row_healed_from_its_first_message_continues_the_trace(
     assert schedule.context is not None and attempt.parent is not None
     assert attempt.parent.span_id == schedule.context.span_id
     assert TRACE_KEY in record.state
+
+
+@pytest.mark.parametrize("setup_options", [{"claim_fetched": True}])
+def test_with_tracing_the_worker_threads_still_leave_outcomes_to_the_completion_thread(
+    stub_broker: StubBroker,
+    start_worker: Callable[[], dramatiq.Worker],
+    exporter: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="opentelemetry")
+    # A retry after a delay: it goes as a message (not continued in the worker thread).
+    flaky = user_span.options(retry_count=1, retry_delay=0.05)
+    job = make_job([flaky.task(name="inside", fail_first=1)])
+
+    [record] = run(DramatiqDriver(stub_broker, start_worker), job)
+
+    assert record.status is Status.COMPLETED
+    # Tracing did not keep the outcomes in the worker threads: none recorded one.
+    assert workflow_middleware(stub_broker).book.outcomes.stats.calls == 0
+    spans = exporter.get_finished_spans()
+    [schedule] = named(spans, tracing.SCHEDULE_SPAN)
+    attempts = named(spans, tracing.ATTEMPT_SPAN)
+    # Ended by the completion thread, after the outcome's attribute and events.
+    assert [attributes(span)[tracing.OUTCOME] for span in attempts] == ["failed", "succeeded"]
+    assert [events(span) for span in attempts] == [[tracing.RETRY_EVENT], []]
+    assert schedule.context is not None
+    assert [span.parent.span_id for span in attempts if span.parent] == [
+        schedule.context.span_id
+    ] * 2
+    # The task's own spans are children of its attempt's span, current in its thread.
+    inside = named(spans, USER_SPAN)
+    assert [span.parent.span_id for span in inside if span.parent] == [
+        span.context.span_id for span in attempts if span.context
+    ]
+    # Each attempt span ended once (the SDK warns of a second end) and none is left.
+    assert not [r for r in caplog.records if "ended span" in r.getMessage()]
+    [observer] = [o for o in observers.installed() if isinstance(o, tracing.TracingObserver)]
+    assert observer._left == {}

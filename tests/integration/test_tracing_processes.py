@@ -4,7 +4,8 @@ The test process schedules with tracing on (the SDK's in-memory exporter); the
 worker runs ``setup(tracing=True)`` and writes the spans it ends as JSON lines
 (``worker_app``'s ``PYPEPPER_IT_TRACE_DIR``). Each attempt span read back has the
 producer's schedule span as its parent, across the process boundary, through the
-trace context stored with the job.
+trace context stored with the job; with ``claim_fetched`` on (outcomes recorded by
+the completion thread) and off (by the thread that ran the attempt).
 """
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ def worker_spans(directory: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("claim_fetched", ["1", "0"], ids=["batched", "per-message"])
 def test_a_worker_processes_attempt_spans_are_children_of_the_producers_span(
-    cluster: Cluster, tmp_path: Path, producer_spans: InMemorySpanExporter
+    cluster: Cluster, tmp_path: Path, producer_spans: InMemorySpanExporter, claim_fetched: str
 ) -> None:
     spans_dir = tmp_path / "spans"
     spans_dir.mkdir()
-    cluster.start_worker(extra_env={ENV["trace_dir"]: str(spans_dir)})
+    cluster.start_worker(
+        extra_env={ENV["trace_dir"]: str(spans_dir), ENV["claim_fetched"]: claim_fetched}
+    )
 
     job = cluster.schedule(probe.options(retry_count=1).task(name="flaky", fail_times=1))
     cluster.wait_status([job], timeout=60)

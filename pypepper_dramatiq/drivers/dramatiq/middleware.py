@@ -628,9 +628,9 @@ class WorkflowMiddleware(Middleware):
         This thread keeps the outcome when the attempt was handed back or its task is
         unknown here, when it holds concurrency slots, when its task has a
         ``round_timeout``, when a cancel reached it, when the message failed, when
-        the outcome calls an ``on_final_failure`` hook, when the step that follows
-        may run here at once (continuation), and while an observer follows attempts
-        by the thread that runs them (tracing: the attempt's span is this thread's).
+        the outcome calls an ``on_final_failure`` hook, and when the step that follows
+        may run here at once (continuation). The observers are told this thread left
+        the attempt (tracing detaches its span here, the completion thread ends it).
         """
         if (
             outcome is step_actor.HANDED_BACK
@@ -638,7 +638,6 @@ class WorkflowMiddleware(Middleware):
             or message.failed
             or getattr(step_actor.current, "slots", None) is not None
             or claim.spec.round_timeout > 0
-            or _observers_follow_threads()
         ):
             return self.book.verdict(claim, outcome)
         running = self.inflight.get(claim.record.id)
@@ -652,6 +651,8 @@ class WorkflowMiddleware(Middleware):
         assert self.completions is not None
         # Its lease is renewed until the record (no interrupt reaches a reserved step).
         self.inflight.reserve(claim.record.id)
+        # Before the hand-over: the completion thread may end the attempt at once.
+        observers.attempt_left(claim.record.id)
         self.completions.stash(Finished(claim, outcome, verdict, message))
         return None
 
@@ -903,14 +904,6 @@ def _release_slots() -> None:
     step_actor.current.slots = None
     if slots is not None:
         slots.release()
-
-
-def _observers_follow_threads() -> bool:
-    """Whether an installed observer follows each attempt in the thread that ran it
-    (it listens to :meth:`~pypepper_dramatiq.ops.observers.Observer.attempt_started`):
-    what the record tells it must then be told in that thread."""
-    base = observers.Observer.attempt_started
-    return any(type(observer).attempt_started is not base for observer in observers.installed())
 
 
 def _keys(claim: Claim) -> tuple[str | None, str | None]:
