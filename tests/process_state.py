@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dramatiq
 import redis
 from dramatiq.broker import Broker
+from dramatiq.middleware.time_limit import TimeLimit
 
 from pypepper_dramatiq import config, executor_registry, manager, setup
 from pypepper_dramatiq.channels import broker as broker_module
@@ -30,6 +32,23 @@ def _forget_everything(broker: Broker | None) -> None:
     reset_job_store()
 
 
+def _quiet_time_limit_watchdog(broker: Broker | None) -> None:
+    """Quiet the TimeLimit watchdog thread that ``process_boot`` started for ``broker``.
+
+    Dramatiq's watchdog loops for the life of its process and has no stop. Left as it is
+    by each test, a thousand of them wake every second by the end of the driver suite,
+    and each keeps the deadlines of the worker threads it watched: one of a thread
+    stopped mid-message would interrupt whatever later thread reuses its ident. Its
+    deadlines are dropped and its next sleep lasts past any test session.
+    """
+    for middleware in broker.middleware if broker is not None else ():
+        watchdog = getattr(middleware, "manager", None)
+        if isinstance(middleware, TimeLimit) and isinstance(watchdog, threading.Thread):
+            with watchdog.mu:
+                watchdog.deadlines.clear()
+                watchdog.interval = 7 * 24 * 3600
+
+
 @contextmanager
 def clean_process_state(broker: Broker | None = None) -> Iterator[None]:
     """Start with ``broker`` (or none), no channels, config or store; leave none behind.
@@ -43,6 +62,7 @@ def clean_process_state(broker: Broker | None = None) -> Iterator[None]:
     finally:
         for executor_id in set(executor_registry.ids()) - registered:
             executor_registry.unregister(executor_id)
+        _quiet_time_limit_watchdog(dramatiq.broker.global_broker)
         _forget_everything(None)
 
 

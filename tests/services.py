@@ -14,6 +14,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -33,12 +34,35 @@ class ServiceError(RuntimeError):
     """A test service could not be started."""
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections (Linux's default if unreadable)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that nothing is bound to right now, outside the ephemeral range.
+
+    A server the crash tests stop and start again keeps its port. Were it an ephemeral
+    port, an outgoing connection made while the server is down could take it (a client
+    retrying ``127.0.0.1:port`` can even connect to itself) and the restart would fail
+    with the port in use, as a RabbitMQ node's once did in CI.
+    """
+    ephemeral = _ephemeral_ports()
+    candidates = [p for p in range(20000, 32768) if p not in ephemeral]
+    if not candidates:
+        candidates = [p for p in range(1024, 65536) if p not in ephemeral]
+    for port in random.sample(candidates, min(200, len(candidates))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServiceError("no free TCP port on 127.0.0.1 outside the ephemeral range")
 
 
 def end_process(proc: subprocess.Popen[Any] | None, *, kill: bool, timeout: float) -> None:
@@ -329,7 +353,8 @@ class MariaDBServer:
         )
         deadline = time.monotonic() + timeout
         while not self._accepts_connections():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            exit_code = self._proc.poll()
+            if exit_code is not None or time.monotonic() > deadline:
                 self.stop(kill=True)
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
                 raise ServiceError(f"mariadbd did not start on port {self.port}:\n{tail}")
@@ -407,6 +432,14 @@ class MariaDBServer:
             host="127.0.0.1", port=self.port, user="root", connect_timeout=5, autocommit=True
         )
 
+    def _log_tail(self, stdout_log: Path) -> str:
+        """The last lines the node wrote: its stdout, then its own log (``log/<node>.log``)."""
+        parts = []
+        for path in (stdout_log, self._path("log", f"{self.node}.log")):
+            if path.exists():
+                parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(parts)
+
     def _accepts_connections(self) -> bool:
         import pymysql
 
@@ -477,7 +510,8 @@ class RedisServer:
         )
         deadline = time.monotonic() + timeout
         while not self._ping():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            exit_code = self._proc.poll()
+            if exit_code is not None or time.monotonic() > deadline:
                 self.stop(kill=True)
                 log = self.dir / "redis.log"
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
@@ -608,10 +642,13 @@ class RabbitMQServer:
             )
         deadline = time.monotonic() + timeout
         while not self._accepts_connections():
-            if self._proc.poll() is not None or time.monotonic() > deadline:
+            exit_code = self._proc.poll()
+            if exit_code is not None or time.monotonic() > deadline:
                 self.stop(kill=True)
-                tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
-                raise ServiceError(f"rabbitmq-server did not start on port {self.port}:\n{tail}")
+                raise ServiceError(
+                    f"rabbitmq-server did not start on port {self.port} "
+                    f"(exit code {exit_code}):\n{self._log_tail(log)}"
+                )
             time.sleep(0.2)
 
     def stop(self, *, kill: bool = False) -> None:
@@ -724,6 +761,14 @@ class RabbitMQServer:
             if f"ERL_EPMD_PORT={port}".encode() in environ:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(cmdline.parent.name), 9)
+
+    def _log_tail(self, stdout_log: Path) -> str:
+        """The last lines the node wrote: its stdout, then its own log (``log/<node>.log``)."""
+        parts = []
+        for path in (stdout_log, self._path("log", f"{self.node}.log")):
+            if path.exists():
+                parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(parts)
 
     def _accepts_connections(self) -> bool:
         # An AMQP 0-9-1 handshake: the node answers the protocol header with

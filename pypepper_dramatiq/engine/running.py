@@ -47,6 +47,8 @@ class Running:
     leased: bool = True
     #: When the cancel was seen (monotonic), for the grace period.
     cancel_seen: float | None = None
+    #: Its task runs, so it may be interrupted. False once the task returned: the
+    #: lease is still renewed until the outcome is recorded and the entry dropped.
     running: bool = True
     interrupted: bool = False
     #: When an interrupt was sent to its thread (monotonic); it lands only when
@@ -111,22 +113,32 @@ class InFlight:
                     del self._steps[job_id]
 
     def finish(self, job_id: str) -> None:
-        """The attempt returned: it may no longer be interrupted."""
+        """The attempt returned: it may no longer be interrupted. Its lease is renewed
+        until :meth:`drop_finished` (its outcome recorded), so that a slow record
+        never lets another worker run a task that finished."""
         with self._lock:
             entry = self._steps.get(job_id)
             if entry is not None:
                 entry.running = False
+
+    def drop_finished(self, job_id: str) -> None:
+        """Forget ``job_id``'s attempt once its outcome is recorded (or left to its
+        lease), unless the entry is no longer that finished attempt: a step of the job
+        claimed ahead since then, or an attempt running now, stays."""
+        with self._lock:
+            entry = self._steps.get(job_id)
+            if entry is not None and not entry.running and entry.started:
+                del self._steps[job_id]
 
     def remove(self, job_id: str) -> None:
         with self._lock:
             self._steps.pop(job_id, None)
 
     def ids(self) -> list[str]:
-        """Jobs whose running step holds a lease to renew."""
+        """Jobs whose step holds a lease to renew: running, claimed ahead, or finished
+        with its outcome not yet recorded."""
         with self._lock:
-            return [
-                job_id for job_id, entry in self._steps.items() if entry.running and entry.leased
-            ]
+            return [job_id for job_id, entry in self._steps.items() if entry.leased]
 
     def get(self, job_id: str) -> Running | None:
         with self._lock:

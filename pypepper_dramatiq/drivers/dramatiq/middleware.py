@@ -563,6 +563,8 @@ class WorkflowMiddleware(Middleware):
             self._after_step(broker, message, claim, outcome, exception)
         finally:
             _release_slots()  # if no outcome was recorded, none will be by this thread
+            if claim is not None:  # a failure above: the lease is all that is left
+                self.inflight.drop_finished(claim.record.id)
 
     def _after_step(
         self,
@@ -610,6 +612,8 @@ class WorkflowMiddleware(Middleware):
                     verdict,
                 )
             finally:
+                # Its lease was renewed until here (see InFlight.finish).
+                self.inflight.drop_finished(claim.record.id)
                 observers.attempt_ended(claim.record.id)
             if following is None:
                 return
@@ -700,7 +704,6 @@ class WorkflowMiddleware(Middleware):
         the same write claimed it), None when there is nothing more for this
         thread to do (a message was sent, the job ended, the write lost...).
         """
-        self.inflight.remove(claim.record.id)
         if outcome is step_actor.HANDED_BACK:
             _release_slots()
             self._hand_back(
