@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         UnknownJobError,
         UnknownScheduleError,
         UnknownTaskError,
+        UnstorableValueError,
         WaitInsideJobError,
         WaitTimeoutError,
     )
@@ -164,6 +165,7 @@ _HOMES: dict[str, str] = {
     "UnknownJobError": ".errors",
     "UnknownScheduleError": ".errors",
     "UnknownTaskError": ".errors",
+    "UnstorableValueError": ".errors",
     "WaitInsideJobError": ".errors",
     "WaitTimeoutError": ".errors",
     "CANCEL_EVENT_KEY": ".model.context",
@@ -323,6 +325,7 @@ __all__ = [
     "UnknownJobError",
     "UnknownScheduleError",
     "UnknownTaskError",
+    "UnstorableValueError",
     "WaitInsideJobError",
     "WaitTimeoutError",
 ]

@@ -335,6 +335,24 @@ class InvalidConcurrencyLimitError(ConfigError, TypeError):
         self.value = value
 
 
+class UnstorableValueError(PypepperError, ValueError):
+    """A value a job row cannot keep, refused where it enters (``Job(...)``,
+    ``scheduled()``, ``schedule_many()``, ``recurring()``...), nothing stored or queued:
+    a NUL or a lone surrogate, a text longer than its column, a float JSON cannot
+    hold, values nested too deep, or a type JSON cannot hold. A ``ValueError``.
+
+    Attributes:
+        field: where the value sits, as its user knows it (``category``, or a path
+            into a task's params such as ``...['params']['url']``).
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field} {reason}")
+        self.field = field
+        self.reason = reason
+
+
 class InvalidConcurrencyKeyError(PypepperError, ValueError, TypeError):
     """A job's ``concurrency_key`` is not a non-empty text a job row can keep (a
     ``ValueError`` and a ``TypeError``: either ``except`` catches it)."""

@@ -2,11 +2,11 @@
 
 Two halves. Values a user gives (ids, channel ids, categories, unique keys, task
 parameters, schedule names) are *checked* where they enter (``check_text``): a
-value the row cannot hold is a ``ValueError`` naming the field and its limit,
-and nothing is stored or sent. Text the engine itself writes (errors, tracebacks,
-progress notes) is *made* storable (``storable_text``): the code points no store
-can keep are escaped visibly, never dropped, so that an error always reaches
-the row.
+value the row cannot hold is an ``UnstorableValueError`` (a ``ValueError``) naming
+the field and its limit, and nothing is stored or sent. Text the engine itself
+writes (errors, tracebacks, progress notes) is *made* storable (``storable_text``):
+the code points no store can keep are escaped visibly, never dropped, so that an
+error always reaches the row.
 
 What no store keeps: NUL (PostgreSQL's ``text`` and ``jsonb`` refuse it) and
 lone surrogates (not encodable as UTF-8, which every store's driver sends).
@@ -20,6 +20,8 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
+
+from ..errors import UnstorableValueError
 
 # -- column limits: the one definition (``stores/schema.py`` builds its columns from them) --
 
@@ -113,7 +115,8 @@ def storable_error(text: str) -> str:
 
 
 def check_text(field: str, value: str, limit: int | None = None) -> str:
-    """``value`` if a row can hold it as ``field``; else ``ValueError`` naming the field.
+    """``value`` if a row can hold it as ``field``; else an ``UnstorableValueError``
+    naming the field.
 
     Args:
         field: the name the user knows the value by (``"category"``, ``"unique_key"``).
@@ -122,15 +125,17 @@ def check_text(field: str, value: str, limit: int | None = None) -> str:
     """
     bad = unstorable_in(value)
     if bad is not None:
-        raise ValueError(f"{field} holds {bad}, which the job store cannot keep")
+        raise UnstorableValueError(field, f"holds {bad}, which the job store cannot keep")
     if limit is not None and len(value) > limit:
-        raise ValueError(f"{field} is {len(value)} characters long; at most {limit} are stored")
+        raise UnstorableValueError(
+            field, f"is {len(value)} characters long; at most {limit} are stored"
+        )
     return value
 
 
 def check_json(field: str, value: Any, depth: int = 0) -> Any:
-    """``value`` if a JSON column can hold it as ``field``; else ``ValueError`` naming
-    where in it the culprit sits (``params['a'][0]``).
+    """``value`` if a JSON column can hold it as ``field``; else an
+    ``UnstorableValueError`` naming where in it the culprit sits (``params['a'][0]``).
 
     Refused: a string (a mapping's keys included) holding a code point no store
     keeps, a float that is not finite (JSON has no NaN or infinity: PostgreSQL
@@ -157,7 +162,7 @@ def checked_json_text(field: str, value: Any, depth: int = 0) -> str:
     them (``\\u00e9``): a JSON column reads both as the same value.
 
     Raises:
-        ValueError, TypeError: as :func:`check_json`.
+        UnstorableValueError: as :func:`check_json`.
     """
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
@@ -232,25 +237,26 @@ def _walk(where: str, value: Any, depth: int) -> None:
         check_text(where, value)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{where} is {value!r}, which JSON cannot hold")
+            raise UnstorableValueError(where, f"is {value!r}, which JSON cannot hold")
     elif isinstance(value, (Mapping, list, tuple)):
         if depth >= JSON_DEPTH:
             shown = where if len(where) <= 80 else f"{where[:77]}..."
-            raise ValueError(
-                f"{shown} is nested too deep: a JSON column holds at most {JSON_DEPTH} "
-                "levels of arrays and objects"
+            raise UnstorableValueError(
+                shown,
+                f"is nested too deep: a JSON column holds at most {JSON_DEPTH} "
+                "levels of arrays and objects",
             )
         if isinstance(value, Mapping):
             for key, item in value.items():
                 if isinstance(key, str):
                     check_text(f"the key {key[:40]!r} of {where}", key)
                 elif not (key is None or isinstance(key, (bool, int, float))):
-                    raise ValueError(
-                        f"{where} has a key of type {type(key).__name__}, not a string"
+                    raise UnstorableValueError(
+                        where, f"has a key of type {type(key).__name__}, not a string"
                     )
                 _walk(f"{where}[{key!r:.40}]", item, depth + 1)
         else:
             for index, item in enumerate(value):
                 _walk(f"{where}[{index}]", item, depth + 1)
     else:
-        raise ValueError(f"{where} holds a {type(value).__name__}, which JSON cannot hold")
+        raise UnstorableValueError(where, f"holds a {type(value).__name__}, which JSON cannot hold")

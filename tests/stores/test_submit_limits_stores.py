@@ -1,9 +1,9 @@
 """What a job row cannot hold is refused at submit, alike on every store.
 
-Each refused value raises a ``ValueError`` naming the field (and its limit), and
-leaves no row in the store and no message on the broker. The values at the limit
-are stored and read back unchanged on every store: the memory store refuses
-exactly what PostgreSQL and MariaDB cannot keep, no more.
+Each refused value raises an ``UnstorableValueError`` (a ``ValueError``) naming the
+field (and its limit), and leaves no row in the store and no message on the broker.
+The values at the limit are stored and read back unchanged on every store: the
+memory store refuses exactly what PostgreSQL and MariaDB cannot keep, no more.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pypepper_dramatiq import (
     Job,
     UnknownJobError,
     UnknownScheduleError,
+    UnstorableValueError,
     Workflow,
     manager,
     pause_recurring,
@@ -140,9 +141,10 @@ def names(error: pytest.ExceptionInfo[BaseException]) -> str:
 def test_scheduled_refuses_what_the_row_cannot_hold(store: IJobStore, case: str) -> None:
     make, named = UNSTORABLE_JOBS[case]
     refused = make()
-    with pytest.raises(ValueError, match=named) as error:
+    with pytest.raises(UnstorableValueError, match=named) as error:
         refused.scheduled()
     names(error)
+    assert str(error.value) == f"{error.value.field} {error.value.reason}"
     assert_nothing_done(store)
     assert refused.status.value == "Unknown"  # it may be mended and scheduled again
 
@@ -150,7 +152,7 @@ def test_scheduled_refuses_what_the_row_cannot_hold(store: IJobStore, case: str)
 @pytest.mark.parametrize("case", UNSTORABLE_JOBS)
 def test_schedule_many_refuses_the_whole_batch(store: IJobStore, case: str) -> None:
     make, named = UNSTORABLE_JOBS[case]
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(UnstorableValueError, match=named):
         schedule_many([job(), make(), job()])
     assert_nothing_done(store)
 
@@ -181,9 +183,9 @@ def test_the_seeds_async_path_sends_nothing_for_it(store: IJobStore, case: str) 
 def test_save_and_persist_refuse_it(store: IJobStore, case: str) -> None:
     make, named = UNSTORABLE_JOBS[case]
     refused = make()
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(UnstorableValueError, match=named):
         refused.save()
-    with pytest.raises(ValueError, match=named):
+    with pytest.raises(UnstorableValueError, match=named):
         refused.persist()
     assert_nothing_done(store)
 
