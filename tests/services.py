@@ -432,14 +432,6 @@ class MariaDBServer:
             host="127.0.0.1", port=self.port, user="root", connect_timeout=5, autocommit=True
         )
 
-    def _log_tail(self, stdout_log: Path) -> str:
-        """The last lines the node wrote: its stdout, then its own log (``log/<node>.log``)."""
-        parts = []
-        for path in (stdout_log, self._path("log", f"{self.node}.log")):
-            if path.exists():
-                parts.append(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}")
-        return "\n".join(parts)
-
     def _accepts_connections(self) -> bool:
         import pymysql
 
