@@ -353,8 +353,7 @@ class MariaDBServer:
         )
         deadline = time.monotonic() + timeout
         while not self._accepts_connections():
-            exit_code = self._proc.poll()
-            if exit_code is not None or time.monotonic() > deadline:
+            if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop(kill=True)
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
                 raise ServiceError(f"mariadbd did not start on port {self.port}:\n{tail}")
@@ -502,8 +501,7 @@ class RedisServer:
         )
         deadline = time.monotonic() + timeout
         while not self._ping():
-            exit_code = self._proc.poll()
-            if exit_code is not None or time.monotonic() > deadline:
+            if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.stop(kill=True)
                 log = self.dir / "redis.log"
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""

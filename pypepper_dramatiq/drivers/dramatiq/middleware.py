@@ -563,7 +563,9 @@ class WorkflowMiddleware(Middleware):
             self._after_step(broker, message, claim, outcome, exception)
         finally:
             _release_slots()  # if no outcome was recorded, none will be by this thread
-            if claim is not None:  # a failure above: the lease is all that is left
+            if claim is not None:
+                # Its lease was renewed until here, its outcome recorded or given up
+                # (see InFlight.finish); a step claimed ahead or handed over stays.
                 self.inflight.drop_finished(claim.record.id)
 
     def _after_step(
@@ -612,8 +614,6 @@ class WorkflowMiddleware(Middleware):
                     verdict,
                 )
             finally:
-                # Its lease was renewed until here (see InFlight.finish).
-                self.inflight.drop_finished(claim.record.id)
                 observers.attempt_ended(claim.record.id)
             if following is None:
                 return
